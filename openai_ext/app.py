@@ -1,0 +1,180 @@
+"""create_app(): the FastAPI application. Routes are thin: they call a service and turn its
+result into JSON or server-sent events. Authentication, CORS and the error handlers live here."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+from typing import Any, AsyncIterator, Awaitable, Callable
+
+from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import JSONResponse, Response
+from sse_starlette import EventSourceResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from . import __version__, chat, completions, models
+from .config import Settings
+from .errors import AuthenticationError, OpenAIError, from_validation_errors, internal_error_body
+from .hosts.base import Host
+from .protocol import ChatCompletionRequest, CompletionRequest
+from .state import ApiState
+
+log = logging.getLogger(__name__)
+
+DONE = b"data: [DONE]\n\n"
+
+
+def _dumps(obj: Any) -> bytes:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def sse_event(obj: Any) -> bytes:
+    return b"data: " + _dumps(obj) + b"\n\n"
+
+
+def api(request: Request) -> ApiState:
+    return request.app.state.api
+
+
+def require_key(request: Request) -> None:
+    key = api(request).settings.api_key
+    if not key:
+        return
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    # compare_digest: the time taken must not tell an attacker how much of the key matched
+    if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), key.encode()):
+        raise AuthenticationError()
+
+
+async def sse_stream(chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
+    """Frames chunks as OpenAI does. An error after the stream began becomes an error event,
+    and the stream still ends with [DONE]."""
+    try:
+        async for chunk in chunks:
+            yield sse_event(chunk)
+    except OpenAIError as e:
+        yield sse_event(e.body())
+    except Exception as e:  # noqa: BLE001 - the client must get an error object, not a cut stream
+        log.exception("stream failed")
+        yield sse_event(internal_error_body(e))
+    finally:
+        await chunks.aclose()
+    yield DONE
+
+
+def event_stream(chunks: AsyncIterator[dict[str, Any]]) -> EventSourceResponse:
+    return EventSourceResponse(sse_stream(chunks), sep="\n", ping=15)
+
+
+async def until_disconnect(request: Request, work: Awaitable[Any]) -> Any:
+    """Runs ``work``; if the client goes away first, cancels it, which stops its generation."""
+    task = asyncio.ensure_future(work)
+
+    async def watch() -> None:
+        while True:
+            message = await request.receive()
+            if message["type"] == "http.disconnect":
+                task.cancel()
+                return
+
+    watcher = asyncio.ensure_future(watch())
+    try:
+        return await task
+    except asyncio.CancelledError:
+        if task.cancelled() and watcher.done():
+            log.info("client disconnected; generation stopped")
+            return Response(status_code=499)
+        raise
+    finally:
+        watcher.cancel()
+
+
+def _error_response(exc: OpenAIError) -> JSONResponse:
+    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers or None)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """The one place where failures become HTTP responses: always an OpenAI error object."""
+
+    @app.exception_handler(OpenAIError)
+    async def _openai(_: Request, exc: OpenAIError):
+        return _error_response(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError):
+        return _error_response(from_validation_errors(list(exc.errors())))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException):
+        if exc.status_code == 404:
+            err = OpenAIError(f"Invalid URL ({request.method} {request.url.path}). See README.md for the routes.",
+                              status=404)
+        elif exc.status_code == 405:
+            err = OpenAIError(f"Method {request.method} is not allowed on {request.url.path}.", status=405)
+        else:
+            err = OpenAIError(str(exc.detail), status=exc.status_code)
+        err.type = "invalid_request_error" if exc.status_code < 500 else "server_error"
+        return _error_response(err)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, exc: Exception):
+        log.error("unhandled error", exc_info=exc)
+        return JSONResponse(internal_error_body(exc), status_code=500)
+
+
+def build_router() -> APIRouter:
+    r = APIRouter(dependencies=[Depends(require_key)])
+
+    @r.get("/models")
+    async def list_models(request: Request):
+        return models.list_models(api(request))
+
+    @r.get("/models/{model_id:path}")
+    async def retrieve_model(model_id: str, request: Request):
+        return models.retrieve(api(request), model_id)
+
+    @r.post("/completions")
+    async def create_completion(body: CompletionRequest, request: Request):
+        return await _generate(request, completions.prepare, completions.complete, completions.stream, body)
+
+    @r.post("/chat/completions")
+    async def create_chat_completion(body: ChatCompletionRequest, request: Request):
+        return await _generate(request, chat.prepare, chat.complete, chat.stream, body)
+
+    return r
+
+
+async def _generate(request: Request, prepare: Callable, complete: Callable, stream: Callable, body: Any):
+    state = api(request)
+    job = prepare(state, body)           # every 400 happens here, before anything is queued
+    ticket = state.queue.admit()         # 429 at once when the queue is full
+    if job.plan.stream:
+        return event_stream(stream(state, job, ticket))
+    return await until_disconnect(request, complete(state, job, ticket))
+
+
+def create_app(settings: Settings, host: Host) -> FastAPI:
+    app = FastAPI(title="OpenAI-compatible API for local models", version=__version__,
+                  docs_url=None, redoc_url=None)
+    app.state.api = ApiState(settings, host)
+    install_error_handlers(app)
+    app.add_middleware(CORSMiddleware, allow_origins=["*"], allow_methods=["*"], allow_headers=["*"])
+
+    @app.get("/health")
+    @app.get("/v1/internal/health", include_in_schema=False)
+    async def health(request: Request):
+        state = api(request)
+        body = {"status": "ok" if state.host.loaded else "no model", "model_loaded": state.host.loaded,
+                "queued": state.queue.waiting, "running": state.queue.running}
+        return JSONResponse(body, status_code=200 if state.host.loaded else 503)
+
+    router = build_router()
+    app.include_router(router, prefix="/v1")
+    # The same routes without /v1, for clients configured with a bare base URL.
+    app.include_router(router, include_in_schema=False)
+    return app

@@ -1,0 +1,40 @@
+"""Extension mode: what script.setup() runs inside the web UI."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Mapping
+
+from .app import create_app
+from .config import load_settings
+from .hosts.textgen import TextgenHost
+from .server import ApiServer, PortInUse, announce
+
+log = logging.getLogger(__name__)
+
+
+def host_settings(params: Mapping[str, Any], shared: Any) -> dict[str, Any]:
+    """The host's layer of settings: this extension's params (which the web UI has already
+    overridden from its own settings file), plus the web UI's own --listen and --api-key."""
+    layer = dict(params)
+    args = getattr(shared, "args", None)
+    if getattr(args, "listen", False):
+        layer["listen"] = True
+        if getattr(args, "listen_host", None):
+            layer["listen_host"] = args.listen_host
+    if not layer.get("api_key") and getattr(args, "api_key", ""):
+        layer["api_key"] = args.api_key
+    return layer
+
+
+def start(params: Mapping[str, Any], modules: Any = None) -> ApiServer | None:
+    host = TextgenHost(modules)
+    settings = load_settings(host=host_settings(params, host.m.shared))
+    try:
+        server = ApiServer(create_app(settings, host), settings)
+    except PortInUse as e:
+        log.error("%s", e)
+        return None
+    server.start()
+    announce(server)
+    return server

@@ -1,0 +1,260 @@
+"""Running generations: a FIFO queue in front of the host and the bridge from its worker thread.
+
+- ``GenerationQueue`` admits at most ``max_queue`` waiting requests (more get a 429 at once) and
+  lets one generation run at a time, first come first served. In extension mode the host's own
+  generation lock is taken inside ``generate_reply`` as well; this queue makes the order fair.
+- ``run_choice`` runs the host's blocking generator on a thread and hands its pieces to the event
+  loop through a bounded queue: a slow reader holds the generator back instead of growing memory,
+  and leaving the loop (client gone, stop string found) stops the host within a token and waits
+  until it has really stopped, so the next request never overlaps it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator
+
+import anyio
+import janus
+
+from .assembly import ChoiceAssembler, Delta, Piece, TokenLogprob
+from .errors import ContextLengthExceeded, RateLimitError, ServerError
+from .hosts.base import Host, Prompt
+from .params import Plan
+
+log = logging.getLogger(__name__)
+
+# Pieces buffered between the generating thread and a client that reads slowly.
+BUFFERED_PIECES = 64
+
+
+class Ticket:
+    """A place in the generation queue, taken when the request is admitted."""
+
+    def __init__(self, queue: "GenerationQueue"):
+        self._queue = queue
+        self._released = False
+        self._holding = False
+
+    async def __aenter__(self) -> "Ticket":
+        try:
+            await self._queue._lock.acquire()
+        except BaseException:
+            self.release()
+            raise
+        self._holding = True
+        self._queue._waiting -= 1
+        self._queue.running += 1
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self.release()
+
+    def release(self) -> None:
+        if self._released:
+            return
+        self._released = True
+        if self._holding:
+            self._queue.running -= 1
+            self._queue._lock.release()
+        else:
+            self._queue._waiting -= 1
+
+    def __del__(self):
+        # A streamed response whose client vanished before the stream began never enters the
+        # ticket; give its place back anyway.
+        if not self._released and not self._holding:
+            self._released = True
+            self._queue._waiting -= 1
+
+
+class GenerationQueue:
+    def __init__(self, max_queue: int):
+        self.max_queue = max_queue
+        self._lock = asyncio.Lock()  # asyncio.Lock wakes its waiters in FIFO order
+        self._waiting = 0
+        self.running = 0
+
+    @property
+    def waiting(self) -> int:
+        return self._waiting
+
+    def admit(self) -> Ticket:
+        """Takes a place in the queue or raises a 429 right away."""
+        if self._waiting >= self.max_queue:
+            raise RateLimitError(
+                f"The generation queue is full ({self.max_queue} requests waiting). Retry shortly, "
+                "or raise the max_queue setting.", code="queue_full", headers={"Retry-After": "1"})
+        self._waiting += 1
+        return Ticket(self)
+
+
+class _End:
+    pass
+
+
+@dataclass
+class _Failure:
+    error: BaseException
+
+
+async def host_pieces(host: Host, prompt: Prompt, settings: dict[str, Any]) -> AsyncIterator[Piece]:
+    """The host's pieces, generated on a worker thread. Leaving the iteration stops the host."""
+    stop_event = threading.Event()
+    queue: janus.Queue[Any] = janus.Queue(maxsize=BUFFERED_PIECES)
+    finished = asyncio.get_running_loop().create_future()
+    loop = asyncio.get_running_loop()
+
+    def work() -> None:
+        try:
+            with contextlib.closing(host.generate(prompt, settings, stop_event)) as pieces:
+                for piece in pieces:
+                    queue.sync_q.put(piece)
+            queue.sync_q.put(_End())
+        except janus.SyncQueueShutDown:
+            pass  # the reader left; closing() above already stopped the host
+        except BaseException as e:  # reported to the reader, which turns it into an error object
+            with contextlib.suppress(janus.SyncQueueShutDown):
+                queue.sync_q.put(_Failure(e))
+        finally:
+            loop.call_soon_threadsafe(lambda: finished.done() or finished.set_result(None))
+
+    thread = threading.Thread(target=work, name="generation", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = await queue.async_q.get()
+            if isinstance(item, _End):
+                return
+            if isinstance(item, _Failure):
+                log.error("generation failed", exc_info=item.error)
+                raise ServerError(f"The model failed while generating ({type(item.error).__name__}). "
+                                  "See the server log; retrying may help.")
+            yield item
+    finally:
+        stop_event.set()
+        queue.shutdown(immediate=True)
+        # Wait, even when cancelled, until the host has really stopped: the queue's lock is
+        # released only after this, so two generations never overlap.
+        with anyio.CancelScope(shield=True):
+            await finished
+
+
+@dataclass
+class ChoiceResult:
+    index: int
+    text: str = ""
+    finish_reason: str = "stop"
+    tokens: int = 0
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+
+
+async def run_choice(host: Host, prompt: Prompt, settings: dict[str, Any], stops: list[str], *,
+                     want_logprobs: bool, result: ChoiceResult) -> AsyncIterator[Delta]:
+    """Generates one choice, yielding the deltas a client may see; fills ``result`` at the end."""
+    asm = ChoiceAssembler(stops, want_logprobs=want_logprobs)
+    host_reason: str | None = None
+    if int(settings.get("max_new_tokens", 0)) <= 0:
+        host_reason = "length"
+    else:
+        async with contextlib.aclosing(host_pieces(host, prompt, settings)) as pieces:
+            async for piece in pieces:
+                delta = asm.feed(piece)
+                if delta:
+                    yield delta
+                if asm.stopped:
+                    break
+                if piece.finish_reason:
+                    host_reason = piece.finish_reason
+                    break
+    tail = asm.finish(host_reason)
+    if tail:
+        yield tail
+    if not asm.tokens_known:
+        asm.tokens = len(host.tokenize(asm.text, add_bos=False)) if asm.text else 0
+    result.text, result.finish_reason, result.tokens = asm.text, asm.finish_reason or "stop", asm.tokens
+    result.logprobs = asm.logprobs
+
+
+def fit_prompt(host: Host, prompt: Prompt, *, requested: int | None, truncate: bool, param: str) -> Prompt:
+    """Checks that the prompt leaves room for at least one token, or cuts its start if the
+    truncate_prompt setting allows. ``requested`` is the client's max_tokens, if any."""
+    ctx = host.context_length()
+    if len(prompt.tokens) < ctx:
+        return prompt
+    if not truncate:
+        raise ContextLengthExceeded(
+            f"This model's maximum context length is {ctx} tokens, and the {param} alone take "
+            f"{len(prompt.tokens)} tokens. Shorten the {param}, or start the server with the "
+            "truncate_prompt setting to cut the oldest tokens.", param=param)
+    reserve = min(requested or max(1, ctx // 4), ctx // 2)
+    kept = prompt.tokens[-(ctx - reserve):]
+    log.warning("prompt cut from %d to %d tokens to fit the context of %d", len(prompt.tokens), len(kept), ctx)
+    return Prompt(host.detokenize(kept), kept, prompt.stops)
+
+
+@dataclass
+class Job:
+    """One validated request, ready to run: its prompts (completions may send several), the
+    plan from params.plan(), and what its responses are stamped with."""
+    prompts: list[Prompt]
+    plan: Plan
+    model: str
+    id: str
+    created: int
+    echo: list[str] = field(default_factory=list)
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(len(p.tokens) for p in self.prompts)
+
+    def index(self, prompt_index: int, choice: int) -> int:
+        return prompt_index * self.plan.n + choice
+
+
+def new_job(prefix: str, prompts: list[Prompt], plan: Plan, model: str) -> Job:
+    return Job(prompts=prompts, plan=plan, model=model, id=f"{prefix}-{uuid.uuid4().hex[:24]}",
+               created=int(time.time()))
+
+
+@dataclass
+class Event:
+    """A delta of choice ``index`` (``delta`` set) or its end (``result`` set)."""
+    index: int
+    delta: Delta | None = None
+    result: ChoiceResult | None = None
+    prompt_logprobs: list[TokenLogprob | None] | None = None
+
+
+async def run_job(host: Host, job: Job, ticket: Ticket) -> AsyncIterator[Event]:
+    """Runs every choice of the job in turn, holding the queue's lock throughout."""
+    plan = job.plan
+    async with ticket:
+        for p, prompt in enumerate(job.prompts):
+            prompt_lp = None
+            if plan.echo and plan.logprobs is not None:
+                prompt_lp = await anyio.to_thread.run_sync(host.prompt_logprobs, prompt.tokens, plan.logprobs)
+            for i in range(plan.best_of):
+                index = p * plan.best_of + i  # candidates; equal to the choice index unless best_of > n
+                result = ChoiceResult(index)
+                if prompt_lp is not None:
+                    yield Event(index, prompt_logprobs=prompt_lp)
+                stops = plan.stops + [s for s in prompt.stops if s not in plan.stops]
+                async with contextlib.aclosing(run_choice(host, prompt, plan.settings_for_choice(i), stops,
+                                                          want_logprobs=plan.logprobs is not None or plan.best_of > plan.n,
+                                                          result=result)) as deltas:
+                    async for delta in deltas:
+                        yield Event(index, delta=delta)
+                yield Event(index, result=result)
+
+
+def best_of(results: list[ChoiceResult], n: int) -> list[ChoiceResult]:
+    """The n candidates with the highest total log-probability, renumbered in order."""
+    ranked = sorted(results, key=lambda r: sum(e.logprob for e in r.logprobs), reverse=True)[:n]
+    return ranked

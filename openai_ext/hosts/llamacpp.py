@@ -1,0 +1,316 @@
+"""The embedded host of standalone mode: a GGUF model run by llama.cpp (llama-cpp-python).
+
+It speaks the same generation-settings vocabulary as the web UI host (``max_new_tokens``,
+``top_k``, ``repetition_penalty`` ...), so ``params.plan()`` serves both. The token loop is ours,
+on llama.cpp's C sampler API: that gives exact token counts, logit bias, seeds, log-probabilities
+and a stop check between every two tokens, without the layers of ``create_completion``.
+"""
+
+from __future__ import annotations
+
+import codecs
+import ctypes
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+
+from ..assembly import Piece, TokenLogprob
+from ..params import HostAbilities
+from .base import ChatPrompt, Host, Prompt
+
+log = logging.getLogger(__name__)
+
+# Used when a GGUF carries no chat template (base models); documented in the README.
+FALLBACK_TEMPLATE = (
+    "{% for message in messages %}{{ message['role'] | capitalize }}: {{ message['content'] }}\n\n"
+    "{% endfor %}{% if add_generation_prompt %}Assistant:{% endif %}"
+)
+FALLBACK_STOPS = ["\nUser:", "\nSystem:"]
+
+SAMPLERS = frozenset({
+    "top_k", "min_p", "typical_p", "top_n_sigma", "repetition_penalty", "repetition_penalty_range",
+    "xtc_threshold", "xtc_probability", "dry_multiplier", "dry_base", "dry_allowed_length",
+    "mirostat_mode", "mirostat_tau", "mirostat_eta", "dynamic_temperature", "dynatemp_low",
+    "dynatemp_high", "dynatemp_exponent", "ban_eos_token", "add_bos_token", "skip_special_tokens",
+    "custom_token_bans",
+})
+
+# Neutral values: a sampler the request does not name does nothing.
+NEUTRAL = {
+    "top_k": 0, "min_p": 0.0, "typical_p": 1.0, "top_n_sigma": 0.0, "repetition_penalty": 1.0,
+    "repetition_penalty_range": 0, "xtc_threshold": 0.1, "xtc_probability": 0.0,
+    "dry_multiplier": 0.0, "dry_base": 1.75, "dry_allowed_length": 2, "mirostat_mode": 0,
+    "mirostat_tau": 5.0, "mirostat_eta": 0.1, "dynamic_temperature": False, "dynatemp_low": 1.0,
+    "dynatemp_high": 1.0, "dynatemp_exponent": 1.0, "ban_eos_token": False, "skip_special_tokens": True,
+    "custom_token_bans": "",
+}
+DRY_BREAKERS = ["\n", ":", "\"", "*"]
+
+
+def _lazy_llama():
+    try:
+        import llama_cpp
+    except ImportError as e:  # pragma: no cover - depends on the install
+        raise SystemExit("Standalone mode needs llama-cpp-python: pip install -r requirements.txt") from e
+    return llama_cpp
+
+
+class LlamaCppHost(Host):
+    owned_by = "llama.cpp"
+
+    def __init__(self, model_path: str | os.PathLike, *, alias: str | None = None, n_ctx: int = 0,
+                 n_threads: int | None = None, n_gpu_layers: int = 0):
+        L = _lazy_llama()
+        self._L = L
+        path = Path(model_path)
+        if not path.is_file():
+            raise FileNotFoundError(f"No GGUF file at {path}")
+        kwargs: dict[str, Any] = {"n_ctx": n_ctx, "n_gpu_layers": n_gpu_layers, "verbose": False}
+        if n_threads:
+            kwargs["n_threads"] = n_threads
+        self.llm = L.Llama(str(path), **kwargs)
+        self.path = path
+        self.model_id = alias or path.name.removesuffix(".gguf")
+        self.created = int(path.stat().st_mtime)
+        self._vocab = L.llama_model_get_vocab(self.llm.model)
+        self._n_vocab = L.llama_vocab_n_tokens(self._vocab)
+        self._ctx = self.llm.ctx
+        self._lock = threading.Lock()
+        self._stop_all = threading.Event()
+        self._piece_cache: dict[tuple[int, bool], bytes] = {}
+        self._add_bos = bool(L.llama_vocab_get_add_bos(self._vocab))
+        self._bos = L.llama_vocab_bos(self._vocab)
+        self._eog = np.array([L.llama_vocab_is_eog(self._vocab, t) for t in range(self._n_vocab)], dtype=bool)
+        fim = [L.llama_vocab_fim_pre(self._vocab), L.llama_vocab_fim_suf(self._vocab), L.llama_vocab_fim_mid(self._vocab)]
+        self._fim = fim if all(t != L.LLAMA_TOKEN_NULL for t in fim) else None
+        self._init_chat_template()
+        self.abilities = HostAbilities(samplers=SAMPLERS, logprobs=True, logit_bias=True,
+                                       fim=self._fim is not None, vocab_size=self._n_vocab)
+
+    # --- prompts ------------------------------------------------------------------------------
+    def _token_text(self, token: int) -> str:
+        if token < 0:
+            return ""
+        return self._L.llama_vocab_get_text(self._vocab, token).decode("utf-8", errors="replace")
+
+    def _init_chat_template(self) -> None:
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        template = self.llm.metadata.get("tokenizer.chat_template")
+        eos = self._token_text(self._L.llama_vocab_eos(self._vocab))
+        bos = self._token_text(self._bos)
+        self.has_chat_template = bool(template)
+        self._formatter = Jinja2ChatFormatter(template or FALLBACK_TEMPLATE, eos_token=eos, bos_token=bos)
+        self._template_stops = [eos] if template and eos else list(FALLBACK_STOPS)
+
+    def context_length(self) -> int:
+        return self.llm.n_ctx()
+
+    def tokenize(self, text: str, *, add_bos: bool = True) -> list[int]:
+        tokens = self.llm.tokenize(text.encode("utf-8"), add_bos=add_bos and self._add_bos, special=True)
+        # A template that writes the BOS text itself must not end up with two of them.
+        if len(tokens) > 1 and tokens[0] == self._bos and tokens[1] == self._bos:
+            tokens = tokens[1:]
+        return tokens
+
+    def detokenize(self, tokens: list[int]) -> str:
+        return b"".join(self._piece(t, False) for t in tokens).decode("utf-8", errors="replace")
+
+    def chat_prompt(self, messages: list[dict[str, Any]], settings: dict[str, Any]) -> ChatPrompt:
+        try:
+            out = self._formatter(messages=messages, tools=settings.get("tools"))
+        except Exception as e:  # the template's own raise_exception(), or a jinja error
+            from ..errors import InvalidRequestError
+            raise InvalidRequestError(f"The model's chat template rejected these messages: {e}",
+                                      param="messages") from None
+        return ChatPrompt(out.prompt, list(self._template_stops))
+
+    def fim_prompt(self, prefix: str, suffix: str) -> list[int]:
+        pre, suf, mid = self._fim
+        return ([self._bos] if self._add_bos else []) + [pre] + self.tokenize(prefix, add_bos=False) + \
+            [suf] + self.tokenize(suffix, add_bos=False) + [mid]
+
+    # --- generation ---------------------------------------------------------------------------
+    def _piece(self, token: int, special: bool) -> bytes:
+        key = (token, special)
+        piece = self._piece_cache.get(key)
+        if piece is None:
+            buf = ctypes.create_string_buffer(256)
+            n = self._L.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, special)
+            piece = buf.raw[:max(n, 0)]
+            self._piece_cache[key] = piece
+        return piece
+
+    def _sampler(self, s: dict[str, Any]):
+        """Builds llama.cpp's sampler chain for these settings, in llama.cpp's usual order."""
+        L = self._L
+        chain = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
+        add = lambda smpl: L.llama_sampler_chain_add(chain, smpl)  # noqa: E731
+
+        bias: dict[int, float] = {int(k): float(v) for k, v in (s.get("logit_bias") or {}).items()}
+        for tok in filter(None, (t.strip() for t in str(s.get("custom_token_bans") or "").split(","))):
+            bias[int(tok)] = float("-inf")
+        if s.get("ban_eos_token"):
+            for tok in np.flatnonzero(self._eog):
+                bias[int(tok)] = float("-inf")
+        if bias:
+            arr = (L.llama_logit_bias * len(bias))()
+            for i, (tok, b) in enumerate(bias.items()):
+                arr[i].token, arr[i].bias = tok, (float("-inf") if b <= -100 else b)
+            add(L.llama_sampler_init_logit_bias(self._n_vocab, len(bias), arr))
+
+        rep, freq, pres = s["repetition_penalty"], s["frequency_penalty"], s["presence_penalty"]
+        if rep != 1.0 or freq != 0.0 or pres != 0.0:
+            # OpenAI's penalties count every token generated so far, so the window is the context.
+            last_n = s["repetition_penalty_range"] or self.context_length()
+            add(L.llama_sampler_init_penalties(self._n_vocab, last_n, rep, freq, pres))
+        if s["dry_multiplier"] > 0:
+            breakers = (ctypes.c_char_p * len(DRY_BREAKERS))(*[b.encode() for b in DRY_BREAKERS])
+            add(L.llama_sampler_init_dry(self._vocab, s["dry_multiplier"], s["dry_base"],
+                                         s["dry_allowed_length"], s["repetition_penalty_range"] or -1,
+                                         breakers, len(DRY_BREAKERS)))
+        if s.get("grammar_string"):
+            add(L.llama_sampler_init_grammar(self._vocab, s["grammar_string"].encode(), b"root"))
+
+        seed = s["seed"]
+        seed = L.LLAMA_DEFAULT_SEED if seed is None or seed < 0 else seed % 0xFFFFFFFF
+        if not s["do_sample"] or s["temperature"] <= 0:
+            add(L.llama_sampler_init_greedy())
+        elif s["mirostat_mode"] == 1:
+            add(L.llama_sampler_init_temp(s["temperature"]))
+            add(L.llama_sampler_init_mirostat(self._n_vocab, seed, s["mirostat_tau"], s["mirostat_eta"], 100))
+        elif s["mirostat_mode"] == 2:
+            add(L.llama_sampler_init_temp(s["temperature"]))
+            add(L.llama_sampler_init_mirostat_v2(seed, s["mirostat_tau"], s["mirostat_eta"]))
+        else:
+            if s["top_n_sigma"] > 0:
+                add(L.llama_sampler_init_top_n_sigma(s["top_n_sigma"]))
+            if s["top_k"] > 0:
+                add(L.llama_sampler_init_top_k(s["top_k"]))
+            if s["typical_p"] < 1.0:
+                add(L.llama_sampler_init_typical(s["typical_p"], 1))
+            if s["top_p"] < 1.0:
+                add(L.llama_sampler_init_top_p(s["top_p"], 1))
+            if s["min_p"] > 0:
+                add(L.llama_sampler_init_min_p(s["min_p"], 1))
+            if s["xtc_probability"] > 0:
+                add(L.llama_sampler_init_xtc(s["xtc_probability"], s["xtc_threshold"], 1, seed))
+            if s["dynamic_temperature"]:
+                lo, hi = s["dynatemp_low"], s["dynatemp_high"]
+                add(L.llama_sampler_init_temp_ext((lo + hi) / 2, (hi - lo) / 2, s["dynatemp_exponent"]))
+            else:
+                add(L.llama_sampler_init_temp(s["temperature"]))
+            add(L.llama_sampler_init_dist(seed))
+        return chain
+
+    def _logprob(self, output: int, token: int, top: int) -> TokenLogprob:
+        """The log-probability of ``token`` under the logits of decoder output ``output``,
+        with the ``top`` most likely alternatives."""
+        logits = np.ctypeslib.as_array(self._L.llama_get_logits_ith(self._ctx, output), shape=(self._n_vocab,))
+        m = float(logits.max())
+        logz = m + float(np.log(np.exp(logits - m).sum()))
+
+        def item(t: int) -> tuple[str, float, list[int]]:
+            raw = self._piece(t, True)
+            return raw.decode("utf-8", errors="replace"), float(logits[t]) - logz, list(raw)
+
+        entry = TokenLogprob(*item(token))
+        if top > 0:
+            best = np.argpartition(-logits, top)[:top]
+            entry.top = [item(int(t)) for t in best[np.argsort(-logits[best])]]
+        return entry
+
+    def _prepare(self, tokens: list[int]) -> None:
+        """Evaluates the prompt, reusing the longest prefix already in the KV cache."""
+        llm = self.llm
+        cached = llm.input_ids[:llm.n_tokens]
+        n = 0
+        limit = min(len(cached), len(tokens) - 1)  # the last prompt token is always decoded, for its logits
+        while n < limit and cached[n] == tokens[n]:
+            n += 1
+        if n == 0 or not self._L.llama_memory_seq_rm(self._L.llama_get_memory(self._ctx), -1, n, -1):
+            llm.reset()
+            n = 0
+        else:
+            llm.n_tokens = n
+        llm.eval(tokens[n:])
+
+    def generate(self, prompt: Prompt, settings: dict[str, Any], stop_event: threading.Event) -> Iterator[Piece]:
+        s = {**NEUTRAL, **settings}
+        max_new = int(s["max_new_tokens"])
+        top = s.get("logprobs")
+        special = not s["skip_special_tokens"]
+        with self._lock:
+            self._stop_all.clear()
+            if max_new <= 0:
+                yield Piece("", tokens=0, finish_reason="length")
+                return
+            sampler = self._sampler(s)
+            decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+            try:
+                self._prepare(prompt.tokens)
+                produced = 0
+                while True:
+                    if stop_event.is_set() or self._stop_all.is_set():
+                        return
+                    token = self._L.llama_sampler_sample(sampler, self._ctx, -1)
+                    if self._eog[token]:
+                        yield Piece(decoder.decode(b"", final=True), tokens=0, finish_reason="stop")
+                        return
+                    lp = self._logprob(-1, token, top) if top is not None else None
+                    produced += 1
+                    text = decoder.decode(self._piece(token, special))
+                    if produced >= max_new:
+                        yield Piece(text + decoder.decode(b"", final=True), logprob=lp, finish_reason="length")
+                        return
+                    yield Piece(text, logprob=lp)
+                    self.llm.eval([token])
+            finally:
+                self._L.llama_sampler_free(sampler)
+
+    def prompt_logprobs(self, tokens: list[int], top: int) -> list[TokenLogprob | None]:
+        """Log-probabilities of each prompt token given the ones before it (for echo)."""
+        L = self._L
+        out: list[TokenLogprob | None] = [None]
+        with self._lock:
+            self.llm.reset()
+            L.llama_memory_seq_rm(L.llama_get_memory(self._ctx), -1, 0, -1)
+            n_batch = self.llm.n_batch
+            batch = L.llama_batch_init(n_batch, 0, 1)
+            try:
+                for start in range(0, len(tokens), n_batch):
+                    chunk = tokens[start:start + n_batch]
+                    batch.n_tokens = len(chunk)
+                    for i, tok in enumerate(chunk):
+                        batch.token[i] = tok
+                        batch.pos[i] = start + i
+                        batch.n_seq_id[i] = 1
+                        batch.seq_id[i][0] = 0
+                        batch.logits[i] = True
+                    if L.llama_decode(self._ctx, batch) != 0:
+                        raise RuntimeError("llama_decode failed while scoring the prompt")
+                    for i in range(len(chunk)):
+                        nxt = start + i + 1
+                        if nxt >= len(tokens):
+                            break
+                        out.append(self._logprob(i, tokens[nxt], top))
+            finally:
+                L.llama_batch_free(batch)
+                # The KV cache now holds the prompt: record it so the next generation reuses it.
+                self.llm.input_ids[:len(tokens)] = tokens
+                self.llm.n_tokens = len(tokens)
+        return out
+
+    def stop_all(self) -> None:
+        self._stop_all.set()
+
+    def close(self) -> None:
+        self.llm.close()
+
+    def describe(self) -> dict[str, Any]:
+        return {"model_name": self.model_id, "model_path": str(self.path), "loader": "llama.cpp",
+                "n_ctx": self.context_length(), "chat_template": self.has_chat_template}

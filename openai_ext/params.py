@@ -1,0 +1,275 @@
+"""The one place where OpenAI request parameters become host generation settings.
+
+``plan()`` is a pure function of the request, the host's abilities and the room left in the
+context. Its output speaks the host's vocabulary: the generation-settings dict of the web UI
+(``max_new_tokens``, ``custom_stopping_strings``, ``top_k`` ...), which the embedded llama.cpp
+host understands as well. ``RULES`` says, for every parameter, whether it is mapped, handled by
+the server itself, ignored by design, or rejected; the README's table is generated from it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .errors import InvalidRequestError
+from .protocol import ChatCompletionRequest, CompletionRequest
+
+log = logging.getLogger(__name__)
+
+Action = Literal["mapped", "server", "ignored", "rejected"]
+BOTH, CHAT, COMPLETIONS = "both", "chat", "completions"
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    endpoint: str
+    action: Action
+    target: str
+    note: str
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("model", BOTH, "server", "-", "Any name is accepted and served by the loaded model; responses report the loaded model's id."),
+    Rule("messages", CHAT, "server", "prompt", "Rendered with the model's chat template. Roles: system, developer (as system), user, assistant, tool. Content: a string or text parts; image, audio and file parts get a 400."),
+    Rule("prompt", COMPLETIONS, "server", "prompt", "A string, a list of strings (one choice set per prompt), token ids, or a list of token-id lists."),
+    Rule("max_tokens", BOTH, "mapped", "max_new_tokens", "Default: 16 for completions, the rest of the context for chat. Clamped to the room left in the context."),
+    Rule("max_completion_tokens", CHAT, "mapped", "max_new_tokens", "Takes precedence over max_tokens."),
+    Rule("temperature", BOTH, "mapped", "temperature, do_sample", "Default 1. 0 means greedy decoding (do_sample off, top_k 1)."),
+    Rule("top_p", BOTH, "mapped", "top_p", "Default 1."),
+    Rule("stop", BOTH, "mapped", "custom_stopping_strings", "A string or up to 4 strings. The stop text never appears in the output, streamed or not."),
+    Rule("presence_penalty", BOTH, "mapped", "presence_penalty", "Default 0, the host sampler of the same name."),
+    Rule("frequency_penalty", BOTH, "mapped", "frequency_penalty", "Default 0, the host sampler of the same name."),
+    Rule("seed", BOTH, "mapped", "seed", "Same seed and same request give the same text. With n > 1, choice i uses seed + i. Default: random."),
+    Rule("logit_bias", BOTH, "mapped", "logit_bias", "Keys are token ids of the loaded model's tokenizer (see /v1/internal/encode); -100 bans a token. 400 if the host cannot apply it."),
+    Rule("logprobs", BOTH, "mapped", "logprobs", "Completions: 0-5 alternatives per token. Chat: true/false. 400 if the host cannot report log-probabilities."),
+    Rule("top_logprobs", CHAT, "mapped", "logprobs", "0-20 alternatives per token; needs logprobs: true."),
+    Rule("n", BOTH, "server", "-", "Choices are generated one after another, each with its own index, streaming included. At most the max_n setting."),
+    Rule("best_of", COMPLETIONS, "server", "-", "Generates best_of candidates and returns the n with the highest log-probability. Not with stream. Needs a host with log-probabilities."),
+    Rule("echo", COMPLETIONS, "server", "-", "Prepends the prompt to each choice's text (and its token log-probabilities when logprobs is set)."),
+    Rule("suffix", COMPLETIONS, "server", "-", "Fill-in-the-middle with the model's own FIM tokens; 400 for models that have none."),
+    Rule("stream", BOTH, "server", "-", "Server-sent events, data: {json} chunks, then data: [DONE]."),
+    Rule("stream_options", BOTH, "server", "-", "include_usage adds a last chunk with usage and empty choices; other chunks carry usage: null."),
+    Rule("user", BOTH, "ignored", "-", "Accepted; nothing to do locally."),
+    Rule("response_format", CHAT, "server", "-", "text only in this version; json_object and json_schema get a 400."),
+    Rule("tools", CHAT, "rejected", "-", "Tool calling is not available in this version: 400 naming the parameter."),
+    Rule("tool_choice", CHAT, "rejected", "-", "'none' is accepted; anything else needs tools (400)."),
+    Rule("parallel_tool_calls", CHAT, "ignored", "-", "Only meaningful with tools."),
+    Rule("functions", CHAT, "rejected", "-", "Legacy function calling: 400 naming the parameter."),
+    Rule("function_call", CHAT, "rejected", "-", "Legacy function calling: 'none' is accepted, otherwise 400."),
+    Rule("modalities", CHAT, "server", "-", "['text'] only; 'audio' gets a 400."),
+    Rule("audio", CHAT, "rejected", "-", "Audio output is not produced by a text model: 400."),
+    Rule("web_search_options", CHAT, "rejected", "-", "There is no web search: 400."),
+    Rule("prediction", CHAT, "ignored", "-", "Predicted outputs only change latency at OpenAI; the text is the same without them."),
+    Rule("reasoning_effort", CHAT, "ignored", "-", "Not a reasoning model setting here."),
+    Rule("verbosity", CHAT, "ignored", "-", "No equivalent sampler."),
+    Rule("service_tier", BOTH, "ignored", "-", "One local tier."),
+    Rule("store", CHAT, "ignored", "-", "Nothing is stored."),
+    Rule("metadata", CHAT, "ignored", "-", "Nothing is stored."),
+    Rule("host samplers", BOTH, "mapped", "same name", "Extra fields named after the host's own samplers: " + ", ".join(
+        ("top_k", "min_p", "typical_p", "repetition_penalty", "...")) + " (see HOST_SAMPLERS). 400 if the host lacks one."),
+)
+
+# Extra request fields that name the host's own samplers, with their types. The host says which
+# of them it supports; others get a 400 naming them.
+HOST_SAMPLERS: dict[str, type] = {
+    "top_k": int, "min_p": float, "typical_p": float, "top_n_sigma": float,
+    "repetition_penalty": float, "repetition_penalty_range": int,
+    "encoder_repetition_penalty": float, "no_repeat_ngram_size": int,
+    "xtc_threshold": float, "xtc_probability": float,
+    "dry_multiplier": float, "dry_base": float, "dry_allowed_length": int,
+    "mirostat_mode": int, "mirostat_tau": float, "mirostat_eta": float,
+    "dynamic_temperature": bool, "dynatemp_low": float, "dynatemp_high": float, "dynatemp_exponent": float,
+    "smoothing_factor": float, "smoothing_curve": float, "temperature_last": bool,
+    "epsilon_cutoff": float, "eta_cutoff": float, "tfs": float, "top_a": float,
+    "penalty_alpha": float, "guidance_scale": float, "negative_prompt": str,
+    "ban_eos_token": bool, "add_bos_token": bool, "skip_special_tokens": bool,
+    "custom_token_bans": str,
+}
+
+# Request fields of the web UI's own API that make no sense through this one.
+_KNOWN_FOREIGN = {"mode", "character", "instruction_template", "instruction_template_str", "preset",
+                  "name1", "name2", "context", "greeting", "chat_template_str", "user_bio",
+                  "continue_", "truncation_length", "auto_max_new_tokens", "max_tokens_second"}
+
+_RULES_BY_NAME = {r.name: r for r in RULES}
+
+
+@dataclass(frozen=True)
+class HostAbilities:
+    """What a host can do, as far as the mapping is concerned."""
+    samplers: frozenset[str]
+    logprobs: bool = False
+    logit_bias: bool = False
+    fim: bool = False
+    vocab_size: int | None = None
+
+
+@dataclass
+class Plan:
+    """The host settings for one request, plus what the server does around the host."""
+    settings: dict[str, Any]
+    n: int = 1
+    best_of: int = 1                 # candidates to generate per prompt (>= n)
+    stream: bool = False
+    include_usage: bool = False
+    logprobs: int | None = None      # alternatives per token; None: no log-probabilities
+    echo: bool = False
+    stops: list[str] = field(default_factory=list)
+    seed: int | None = None
+    ignored: list[str] = field(default_factory=list)
+
+    def settings_for_choice(self, index: int) -> dict[str, Any]:
+        """Choice ``index`` of a seeded request gets its own seed, so choices differ but repeat."""
+        if self.seed is None or index == 0:
+            return self.settings
+        return {**self.settings, "seed": self.seed + index}
+
+
+def _reject(param: str, message: str) -> InvalidRequestError:
+    return InvalidRequestError(message, param=param)
+
+
+def plan(req: CompletionRequest | ChatCompletionRequest, *, abilities: HostAbilities, room: int,
+         max_n: int) -> Plan:
+    """Maps one request onto host settings.
+
+    ``room`` is how many tokens the context has left after the prompt; ``max_n`` is the largest
+    ``n`` the server allows.
+    """
+    chat = isinstance(req, ChatCompletionRequest)
+    sent = req.model_fields_set
+    settings: dict[str, Any] = {"auto_max_new_tokens": False, "stream": True}
+
+    # --- length -------------------------------------------------------------------------
+    wanted = req.max_completion_tokens if chat and req.max_completion_tokens is not None else req.max_tokens
+    if wanted is None:
+        wanted = room if chat else 16
+    settings["max_new_tokens"] = max(0, min(wanted, room))
+
+    # --- sampling -----------------------------------------------------------------------
+    temperature = 1.0 if req.temperature is None else float(req.temperature)
+    settings["temperature"] = temperature
+    settings["do_sample"] = temperature > 0
+    if temperature == 0:
+        settings["top_k"] = 1
+    settings["top_p"] = 1.0 if req.top_p is None else float(req.top_p)
+    settings["presence_penalty"] = float(req.presence_penalty or 0.0)
+    settings["frequency_penalty"] = float(req.frequency_penalty or 0.0)
+    settings["seed"] = -1 if req.seed is None else int(req.seed)
+
+    stops = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
+    stops = [s for s in stops if s]
+    settings["custom_stopping_strings"] = stops
+
+    if req.logit_bias:
+        if not abilities.logit_bias:
+            raise _reject("logit_bias", "logit_bias is not supported by the loaded model's backend; remove it.")
+        for key in req.logit_bias:
+            if not key.lstrip("-").isdigit() or int(key) < 0 or (
+                    abilities.vocab_size is not None and int(key) >= abilities.vocab_size):
+                limit = f" 0..{abilities.vocab_size - 1}" if abilities.vocab_size else ""
+                raise _reject("logit_bias", f"logit_bias key {key!r} is not a token id of the loaded model{limit}.")
+        settings["logit_bias"] = {str(int(k)): float(v) for k, v in req.logit_bias.items()}
+
+    # --- log-probabilities --------------------------------------------------------------
+    logprobs: int | None = None
+    if chat:
+        if req.top_logprobs is not None and not req.logprobs:
+            raise _reject("top_logprobs", "top_logprobs needs logprobs: true.")
+        if req.logprobs:
+            logprobs = req.top_logprobs or 0
+    elif req.logprobs is not None:
+        logprobs = req.logprobs
+    if logprobs is not None:
+        if not abilities.logprobs:
+            raise _reject("logprobs", "The loaded model's backend cannot report log-probabilities; remove logprobs.")
+        settings["logprobs"] = logprobs
+
+    # --- choices ------------------------------------------------------------------------
+    n = req.n or 1
+    if n > max_n:
+        raise _reject("n", f"n is {n}, above this server's limit of {max_n} (the max_n setting).")
+    best_of = n  # candidates generated; only completions may ask for more than it returns
+    stream = bool(req.stream)
+    if not chat:
+        best_of = req.best_of if req.best_of else n
+        if best_of < n:
+            raise _reject("best_of", f"best_of ({best_of}) must be at least n ({n}).")
+        if best_of > max_n:
+            raise _reject("best_of", f"best_of is {best_of}, above this server's limit of {max_n} (the max_n setting).")
+        if best_of > n:
+            if stream:
+                raise _reject("best_of", "best_of above n cannot be streamed; set stream to false.")
+            if not abilities.logprobs:
+                raise _reject("best_of", "best_of above n needs log-probabilities, which this backend cannot report.")
+        if req.suffix and not abilities.fim:
+            raise _reject("suffix", "The loaded model has no fill-in-the-middle tokens, so suffix cannot be used; remove it.")
+
+    include_usage = False
+    if req.stream_options is not None and req.stream_options.include_usage:
+        if not stream:
+            raise _reject("stream_options", "stream_options is only allowed with stream: true.")
+        include_usage = True
+
+    # --- chat-only switches -------------------------------------------------------------
+    if chat:
+        _check_chat_switches(req)
+
+    # --- the host's own samplers, sent as extra fields ----------------------------------
+    ignored = [name for name in sent if _RULES_BY_NAME.get(name) and _RULES_BY_NAME[name].action == "ignored"]
+    for name, value in (req.model_extra or {}).items():
+        if name in HOST_SAMPLERS:
+            if name not in abilities.samplers:
+                raise _reject(name, f"{name} is not a sampler of the loaded model's backend; remove it.")
+            settings[name] = _coerce(name, value, HOST_SAMPLERS[name])
+        else:
+            ignored.append(name)
+    if ignored:
+        log.debug("ignored request fields: %s", ", ".join(sorted(ignored)))
+
+    return Plan(settings=settings, n=n, best_of=best_of, stream=stream, include_usage=include_usage,
+                logprobs=logprobs, echo=bool(getattr(req, "echo", False)), stops=stops,
+                seed=req.seed, ignored=sorted(ignored))
+
+
+def _check_chat_switches(req: ChatCompletionRequest) -> None:
+    rf = req.response_format
+    if rf is not None:
+        kind = rf.get("type")
+        if kind != "text":
+            raise _reject("response_format", f"response_format type {kind!r} is not supported by this server version; use 'text'.")
+    if req.tools:
+        raise _reject("tools", "Tool calling is not supported by this server version; remove tools.")
+    if req.tool_choice not in (None, "none"):
+        raise _reject("tool_choice", "tool_choice needs tools, which this server version does not support.")
+    if req.functions:
+        raise _reject("functions", "Legacy function calling is not supported; remove functions.")
+    if req.function_call not in (None, "none"):
+        raise _reject("function_call", "Legacy function calling is not supported; remove function_call.")
+    if req.audio is not None:
+        raise _reject("audio", "This model produces text only; remove audio.")
+    if req.modalities is not None and any(m != "text" for m in req.modalities):
+        raise _reject("modalities", "This model produces text only; use modalities: ['text'].")
+    if req.web_search_options is not None:
+        raise _reject("web_search_options", "Web search is not available on this server; remove web_search_options.")
+
+
+def _coerce(name: str, value: Any, kind: type) -> Any:
+    ok = (isinstance(value, bool) if kind is bool else
+          isinstance(value, int) and not isinstance(value, bool) if kind is int else
+          isinstance(value, (int, float)) and not isinstance(value, bool) if kind is float else
+          isinstance(value, str))
+    if not ok:
+        raise _reject(name, f"{name} must be {'a' if kind is not int else 'an'} {kind.__name__}.")
+    return kind(value)
+
+
+def markdown_table() -> str:
+    """The README's parameter table, generated from RULES."""
+    rows = ["| Parameter | Endpoint | What happens | Host setting | Notes |", "|---|---|---|---|---|"]
+    for r in RULES:
+        rows.append(f"| `{r.name}` | {r.endpoint} | {r.action} | {r.target} | {r.note} |")
+    return "\n".join(rows)

@@ -1,0 +1,117 @@
+"""Pydantic models of the OpenAI requests this server accepts.
+
+A field left out (or sent as null) stays ``None`` here; the defaults OpenAI documents are
+applied in ``params.py``, next to the rest of the mapping, so there is one place to read them.
+Ranges follow OpenAI's spec, so an out-of-range value gets a 400 naming the parameter.
+Unknown fields are kept (``extra="allow"``) because many clients send extras; ``params.py``
+maps the known host samplers among them and logs the rest as ignored.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class StreamOptions(_Open):
+    include_usage: bool | None = None
+    include_obfuscation: bool | None = None
+
+
+Stop = Union[StrictStr, Annotated[list[StrictStr], Field(max_length=4)], None]
+LogitBias = dict[str, Annotated[float, Field(ge=-100, le=100)]]
+TokenIds = Annotated[list[StrictInt], Field(min_length=1)]
+
+
+class _Sampling(_Open):
+    """Parameters chat and completions share."""
+    model: str | None = None
+    frequency_penalty: float | None = Field(None, ge=-2, le=2)
+    presence_penalty: float | None = Field(None, ge=-2, le=2)
+    logit_bias: LogitBias | None = None
+    max_tokens: int | None = Field(None, ge=0)
+    n: int | None = Field(None, ge=1, le=128)
+    seed: int | None = None
+    stop: Stop = None
+    stream: bool | None = None
+    stream_options: StreamOptions | None = None
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, ge=0, le=1)
+    user: str | None = None
+
+
+class CompletionRequest(_Sampling):
+    prompt: Union[StrictStr, list[StrictStr], TokenIds, Annotated[list[TokenIds], Field(min_length=1)]]
+    best_of: int | None = Field(None, ge=0, le=20)
+    echo: bool | None = None
+    logprobs: int | None = Field(None, ge=0, le=5)
+    suffix: str | None = None
+
+
+class TextPart(_Open):
+    type: Literal["text"]
+    text: StrictStr
+
+
+class RefusalPart(_Open):
+    type: Literal["refusal"]
+    refusal: StrictStr
+
+
+class OtherPart(_Open):
+    """Image, audio and file parts: parsed so the error can say what is not supported."""
+    type: Literal["image_url", "input_audio", "file"]
+
+
+ContentPart = Annotated[Union[TextPart, RefusalPart, OtherPart], Field(discriminator="type")]
+
+
+class ToolCallFunction(_Open):
+    name: StrictStr
+    arguments: StrictStr
+
+
+class ToolCall(_Open):
+    id: StrictStr
+    type: Literal["function"] = "function"
+    function: ToolCallFunction
+
+
+class ChatMessage(_Open):
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
+    content: Union[StrictStr, list[ContentPart], None] = None
+    name: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+
+    @field_validator("tool_calls")
+    @classmethod
+    def _empty_tool_calls(cls, v):
+        return v or None
+
+
+class ChatCompletionRequest(_Sampling):
+    messages: Annotated[list[ChatMessage], Field(min_length=1)]
+    max_completion_tokens: int | None = Field(None, ge=0)
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+    response_format: dict[str, Any] | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Union[str, dict[str, Any], None] = None
+    parallel_tool_calls: bool | None = None
+    functions: list[dict[str, Any]] | None = None
+    function_call: Union[str, dict[str, Any], None] = None
+    modalities: list[str] | None = None
+    audio: dict[str, Any] | None = None
+    prediction: dict[str, Any] | None = None
+    web_search_options: dict[str, Any] | None = None
+    reasoning_effort: str | None = None
+    verbosity: str | None = None
+    service_tier: str | None = None
+    store: bool | None = None
+    metadata: dict[str, Any] | None = None

@@ -1,0 +1,29 @@
+"""What the routes share, kept on ``app.state.api`` rather than in module globals."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+
+from .config import Settings
+from .generation import GenerationQueue
+from .hosts.base import Host
+
+
+@dataclass
+class ApiState:
+    settings: Settings
+    host: Host
+    queue: GenerationQueue = field(init=False)
+    started: int = field(default_factory=lambda: int(time.time()))
+
+    def __post_init__(self) -> None:
+        self.queue = GenerationQueue(self.settings.max_queue)
+
+    @property
+    def fingerprint(self) -> str:
+        """Changes when the model or its backend changes, as OpenAI's system_fingerprint does,
+        so clients can tell when the same seed may give different text."""
+        basis = f"{self.host.model_id}|{type(self.host).__name__}|{self.host.context_length()}"
+        return "fp_" + hashlib.sha256(basis.encode()).hexdigest()[:10]
