@@ -4,6 +4,7 @@ result into JSON or server-sent events. Authentication, CORS and the error handl
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import json
 import logging
@@ -159,9 +160,16 @@ async def _generate(request: Request, prepare: Callable, complete: Callable, str
 
 
 def create_app(settings: Settings, host: Host) -> FastAPI:
+    state = ApiState(settings, host)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI):
+        yield
+        state.queue.close()
+
     app = FastAPI(title="OpenAI-compatible API for local models", version=__version__,
-                  docs_url=None, redoc_url=None)
-    app.state.api = ApiState(settings, host)
+                  docs_url=None, redoc_url=None, lifespan=lifespan)
+    app.state.api = state
     install_error_handlers(app)
     app.add_middleware(CORSMiddleware, allow_origins=["*"], allow_methods=["*"], allow_headers=["*"])
 

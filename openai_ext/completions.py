@@ -28,7 +28,7 @@ def _prompts(host: Host, req: CompletionRequest) -> list[Prompt]:
     prompts = []
     for i, item in enumerate(items):
         if isinstance(item, str):
-            if req.suffix:
+            if req.suffix and host.abilities.fim:  # without FIM tokens, params.plan() refuses suffix
                 tokens = host.fim_prompt(item, req.suffix)
                 prompts.append(Prompt(item, tokens))
             else:
@@ -56,17 +56,6 @@ def prepare(state: ApiState, req: CompletionRequest) -> Job:
     return job
 
 
-def _echo_logprobs(host: Host, prompt: Prompt, scored: list[TokenLogprob | None] | None) -> dict[str, Any]:
-    """Log-probabilities of an echoed prompt: its first token has none, as at OpenAI."""
-    first = host.detokenize(prompt.tokens[:1]) if prompt.tokens else ""
-    rest = responses.completion_logprobs(list(scored or [])[1:], offset=len(first))
-    return responses.with_first_unscored(first, rest)
-
-
-def _join_logprobs(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    return {k: a[k] + b[k] for k in a}
-
-
 async def complete(state: ApiState, job: Job, ticket: Ticket) -> dict[str, Any]:
     plan, host = job.plan, state.host
     results: list[ChoiceResult] = []
@@ -86,13 +75,11 @@ async def complete(state: ApiState, job: Job, ticket: Ticket) -> dict[str, Any]:
         for i, r in enumerate(group):
             lp = None
             if plan.logprobs is not None:
-                lp = responses.completion_logprobs(r.logprobs, offset=len(echo))
-                if plan.echo:
-                    lp = _join_logprobs(_echo_logprobs(host, prompt, prompt_lp.get(p)), lp)
+                scored = (prompt_lp.get(p) or []) + r.logprobs if plan.echo else r.logprobs
+                lp = responses.completion_logprobs(scored)
             choices.append(responses.completion_choice(job.index(p, i), echo + r.text, r.finish_reason, lp))
     # Every candidate was generated, so best_of counts them all, as OpenAI bills them.
-    return responses.completion(job, state.fingerprint, choices,
-                                object_usage=usage(job.prompt_tokens, sum(r.tokens for r in results)))
+    return responses.completion(job, state.fingerprint, choices, usage(job.prompt_tokens, sum(r.tokens for r in results)))
 
 
 async def stream(state: ApiState, job: Job, ticket: Ticket) -> AsyncIterator[dict[str, Any]]:
@@ -103,8 +90,7 @@ async def stream(state: ApiState, job: Job, ticket: Ticket) -> AsyncIterator[dic
     completion_tokens = 0
 
     def chunk(index: int, text: str, finish: str | None, lp: dict[str, Any] | None) -> dict[str, Any]:
-        return responses.completion(job, fp, [responses.completion_choice(index, text, finish, lp)],
-                                    object_usage=None, include_usage_key=include_usage)
+        return responses.completion(job, fp, [responses.completion_choice(index, text, finish, lp)])
 
     async with contextlib.aclosing(run_job(host, job, ticket)) as events:
         async for ev in events:
@@ -112,7 +98,7 @@ async def stream(state: ApiState, job: Job, ticket: Ticket) -> AsyncIterator[dic
             if ev.index not in position:
                 position[ev.index] = 0
                 if plan.echo:
-                    lp = _echo_logprobs(host, job.prompts[p], ev.prompt_logprobs) if want_lp else None
+                    lp = responses.completion_logprobs(ev.prompt_logprobs or []) if want_lp else None
                     yield chunk(ev.index, job.echo[p], None, lp)
                     position[ev.index] = len(job.echo[p])
             if ev.delta is not None and (ev.delta.text or (want_lp and ev.delta.logprobs)):
@@ -123,4 +109,4 @@ async def stream(state: ApiState, job: Job, ticket: Ticket) -> AsyncIterator[dic
                 completion_tokens += ev.result.tokens
                 yield chunk(ev.index, "", ev.result.finish_reason, None)
     if include_usage:
-        yield responses.completion(job, fp, [], object_usage=usage(job.prompt_tokens, completion_tokens))
+        yield responses.completion(job, fp, [], usage(job.prompt_tokens, completion_tokens))

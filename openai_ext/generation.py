@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import threading
@@ -38,7 +39,7 @@ class Ticket:
     """A place in the generation queue, taken when the request is admitted."""
 
     def __init__(self, queue: "GenerationQueue"):
-        self._queue = queue
+        self.queue = self._queue = queue
         self._released = False
         self._holding = False
 
@@ -80,6 +81,10 @@ class GenerationQueue:
         self._lock = asyncio.Lock()  # asyncio.Lock wakes its waiters in FIFO order
         self._waiting = 0
         self.running = 0
+        # One long-lived thread runs every generation (they are serialised anyway). A fresh
+        # thread per request costs time to first token: llama.cpp's compute threads are set up
+        # per calling thread.
+        self.worker = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="generation")
 
     @property
     def waiting(self) -> int:
@@ -94,6 +99,13 @@ class GenerationQueue:
         self._waiting += 1
         return Ticket(self)
 
+    def run(self, fn, *args) -> "asyncio.Future[Any]":
+        """Runs a blocking host call on the generation thread."""
+        return asyncio.wrap_future(self.worker.submit(fn, *args))
+
+    def close(self) -> None:
+        self.worker.shutdown(wait=False, cancel_futures=True)
+
 
 class _End:
     pass
@@ -104,32 +116,28 @@ class _Failure:
     error: BaseException
 
 
-async def host_pieces(host: Host, prompt: Prompt, settings: dict[str, Any]) -> AsyncIterator[Piece]:
-    """The host's pieces, generated on a worker thread. Leaving the iteration stops the host."""
+async def host_pieces(host: Host, prompt: Prompt, settings: dict[str, Any],
+                      queue: GenerationQueue) -> AsyncIterator[Piece]:
+    """The host's pieces, generated on the queue's thread. Leaving the iteration stops the host."""
     stop_event = threading.Event()
-    queue: janus.Queue[Any] = janus.Queue(maxsize=BUFFERED_PIECES)
-    finished = asyncio.get_running_loop().create_future()
-    loop = asyncio.get_running_loop()
+    channel: janus.Queue[Any] = janus.Queue(maxsize=BUFFERED_PIECES)
 
     def work() -> None:
         try:
             with contextlib.closing(host.generate(prompt, settings, stop_event)) as pieces:
                 for piece in pieces:
-                    queue.sync_q.put(piece)
-            queue.sync_q.put(_End())
+                    channel.sync_q.put(piece)
+            channel.sync_q.put(_End())
         except janus.SyncQueueShutDown:
             pass  # the reader left; closing() above already stopped the host
         except BaseException as e:  # reported to the reader, which turns it into an error object
             with contextlib.suppress(janus.SyncQueueShutDown):
-                queue.sync_q.put(_Failure(e))
-        finally:
-            loop.call_soon_threadsafe(lambda: finished.done() or finished.set_result(None))
+                channel.sync_q.put(_Failure(e))
 
-    thread = threading.Thread(target=work, name="generation", daemon=True)
-    thread.start()
+    finished = queue.run(work)
     try:
         while True:
-            item = await queue.async_q.get()
+            item = await channel.async_q.get()
             if isinstance(item, _End):
                 return
             if isinstance(item, _Failure):
@@ -139,7 +147,7 @@ async def host_pieces(host: Host, prompt: Prompt, settings: dict[str, Any]) -> A
             yield item
     finally:
         stop_event.set()
-        queue.shutdown(immediate=True)
+        channel.shutdown(immediate=True)
         # Wait, even when cancelled, until the host has really stopped: the queue's lock is
         # released only after this, so two generations never overlap.
         with anyio.CancelScope(shield=True):
@@ -156,14 +164,14 @@ class ChoiceResult:
 
 
 async def run_choice(host: Host, prompt: Prompt, settings: dict[str, Any], stops: list[str], *,
-                     want_logprobs: bool, result: ChoiceResult) -> AsyncIterator[Delta]:
+                     want_logprobs: bool, result: ChoiceResult, queue: GenerationQueue) -> AsyncIterator[Delta]:
     """Generates one choice, yielding the deltas a client may see; fills ``result`` at the end."""
     asm = ChoiceAssembler(stops, want_logprobs=want_logprobs)
     host_reason: str | None = None
     if int(settings.get("max_new_tokens", 0)) <= 0:
         host_reason = "length"
     else:
-        async with contextlib.aclosing(host_pieces(host, prompt, settings)) as pieces:
+        async with contextlib.aclosing(host_pieces(host, prompt, settings, queue)) as pieces:
             async for piece in pieces:
                 delta = asm.feed(piece)
                 if delta:
@@ -229,7 +237,7 @@ class Event:
     index: int
     delta: Delta | None = None
     result: ChoiceResult | None = None
-    prompt_logprobs: list[TokenLogprob | None] | None = None
+    prompt_logprobs: list[TokenLogprob] | None = None
 
 
 async def run_job(host: Host, job: Job, ticket: Ticket) -> AsyncIterator[Event]:
@@ -239,7 +247,7 @@ async def run_job(host: Host, job: Job, ticket: Ticket) -> AsyncIterator[Event]:
         for p, prompt in enumerate(job.prompts):
             prompt_lp = None
             if plan.echo and plan.logprobs is not None:
-                prompt_lp = await anyio.to_thread.run_sync(host.prompt_logprobs, prompt.tokens, plan.logprobs)
+                prompt_lp = await ticket.queue.run(host.prompt_logprobs, prompt.tokens, plan.logprobs)
             for i in range(plan.best_of):
                 index = p * plan.best_of + i  # candidates; equal to the choice index unless best_of > n
                 result = ChoiceResult(index)
@@ -248,7 +256,7 @@ async def run_job(host: Host, job: Job, ticket: Ticket) -> AsyncIterator[Event]:
                 stops = plan.stops + [s for s in prompt.stops if s not in plan.stops]
                 async with contextlib.aclosing(run_choice(host, prompt, plan.settings_for_choice(i), stops,
                                                           want_logprobs=plan.logprobs is not None or plan.best_of > plan.n,
-                                                          result=result)) as deltas:
+                                                          result=result, queue=ticket.queue)) as deltas:
                     async for delta in deltas:
                         yield Event(index, delta=delta)
                 yield Event(index, result=result)

@@ -51,7 +51,7 @@ RULES: tuple[Rule, ...] = (
     Rule("echo", COMPLETIONS, "server", "-", "Prepends the prompt to each choice's text (and its token log-probabilities when logprobs is set)."),
     Rule("suffix", COMPLETIONS, "server", "-", "Fill-in-the-middle with the model's own FIM tokens; 400 for models that have none."),
     Rule("stream", BOTH, "server", "-", "Server-sent events, data: {json} chunks, then data: [DONE]."),
-    Rule("stream_options", BOTH, "server", "-", "include_usage adds a last chunk with usage and empty choices; other chunks carry usage: null."),
+    Rule("stream_options", BOTH, "server", "-", "include_usage adds a last chunk with usage and empty choices; other chat chunks carry usage: null (completions chunks carry no usage key, as the spec has it)."),
     Rule("user", BOTH, "ignored", "-", "Accepted; nothing to do locally."),
     Rule("response_format", CHAT, "server", "-", "text only in this version; json_object and json_schema get a 400."),
     Rule("tools", CHAT, "rejected", "-", "Tool calling is not available in this version: 400 naming the parameter."),

@@ -19,28 +19,20 @@ def chat_logprobs(entries: list[TokenLogprob]) -> dict[str, Any]:
             "refusal": None}
 
 
-def completion_logprobs(entries: list[TokenLogprob | None], offset: int = 0) -> dict[str, Any]:
-    """The legacy completions shape; ``None`` entries are tokens without a score (the first
-    prompt token with echo). ``offset`` is where the first token starts in the choice text."""
+def completion_logprobs(entries: list[TokenLogprob], offset: int = 0) -> dict[str, Any]:
+    """The legacy completions shape. ``offset`` is where the first token starts in the choice's
+    text. ``top_logprobs`` always holds the chosen token too, as OpenAI's legacy API did."""
     out: dict[str, Any] = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
     pos = offset
     for e in entries:
-        if e is None:
-            continue
+        top = {t: lp for t, lp, _ in e.top}
+        top.setdefault(e.token, e.logprob)
         out["tokens"].append(e.token)
         out["token_logprobs"].append(e.logprob)
-        out["top_logprobs"].append({t: lp for t, lp, _ in e.top} if e.top else None)
+        out["top_logprobs"].append(top)
         out["text_offset"].append(pos)
         pos += len(e.token)
     return out
-
-
-def with_first_unscored(first: str, rest: dict[str, Any]) -> dict[str, Any]:
-    """Prepends the unscored first prompt token that OpenAI reports with a null log-probability.
-    ``rest`` already carries offsets counted from the start of the text."""
-    return {"tokens": [first, *rest["tokens"]], "token_logprobs": [None, *rest["token_logprobs"]],
-            "top_logprobs": [None, *rest["top_logprobs"]],
-            "text_offset": [0, *rest["text_offset"]]}
 
 
 def chat_completion(job: Job, fingerprint: str, choices: list[dict[str, Any]], prompt_tokens: int,
@@ -73,12 +65,14 @@ def chat_chunk_choice(index: int, delta: dict[str, Any], *, logprobs: list[Token
             "finish_reason": finish_reason}
 
 
-def completion(job: Job, fingerprint: str, choices: list[dict[str, Any]], *, object_usage: dict[str, Any] | None,
-               include_usage_key: bool = True) -> dict[str, Any]:
+def completion(job: Job, fingerprint: str, choices: list[dict[str, Any]],
+               usage_: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A completion or one of its stream chunks. Unlike chat chunks, the spec has no null usage
+    here, so chunks other than the final usage chunk carry no usage key at all."""
     body = {"id": job.id, "object": "text_completion", "created": job.created, "model": job.model,
             "system_fingerprint": fingerprint, "choices": choices}
-    if include_usage_key:
-        body["usage"] = object_usage
+    if usage_ is not None:
+        body["usage"] = usage_
     return body
 
 

@@ -65,7 +65,8 @@ class Host(ABC):
     def fim_prompt(self, prefix: str, suffix: str) -> list[int]:
         raise NotImplementedError
 
-    def prompt_logprobs(self, tokens: list[int], top: int) -> list[TokenLogprob | None]:
+    def prompt_logprobs(self, tokens: list[int], top: int) -> list[TokenLogprob]:
+        """Scores of the prompt's visible tokens (a leading BOS is left out), for echo."""
         raise NotImplementedError
 
     def stop_all(self) -> None:

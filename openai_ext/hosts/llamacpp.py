@@ -272,37 +272,44 @@ class LlamaCppHost(Host):
             finally:
                 self._L.llama_sampler_free(sampler)
 
-    def prompt_logprobs(self, tokens: list[int], top: int) -> list[TokenLogprob | None]:
-        """Log-probabilities of each prompt token given the ones before it (for echo)."""
+    def prompt_logprobs(self, tokens: list[int], top: int) -> list[TokenLogprob]:
+        """Log-probabilities of the prompt's tokens, each given the ones before it (for echo).
+
+        A leading BOS token has no text and is left out. Every other token gets a real score:
+        the first one is scored after the start-of-text token (BOS, or the end-of-text token that
+        separates documents in training), as a new document would begin.
+        """
         L = self._L
-        out: list[TokenLogprob | None] = [None]
+        if tokens and tokens[0] == self._bos:
+            context, scored = tokens, tokens[1:]
+        else:
+            start = self._bos if self._bos != L.LLAMA_TOKEN_NULL else L.llama_vocab_eos(self._vocab)
+            context, scored = [start] + tokens, tokens
+        out: list[TokenLogprob] = []
         with self._lock:
-            self.llm.reset()
             L.llama_memory_seq_rm(L.llama_get_memory(self._ctx), -1, 0, -1)
+            self.llm.reset()
             n_batch = self.llm.n_batch
             batch = L.llama_batch_init(n_batch, 0, 1)
             try:
-                for start in range(0, len(tokens), n_batch):
-                    chunk = tokens[start:start + n_batch]
+                for start_at in range(0, len(context) - 1, n_batch):
+                    chunk = context[start_at:start_at + n_batch]
                     batch.n_tokens = len(chunk)
                     for i, tok in enumerate(chunk):
-                        batch.token[i] = tok
-                        batch.pos[i] = start + i
-                        batch.n_seq_id[i] = 1
+                        batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = tok, start_at + i, 1, True
                         batch.seq_id[i][0] = 0
-                        batch.logits[i] = True
                     if L.llama_decode(self._ctx, batch) != 0:
                         raise RuntimeError("llama_decode failed while scoring the prompt")
                     for i in range(len(chunk)):
-                        nxt = start + i + 1
-                        if nxt >= len(tokens):
-                            break
-                        out.append(self._logprob(i, tokens[nxt], top))
+                        nxt = start_at + i + 1
+                        if nxt < len(context):
+                            out.append(self._logprob(i, context[nxt], top))
             finally:
                 L.llama_batch_free(batch)
-                # The KV cache now holds the prompt: record it so the next generation reuses it.
-                self.llm.input_ids[:len(tokens)] = tokens
-                self.llm.n_tokens = len(tokens)
+                # Nothing of this scoring pass is kept as a prompt cache.
+                L.llama_memory_seq_rm(L.llama_get_memory(self._ctx), -1, 0, -1)
+                self.llm.reset()
+        assert len(out) == len(scored)
         return out
 
     def stop_all(self) -> None:

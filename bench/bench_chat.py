@@ -1,0 +1,182 @@
+"""Chat through the API vs llama.cpp called in-process, side by side in one run.
+
+Measures time to first token (TTFT) and decode speed (tokens/s after the first token) for:
+  in-process  llama-cpp-python's Llama.generate on the same GGUF (the no-HTTP limit)
+  this API    python -m openai_ext in a separate process, streamed over HTTP
+  llama-cpp-python's own server, when its extras are installed (reference only)
+Runs alternate between the contenders so drift on a shared machine hits all of them alike.
+Greedy decoding: every contender produces the same tokens.
+
+    python bench/bench_chat.py [--rounds 5] [--max-tokens 200] [--model PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+PROMPTS = [
+    "Write a long story about a dragon who learns to bake bread.",
+    "Write a long story about a lighthouse keeper and a storm.",
+    "Write a long story about a robot exploring an old library.",
+    "Write a long story about two friends crossing a desert.",
+    "Write a long story about a cat who becomes a sailor.",
+    "Write a long story about a village that forgot how to sing.",
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_up(base: str, proc: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"server exited: {proc.stdout.read() if proc.stdout else ''}")
+        try:
+            if httpx.get(f"{base}/models", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    raise SystemExit("server did not start")
+
+
+def in_process(llm, formatter, prompt: str, max_tokens: int) -> tuple[float, float, int]:
+    import llama_cpp
+
+    vocab = llama_cpp.llama_model_get_vocab(llm.model)
+    t0 = time.perf_counter()
+    text = formatter(messages=[{"role": "user", "content": prompt}]).prompt
+    tokens = llm.tokenize(text.encode(), add_bos=False, special=True)
+    first = last = None
+    n = 0
+    for tok in llm.generate(tokens, temp=0.0, top_k=0, top_p=1.0, min_p=0.0, repeat_penalty=1.0):
+        if llama_cpp.llama_vocab_is_eog(vocab, tok):
+            break
+        now = time.perf_counter()
+        first = first or now
+        last = now
+        n += 1
+        if n >= max_tokens:
+            break
+    return first - t0, (n - 1) / (last - first), n
+
+
+def over_http(client: httpx.Client, base: str, model: str, prompt: str, max_tokens: int) -> tuple[float, float, int]:
+    body = {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
+            "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
+    t0 = time.perf_counter()
+    first = last = None
+    usage = None
+    with client.stream("POST", f"{base}/chat/completions", json=body) as r:
+        for line in r.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            now = time.perf_counter()
+            chunk = json.loads(line[6:])
+            if chunk.get("usage"):
+                usage = chunk["usage"]
+            if chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
+                first = first or now
+                last = now
+    n = usage["completion_tokens"] if usage else 0
+    return first - t0, (n - 1) / (last - first), n
+
+
+def start_server(args: list[str], port: int, env_extra: dict | None = None) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **(env_extra or {})}
+    return subprocess.Popen([sys.executable, *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--max-tokens", type=int, default=200)
+    ap.add_argument("--model", help="GGUF path (default: the embedded SmolLM2)")
+    ap.add_argument("--n-ctx", type=int, default=2048)
+    ap.add_argument("--skip-reference", action="store_true", help="do not run llama-cpp-python's server")
+    args = ap.parse_args()
+
+    from llama_cpp import Llama
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+    from openai_ext.model_files import default_gguf
+
+    model = str(args.model or default_gguf())
+    llm = Llama(model, n_ctx=args.n_ctx, verbose=False)
+    import llama_cpp
+
+    vocab = llama_cpp.llama_model_get_vocab(llm.model)
+    eos = llama_cpp.llama_vocab_get_text(vocab, llm.token_eos()).decode()
+    formatter = Jinja2ChatFormatter(llm.metadata["tokenizer.chat_template"], eos_token=eos, bos_token="")
+    print(f"model {Path(model).name}, n_ctx {args.n_ctx}, threads {llm.context_params.n_threads}/"
+          f"{llm.context_params.n_threads_batch}, {args.rounds} rounds x {len(PROMPTS)} prompts, "
+          f"up to {args.max_tokens} tokens, greedy")
+
+    contenders: dict[str, tuple] = {}
+    procs = []
+    port = free_port()
+    procs.append(start_server(["-m", "openai_ext", "--model", model, "--port", str(port),
+                               "--n-ctx", str(args.n_ctx)], port))
+    contenders["this API"] = (f"http://127.0.0.1:{port}/v1",)
+    if not args.skip_reference:
+        try:
+            import llama_cpp.server  # noqa: F401
+            import starlette_context  # noqa: F401
+            ref_port = free_port()
+            procs.append(start_server(["-m", "llama_cpp.server", "--model", model, "--port", str(ref_port),
+                                       "--n_ctx", str(args.n_ctx)], ref_port))
+            contenders["llama-cpp-python server"] = (f"http://127.0.0.1:{ref_port}/v1",)
+        except ImportError:
+            print("(llama-cpp-python's server is not installed: pip install 'llama-cpp-python[server]' to compare)")
+    results: dict[str, list[tuple[float, float, int]]] = {"in-process": [], **{k: [] for k in contenders}}
+    try:
+        for (base,), proc in zip(contenders.values(), procs):
+            wait_up(base, proc)
+        client = httpx.Client(timeout=300)
+        # warm-up: load pages, compile templates
+        in_process(llm, formatter, "Hello", 8)
+        for (base,) in contenders.values():
+            over_http(client, base, "local", "Hello", 8)
+        for _ in range(args.rounds):
+            for prompt in PROMPTS:
+                results["in-process"].append(in_process(llm, formatter, prompt, args.max_tokens))
+                for name, (base,) in contenders.items():
+                    results[name].append(over_http(client, base, "local", prompt, args.max_tokens))
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(timeout=20)
+
+    base_ttft = statistics.median(r[0] for r in results["in-process"])
+    base_tps = statistics.median(r[1] for r in results["in-process"])
+    print(f"\n{'contender':26} {'TTFT ms':>9} {'decode tok/s':>13} {'tokens':>7} {'TTFT +ms':>9} {'decode ratio':>13}")
+    for name, rows in results.items():
+        ttft = statistics.median(r[0] for r in rows)
+        tps = statistics.median(r[1] for r in rows)
+        toks = statistics.median(r[2] for r in rows)
+        print(f"{name:26} {ttft * 1000:9.1f} {tps:13.1f} {toks:7.0f} {(ttft - base_ttft) * 1000:+9.1f} "
+              f"{tps / base_tps:12.3f}x")
+    print("\n(medians; ratio = decode speed / in-process decode speed; TTFT +ms = over in-process)")
+
+
+if __name__ == "__main__":
+    main()

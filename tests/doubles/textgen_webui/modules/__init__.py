@@ -1,0 +1,1 @@
+"""Test double of the web UI's `modules` package (see ../README.md)."""

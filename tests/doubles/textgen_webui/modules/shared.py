@@ -1,0 +1,37 @@
+"""Test double of modules.shared: the host's global state."""
+
+import argparse
+import threading
+
+model = object()          # a loaded model
+tokenizer = object()
+model_name = "Double-Model-1B-Instruct.Q4_K_M.gguf"
+lora_names = []
+stop_everything = False
+generation_lock = threading.Lock()   # the real one is a plain Lock, not reentrant
+
+args = argparse.Namespace(loader="llama.cpp", listen=False, listen_host=None, api_key="", admin_key="",
+                          public_api=False, verbose=False)
+
+CHATML = (
+    "{%- for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}"
+    "{%- endfor %}{%- if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{%- endif %}"
+)
+
+# The real dict has ~100 keys; these are the ones generation reads, with the host's defaults.
+settings = {
+    "mode": "instruct", "max_new_tokens": 512, "auto_max_new_tokens": True, "ban_eos_token": False,
+    "add_bos_token": True, "skip_special_tokens": True, "stream": True, "truncation_length": 4096,
+    "seed": -1, "custom_stopping_strings": "", "custom_token_bans": "", "negative_prompt": "",
+    "temperature": 0.6, "dynatemp_low": 1, "dynatemp_high": 1, "dynatemp_exponent": 1,
+    "smoothing_factor": 0, "smoothing_curve": 1, "top_p": 0.95, "top_k": 20, "min_p": 0.0,
+    "top_n_sigma": 0, "typical_p": 1, "xtc_threshold": 0.1, "xtc_probability": 0, "epsilon_cutoff": 0,
+    "eta_cutoff": 0, "tfs": 1, "top_a": 0, "dry_multiplier": 0, "dry_allowed_length": 2, "dry_base": 1.75,
+    "repetition_penalty": 1.15, "frequency_penalty": 0, "presence_penalty": 0,
+    "encoder_repetition_penalty": 1, "no_repeat_ngram_size": 0, "repetition_penalty_range": 1024,
+    "penalty_alpha": 0, "guidance_scale": 1, "mirostat_mode": 0, "mirostat_tau": 5, "mirostat_eta": 0.1,
+    "do_sample": True, "dynamic_temperature": False, "temperature_last": False, "grammar_string": "",
+    "max_tokens_second": 0, "name1": "You", "name2": "AI", "user_bio": "", "context": "",
+    "custom_system_message": "", "instruction_template_str": CHATML, "chat_template_str": CHATML,
+    "enable_thinking": True, "reasoning_effort": "medium",
+}

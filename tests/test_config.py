@@ -1,0 +1,73 @@
+"""Settings precedence: CLI flag > environment > host settings > settings.json > default."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from openai_ext.config import Settings, load_settings
+
+
+@pytest.fixture
+def settings_file(tmp_path):
+    path = tmp_path / "settings.json"
+    path.write_text(json.dumps({"port": 6001, "max_n": 3, "api_key": "from-file", "debug": True}))
+    return path
+
+
+def test_defaults(tmp_path, monkeypatch):
+    for var in ("OPENEDAI_PORT", "OPENEDAI_LISTEN", "OPENEDAI_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    s = load_settings(file=tmp_path / "absent.json")
+    assert (s.port, s.listen, s.api_key, s.max_queue) == (5001, False, "", 64)
+
+
+def test_each_layer_beats_the_one_below(settings_file, monkeypatch):
+    monkeypatch.delenv("OPENEDAI_PORT", raising=False)
+    assert load_settings(file=settings_file).port == 6001
+    assert load_settings(host={"port": 6002}, file=settings_file).port == 6002
+    monkeypatch.setenv("OPENEDAI_PORT", "6003")
+    assert load_settings(host={"port": 6002}, file=settings_file).port == 6003
+    assert load_settings(cli={"port": 6004}, host={"port": 6002}, file=settings_file).port == 6004
+    # an unset flag (None) does not hide the layers below
+    assert load_settings(cli={"port": None}, file=settings_file).port == 6003
+
+
+def test_environment_values_are_parsed(monkeypatch, tmp_path):
+    monkeypatch.setenv("OPENEDAI_LISTEN", "true")
+    monkeypatch.setenv("OPENEDAI_MAX_N", "5")
+    s = load_settings(file=tmp_path / "absent.json")
+    assert s.listen is True and s.max_n == 5
+
+
+def test_invalid_settings_stop_with_a_clear_message(tmp_path):
+    bad = tmp_path / "s.json"
+    bad.write_text('{"port": "not a number"}')
+    with pytest.raises(SystemExit) as e:
+        load_settings(file=bad)
+    assert "port" in str(e.value)
+    bad.write_text("{oops")
+    with pytest.raises(SystemExit) as e:
+        load_settings(file=bad)
+    assert "not valid JSON" in str(e.value)
+
+
+def test_shipped_settings_json_is_valid():
+    from openai_ext.config import SETTINGS_FILE
+
+    data = json.loads(SETTINGS_FILE.read_text())
+    unknown = set(data) - set(Settings.model_fields)
+    assert not unknown, f"settings.json has keys the server does not know: {unknown}"
+    Settings(**data)
+
+
+def test_readme_documents_every_setting_and_ci_runs_its_test_command():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    readme = (root / "README.md").read_text()
+    for name in Settings.model_fields:
+        assert f"| `{name}` | `OPENEDAI_{name.upper()}` |" in readme, f"README misses the setting {name}"
+    test_command = next(line for line in readme.splitlines() if line.startswith("pip install -r requirements-dev.txt"))
+    assert test_command in (root / ".ci" / "run").read_text()

@@ -1,0 +1,248 @@
+"""Extension mode against a test double of the web UI's `modules` package (tests/doubles)."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from openai_spec import assert_valid, assert_valid_stream
+
+DOUBLE = Path(__file__).parent / "doubles" / "textgen_webui"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def host_modules(monkeypatch):
+    """Imports the double of the host's `modules` package, fresh for each test."""
+    monkeypatch.syspath_prepend(str(DOUBLE))
+    for name in [n for n in sys.modules if n == "modules" or n.startswith("modules.")]:
+        monkeypatch.delitem(sys.modules, name)
+    from types import SimpleNamespace
+
+    mods = SimpleNamespace(shared=importlib.import_module("modules.shared"),
+                           text_generation=importlib.import_module("modules.text_generation"),
+                           chat=importlib.import_module("modules.chat"))
+    yield mods
+    for name in [n for n in sys.modules if n == "modules" or n.startswith("modules.")]:
+        sys.modules.pop(name, None)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def load_extension(shared, name="openai"):
+    """Loads script.py the way the host loads a user extension, applies the host's settings
+    (`<name>-<param>` keys) to its params, then calls setup()."""
+    spec = importlib.util.spec_from_file_location(f"user_ext_{name}", ROOT / "script.py")
+    ext = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ext)
+    for key in ext.params:
+        if f"{name}-{key}" in shared.settings:
+            ext.params[key] = shared.settings[f"{name}-{key}"]
+    ext.setup()
+    return ext
+
+
+@pytest.fixture
+def extension(host_modules):
+    host_modules.shared.settings["openai-port"] = free_port()
+    ext = load_extension(host_modules.shared)
+    assert ext.server is not None
+    yield ext
+    ext.server.stop()
+
+
+@pytest.fixture
+def client(extension):
+    return openai.OpenAI(base_url=extension.server.url, api_key="x", max_retries=0,
+                         _strict_response_validation=True, timeout=30)
+
+
+def test_setup_returns_at_once_and_serves_the_host_model(extension, client, host_modules):
+    assert extension.server.thread.daemon
+    assert extension.server.port == host_modules.shared.settings["openai-port"]   # the host's setting won
+    models = client.models.list()
+    assert [m.id for m in models.data] == [host_modules.shared.model_name]
+
+
+def test_chat_goes_through_the_host(client, host_modules):
+    tg, chat, shared = host_modules.text_generation, host_modules.chat, host_modules.shared
+    raw = client.chat.completions.with_raw_response.create(
+        model="gpt-4o", temperature=0.5, max_tokens=50, stop=["never"], seed=3,
+        messages=[{"role": "system", "content": "You are terse."},
+                  {"role": "user", "content": "Hi"},
+                  {"role": "assistant", "content": "Hello."},
+                  {"role": "system", "content": "Mid-chat rule."},
+                  {"role": "user", "content": "Greet the world"}])
+    assert_valid("CreateChatCompletionResponse", raw.http_response.json())
+    resp = raw.parse()
+    assert resp.choices[0].message.content == "Hello, world!"
+    assert resp.choices[0].finish_reason == "stop"
+    question, state, stops, is_chat = tg.CALLS[-1]
+    # the prompt came from the host's own prompt builder and template, no system message dropped
+    user_input, prompt_state = chat.CALLS[-1]
+    assert user_input == "Greet the world"
+    assert prompt_state["custom_system_message"] == "You are terse."
+    assert prompt_state["mode"] == "instruct"
+    assert question.startswith("<|im_start|>system\nYou are terse.<|im_end|>")
+    assert "<|im_start|>system\nMid-chat rule.<|im_end|>" in question
+    assert question.endswith("<|im_start|>assistant\n")
+    # the host's settings are the base of the state, the request's parameters are mapped onto it
+    assert state["truncation_length"] == shared.settings["truncation_length"] == 4096
+    assert state["max_new_tokens"] == 50 and state["auto_max_new_tokens"] is False
+    assert state["temperature"] == 0.5 and state["seed"] == 3 and state["custom_stopping_strings"] == ["never"]
+    assert state["top_k"] == shared.settings["top_k"]   # a host sampler the request did not name stays as set
+    assert stops == ["<|im_end|>"] and is_chat is False
+    assert state["stop_event"] is not None
+    # exact usage, from the host's tokenizer
+    assert resp.usage.prompt_tokens == len(tg.encode(question)[0])
+    assert resp.usage.completion_tokens == len("Hello, world!".encode())
+    assert not shared.generation_lock.locked()
+
+
+def test_stream_through_the_host(extension, host_modules):
+    r = httpx.post(f"{extension.server.url}/chat/completions", timeout=30,
+                   json={"messages": [{"role": "user", "content": "x"}], "stream": True,
+                         "stream_options": {"include_usage": True}})
+    chunks = assert_valid_stream("CreateChatCompletionStreamResponse", r.text)
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    assert text == "Hello, world!"
+    assert chunks[-1]["usage"]["completion_tokens"] == len(text.encode())
+
+
+def test_stop_string_split_across_host_tokens(client, host_modules):
+    host_modules.text_generation.SCRIPT = ["The", " wor", "ld", " is", " round"]
+    resp = client.chat.completions.create(model="x", messages=[{"role": "user", "content": "x"}], stop="orld")
+    assert resp.choices[0].message.content == "The w"
+    assert resp.choices[0].finish_reason == "stop"
+
+
+def test_length_finish_from_the_host(client, host_modules):
+    host_modules.text_generation.SCRIPT = ["a", "b", "c", "d", "e", "f"]
+    resp = client.completions.create(model="x", prompt="p", max_tokens=3)
+    assert resp.choices[0].text == "abc" and resp.choices[0].finish_reason == "length"
+    assert resp.usage.completion_tokens == 3
+
+
+def test_completions_use_the_raw_prompt(client, host_modules):
+    client.completions.create(model="x", prompt="Once upon", max_tokens=5)
+    question, state, stops, _ = host_modules.text_generation.CALLS[-1]
+    assert question == "Once upon" and stops == [] and state["max_new_tokens"] == 5
+
+
+def test_logprobs_are_refused_where_the_host_cannot_give_them(client):
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model="x", messages=[{"role": "user", "content": "x"}], logprobs=True)
+    assert e.value.body["param"] == "logprobs"
+
+
+def test_host_failure_is_an_openai_500_and_the_server_keeps_serving(client, host_modules):
+    host_modules.text_generation.FAIL_AFTER = 1
+    with pytest.raises(openai.InternalServerError) as e:
+        client.chat.completions.create(model="x", messages=[{"role": "user", "content": "x"}])
+    assert e.value.body["type"] == "server_error"
+    assert not host_modules.shared.generation_lock.locked()
+    host_modules.text_generation.FAIL_AFTER = None
+    ok = client.chat.completions.create(model="x", messages=[{"role": "user", "content": "x"}])
+    assert ok.choices[0].message.content == "Hello, world!"
+
+
+def test_host_failure_mid_stream_ends_with_error_event_then_done(extension, host_modules):
+    host_modules.text_generation.FAIL_AFTER = 2
+    r = httpx.post(f"{extension.server.url}/chat/completions", timeout=30,
+                   json={"messages": [{"role": "user", "content": "x"}], "stream": True})
+    assert r.text.rstrip().endswith("data: [DONE]")
+    from openai_spec import parse_sse
+    events, done = parse_sse(r.text)
+    assert done and "error" in events[-1]
+    assert_valid("ErrorResponse", events[-1])
+    for e in events[:-1]:
+        assert_valid("CreateChatCompletionStreamResponse", e)
+
+
+def test_disconnect_stops_the_host_and_frees_its_lock(extension, host_modules):
+    tg, shared = host_modules.text_generation, host_modules.shared
+    tg.SCRIPT = ["tok "] * 10_000
+    seen = []
+    original = tg.generate_reply
+
+    def slow_reply(*a, **kw):   # paces the double like a real model, 5 ms a token
+        for text in original(*a, **kw):
+            seen.append(time.monotonic())
+            time.sleep(0.005)
+            yield text
+    tg.generate_reply = slow_reply
+    with httpx.stream("POST", f"{extension.server.url}/chat/completions", timeout=30,
+                      json={"messages": [{"role": "user", "content": "x"}], "stream": True}) as r:
+        lines = r.iter_lines()
+        for _ in range(10):
+            next(lines)
+    closed = time.monotonic()
+    deadline = time.monotonic() + 5
+    while shared.generation_lock.locked() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not shared.generation_lock.locked()
+    after = [t for t in seen if t > closed]
+    assert len(after) <= 3, f"{len(after)} tokens generated after the client left"
+    assert len(seen) < 1000
+    tg.generate_reply = original
+    tg.SCRIPT = ["ok"]
+    r = httpx.post(f"{extension.server.url}/completions", json={"prompt": "x"}, timeout=30)
+    assert r.json()["choices"][0]["text"] == "ok"
+
+
+def test_port_in_use_is_one_clear_line(host_modules, caplog):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        host_modules.shared.settings["openai-port"] = taken.getsockname()[1]
+        ext = load_extension(host_modules.shared)
+    assert ext.server is None
+    lines = [r.getMessage() for r in caplog.records if "already in use" in r.getMessage()]
+    assert len(lines) == 1 and "--port" in lines[0] and "\n" not in lines[0]
+
+
+def test_host_api_key_guards_the_extension(host_modules):
+    host_modules.shared.args.api_key = "host-secret"
+    host_modules.shared.settings["openai-port"] = free_port()
+    ext = load_extension(host_modules.shared)
+    try:
+        base = ext.server.url
+        assert httpx.get(f"{base}/models").status_code == 401
+        assert httpx.get(f"{base}/models", headers={"Authorization": "Bearer host-secret"}).status_code == 200
+    finally:
+        ext.server.stop()
+
+
+def test_models_stay_responsive_during_a_generation(extension, host_modules):
+    tg = host_modules.text_generation
+    tg.SCRIPT = ["t"] * 200
+    original = tg.generate_reply
+
+    def slow_reply(*a, **kw):
+        for text in original(*a, **kw):
+            time.sleep(0.01)
+            yield text
+    tg.generate_reply = slow_reply
+    t = threading.Thread(target=lambda: httpx.post(f"{extension.server.url}/completions",
+                                                   json={"prompt": "x", "max_tokens": 200}, timeout=30))
+    t.start()
+    time.sleep(0.2)
+    start = time.monotonic()
+    r = httpx.get(f"{extension.server.url}/models", timeout=5)
+    assert r.status_code == 200 and time.monotonic() - start < 0.5
+    assert host_modules.shared.generation_lock.locked()   # the generation was still running
+    t.join()
+    tg.generate_reply = original

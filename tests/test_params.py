@@ -1,0 +1,145 @@
+"""The one mapping from OpenAI parameters to host settings, tested on its own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from openai_ext.errors import InvalidRequestError
+from openai_ext.params import HOST_SAMPLERS, RULES, HostAbilities, markdown_table, plan
+from openai_ext.protocol import ChatCompletionRequest, CompletionRequest
+
+FULL = HostAbilities(samplers=frozenset(HOST_SAMPLERS), logprobs=True, logit_bias=True, fim=False, vocab_size=1000)
+BARE = HostAbilities(samplers=frozenset({"top_k"}))
+MSG = [{"role": "user", "content": "hi"}]
+
+
+def chat(**kw):
+    return ChatCompletionRequest(messages=MSG, **kw)
+
+
+def comp(**kw):
+    return CompletionRequest(prompt="hi", **kw)
+
+
+def test_openai_defaults():
+    p = plan(chat(), abilities=FULL, room=500, max_n=4)
+    s = p.settings
+    assert s["max_new_tokens"] == 500            # chat: the rest of the context
+    assert s["auto_max_new_tokens"] is False      # the host must not stretch it
+    assert (s["temperature"], s["top_p"], s["do_sample"]) == (1.0, 1.0, True)
+    assert (s["presence_penalty"], s["frequency_penalty"], s["seed"]) == (0.0, 0.0, -1)
+    assert s["custom_stopping_strings"] == [] and "logprobs" not in s and "top_k" not in s
+    assert (p.n, p.best_of, p.stream, p.include_usage, p.logprobs) == (1, 1, False, False, None)
+    assert plan(comp(), abilities=FULL, room=500, max_n=4).settings["max_new_tokens"] == 16
+
+
+def test_max_tokens_is_clamped_to_room():
+    assert plan(chat(max_tokens=900), abilities=FULL, room=100, max_n=1).settings["max_new_tokens"] == 100
+    assert plan(chat(max_tokens=900, max_completion_tokens=7), abilities=FULL, room=100,
+                max_n=1).settings["max_new_tokens"] == 7
+    assert plan(comp(max_tokens=0), abilities=FULL, room=100, max_n=1).settings["max_new_tokens"] == 0
+
+
+def test_temperature_zero_is_greedy():
+    s = plan(chat(temperature=0), abilities=FULL, room=10, max_n=1).settings
+    assert s["do_sample"] is False and s["top_k"] == 1 and s["temperature"] == 0
+
+
+def test_stop_string_or_list():
+    assert plan(chat(stop="\n"), abilities=FULL, room=10, max_n=1).stops == ["\n"]
+    p = plan(chat(stop=["a", "", "b"]), abilities=FULL, room=10, max_n=1)
+    assert p.stops == ["a", "b"] and p.settings["custom_stopping_strings"] == ["a", "b"]
+
+
+def test_seed_per_choice():
+    p = plan(chat(seed=10, n=3), abilities=FULL, room=10, max_n=4)
+    assert [p.settings_for_choice(i)["seed"] for i in range(3)] == [10, 11, 12]
+    unseeded = plan(chat(n=2), abilities=FULL, room=10, max_n=4)
+    assert unseeded.settings_for_choice(1)["seed"] == -1
+
+
+def test_logprobs_mapping():
+    assert plan(chat(logprobs=True), abilities=FULL, room=10, max_n=1).logprobs == 0
+    p = plan(chat(logprobs=True, top_logprobs=5), abilities=FULL, room=10, max_n=1)
+    assert p.logprobs == 5 and p.settings["logprobs"] == 5
+    assert plan(comp(logprobs=3), abilities=FULL, room=10, max_n=1).logprobs == 3
+    with pytest.raises(InvalidRequestError) as e:
+        plan(chat(logprobs=True), abilities=BARE, room=10, max_n=1)
+    assert e.value.param == "logprobs"
+
+
+def test_logit_bias_is_checked_and_kept_as_token_id_strings():
+    p = plan(chat(logit_bias={"5": -100, "7": 3}), abilities=FULL, room=10, max_n=1)
+    assert p.settings["logit_bias"] == {"5": -100.0, "7": 3.0}
+    for bad in ({"x": 1}, {"1000": 1}, {"-1": 1}):
+        with pytest.raises(InvalidRequestError):
+            plan(chat(logit_bias=bad), abilities=FULL, room=10, max_n=1)
+    with pytest.raises(InvalidRequestError):
+        plan(chat(logit_bias={"5": 1}), abilities=BARE, room=10, max_n=1)
+
+
+def test_host_samplers_as_extra_fields():
+    p = plan(ChatCompletionRequest(messages=MSG, top_k=40, min_p=0.1, mode="instruct", foo=1),
+             abilities=FULL, room=10, max_n=1)
+    assert p.settings["top_k"] == 40 and p.settings["min_p"] == 0.1
+    assert p.ignored == ["foo", "mode"]
+    with pytest.raises(InvalidRequestError) as e:
+        plan(ChatCompletionRequest(messages=MSG, min_p=0.1), abilities=BARE, room=10, max_n=1)
+    assert e.value.param == "min_p"
+    with pytest.raises(InvalidRequestError) as e:
+        plan(ChatCompletionRequest(messages=MSG, top_k=1.5), abilities=FULL, room=10, max_n=1)
+    assert e.value.param == "top_k"
+
+
+def test_ignored_parameters_are_reported_not_applied():
+    p = plan(chat(user="u", store=True, metadata={"a": "b"}, reasoning_effort="low", service_tier="auto"),
+             abilities=FULL, room=10, max_n=1)
+    assert p.ignored == ["metadata", "reasoning_effort", "service_tier", "store", "user"]
+    assert not {"user", "store", "metadata"} & set(p.settings)
+
+
+@pytest.mark.parametrize("req, param", [
+    (chat(n=5), "n"),
+    (chat(top_logprobs=3), "top_logprobs"),
+    (chat(stream_options={"include_usage": True}), "stream_options"),
+    (chat(tools=[{"type": "function", "function": {"name": "f"}}]), "tools"),
+    (chat(tool_choice="required"), "tool_choice"),
+    (chat(functions=[{"name": "f"}]), "functions"),
+    (chat(function_call="auto"), "function_call"),
+    (chat(response_format={"type": "json_object"}), "response_format"),
+    (chat(modalities=["audio"]), "modalities"),
+    (chat(audio={"voice": "alloy"}), "audio"),
+    (chat(web_search_options={}), "web_search_options"),
+    (comp(best_of=1, n=2), "best_of"),
+    (comp(best_of=3, stream=True), "best_of"),
+    (comp(best_of=5), "best_of"),
+    (comp(suffix="x"), "suffix"),
+])
+def test_rejections_name_the_parameter(req, param):
+    with pytest.raises(InvalidRequestError) as e:
+        plan(req, abilities=FULL, room=10, max_n=4)
+    assert e.value.param == param and e.value.message
+
+
+def test_accepted_no_op_switches():
+    plan(chat(tool_choice="none", function_call="none", modalities=["text"], response_format={"type": "text"}),
+         abilities=FULL, room=10, max_n=1)
+
+
+def test_best_of_needs_logprobs_from_the_host():
+    assert plan(comp(best_of=3), abilities=FULL, room=10, max_n=4).best_of == 3
+    with pytest.raises(InvalidRequestError):
+        plan(comp(best_of=3), abilities=BARE, room=10, max_n=4)
+
+
+def test_every_openai_parameter_has_a_rule():
+    chat_fields = set(ChatCompletionRequest.model_fields) | set(CompletionRequest.model_fields)
+    ruled = {r.name for r in RULES}
+    assert chat_fields <= ruled, f"parameters without a rule: {sorted(chat_fields - ruled)}"
+
+
+def test_readme_shows_the_generated_table():
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert markdown_table() in readme, "README's parameter table is stale: paste params.markdown_table()"
