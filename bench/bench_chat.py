@@ -19,6 +19,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -48,7 +49,8 @@ def wait_up(base: str, proc: subprocess.Popen, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise SystemExit(f"server exited: {proc.stdout.read() if proc.stdout else ''}")
+            proc.log.seek(0)
+            raise SystemExit(f"server exited: {proc.log.read()}")
         try:
             if httpx.get(f"{base}/models", timeout=2).status_code == 200:
                 return
@@ -85,6 +87,7 @@ def over_http(client: httpx.Client, base: str, model: str, prompt: str, max_toke
     t0 = time.perf_counter()
     first = last = None
     usage = None
+    chunks = 0
     with client.stream("POST", f"{base}/chat/completions", json=body) as r:
         for line in r.iter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
@@ -96,14 +99,20 @@ def over_http(client: httpx.Client, base: str, model: str, prompt: str, max_toke
             if chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
                 first = first or now
                 last = now
-    n = usage["completion_tokens"] if usage else 0
+                chunks += 1
+    # servers that ignore include_usage send one chunk per token
+    n = usage["completion_tokens"] if usage else chunks
     return first - t0, (n - 1) / (last - first), n
 
 
-def start_server(args: list[str], port: int, env_extra: dict | None = None) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), **(env_extra or {})}
-    return subprocess.Popen([sys.executable, *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+def start_server(args: list[str]) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # The servers' logs go to a file: a full pipe would block a chatty server.
+    log = tempfile.TemporaryFile(mode="w+")
+    proc = subprocess.Popen([sys.executable, *args], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                            text=True)
+    proc.log = log  # type: ignore[attr-defined]
+    return proc
 
 
 def main() -> None:
@@ -135,15 +144,15 @@ def main() -> None:
     procs = []
     port = free_port()
     procs.append(start_server(["-m", "openai_ext", "--model", model, "--port", str(port),
-                               "--n-ctx", str(args.n_ctx)], port))
+                               "--n-ctx", str(args.n_ctx)]))
     contenders["this API"] = (f"http://127.0.0.1:{port}/v1",)
     if not args.skip_reference:
         try:
             import llama_cpp.server  # noqa: F401
             import starlette_context  # noqa: F401
             ref_port = free_port()
-            procs.append(start_server(["-m", "llama_cpp.server", "--model", model, "--port", str(ref_port),
-                                       "--n_ctx", str(args.n_ctx)], ref_port))
+            procs.append(start_server(["-m", "llama_cpp.server", "--model", model, "--host", "127.0.0.1",
+                                       "--port", str(ref_port), "--n_ctx", str(args.n_ctx)]))
             contenders["llama-cpp-python server"] = (f"http://127.0.0.1:{ref_port}/v1",)
         except ImportError:
             print("(llama-cpp-python's server is not installed: pip install 'llama-cpp-python[server]' to compare)")
@@ -166,16 +175,18 @@ def main() -> None:
             proc.terminate()
             proc.wait(timeout=20)
 
-    base_ttft = statistics.median(r[0] for r in results["in-process"])
-    base_tps = statistics.median(r[1] for r in results["in-process"])
+    base = results["in-process"]
     print(f"\n{'contender':26} {'TTFT ms':>9} {'decode tok/s':>13} {'tokens':>7} {'TTFT +ms':>9} {'decode ratio':>13}")
     for name, rows in results.items():
         ttft = statistics.median(r[0] for r in rows)
         tps = statistics.median(r[1] for r in rows)
         toks = statistics.median(r[2] for r in rows)
-        print(f"{name:26} {ttft * 1000:9.1f} {tps:13.1f} {toks:7.0f} {(ttft - base_ttft) * 1000:+9.1f} "
-              f"{tps / base_tps:12.3f}x")
-    print("\n(medians; ratio = decode speed / in-process decode speed; TTFT +ms = over in-process)")
+        # paired with the in-process run of the same prompt in the same round, so drift cancels
+        extra = statistics.median((r[0] - b[0]) * 1000 for r, b in zip(rows, base))
+        ratio = statistics.median(r[1] / b[1] for r, b in zip(rows, base))
+        print(f"{name:26} {ttft * 1000:9.1f} {tps:13.1f} {toks:7.0f} {extra:+9.1f} {ratio:12.3f}x")
+    print("\n(medians over runs; TTFT +ms and decode ratio are medians of per-run differences and ratios\n"
+          " against the in-process run of the same prompt in the same round)")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import logging
 import os
 import threading
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -49,6 +49,21 @@ NEUTRAL = {
     "custom_token_bans": "",
 }
 DRY_BREAKERS = ["\n", ":", "\"", "*"]
+
+
+class Detokenizer:
+    """Turns generated tokens into text one at a time. A character whose UTF-8 bytes span several
+    tokens comes out whole, with the token that completes it, never as a partial character."""
+
+    def __init__(self, piece: Callable[[int], bytes]):
+        self._piece = piece
+        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def push(self, token: int) -> str:
+        return self._utf8.decode(self._piece(token))
+
+    def flush(self) -> str:
+        return self._utf8.decode(b"", final=True)
 
 
 def _lazy_llama():
@@ -144,6 +159,9 @@ class LlamaCppHost(Host):
             piece = buf.raw[:max(n, 0)]
             self._piece_cache[key] = piece
         return piece
+
+    def detokenizer(self, special: bool = False) -> "Detokenizer":
+        return Detokenizer(lambda t: self._piece(t, special))
 
     def _sampler(self, s: dict[str, Any]):
         """Builds llama.cpp's sampler chain for these settings, in llama.cpp's usual order."""
@@ -250,7 +268,7 @@ class LlamaCppHost(Host):
                 yield Piece("", tokens=0, finish_reason="length")
                 return
             sampler = self._sampler(s)
-            decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+            text_of = self.detokenizer(special)
             try:
                 self._prepare(prompt.tokens)
                 produced = 0
@@ -259,13 +277,13 @@ class LlamaCppHost(Host):
                         return
                     token = self._L.llama_sampler_sample(sampler, self._ctx, -1)
                     if self._eog[token]:
-                        yield Piece(decoder.decode(b"", final=True), tokens=0, finish_reason="stop")
+                        yield Piece(text_of.flush(), tokens=0, finish_reason="stop")
                         return
                     lp = self._logprob(-1, token, top) if top is not None else None
                     produced += 1
-                    text = decoder.decode(self._piece(token, special))
+                    text = text_of.push(token)
                     if produced >= max_new:
-                        yield Piece(text + decoder.decode(b"", final=True), logprob=lp, finish_reason="length")
+                        yield Piece(text + text_of.flush(), logprob=lp, finish_reason="length")
                         return
                     yield Piece(text, logprob=lp)
                     self.llm.eval([token])

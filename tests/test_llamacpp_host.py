@@ -1,0 +1,58 @@
+"""The embedded llama.cpp host on its own: text decoding, prompts, sampling settings."""
+
+from __future__ import annotations
+
+import threading
+
+from openai_ext.hosts.base import Prompt
+
+TEXT = "Dragons 🐉 say naïve things in 日本語 🙂!"
+
+
+def test_multibyte_characters_are_never_emitted_partially(llama_host):
+    tokens = llama_host.tokenize(TEXT, add_bos=False)
+    pieces = [llama_host._piece(t, False) for t in tokens]
+    # the test only means something if some character is split across tokens
+    assert any(_incomplete_utf8(p) for p in pieces), "no multi-token character in the sample"
+    detok = llama_host.detokenizer()
+    out = [detok.push(t) for t in tokens] + [detok.flush()]
+    assert "".join(out) == TEXT
+    assert all("\ufffd" not in o for o in out)
+
+
+def _incomplete_utf8(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+        return False
+    except UnicodeDecodeError:
+        return True
+
+
+def test_greedy_generation_is_deterministic_and_counts_tokens(llama_host):
+    prompt = llama_host.chat_prompt([{"role": "user", "content": "Count to five."}], {})
+    p = Prompt(prompt.text, llama_host.tokenize(prompt.text))
+    settings = {"max_new_tokens": 9, "temperature": 0.0, "do_sample": False, "top_p": 1.0,
+                "presence_penalty": 0.0, "frequency_penalty": 0.0, "seed": -1}
+    runs = [list(llama_host.generate(p, settings, threading.Event())) for _ in range(2)]
+    assert [x.text for x in runs[0]] == [x.text for x in runs[1]]
+    assert sum(x.tokens for x in runs[0]) == 9 and runs[0][-1].finish_reason == "length"
+
+
+def test_stop_event_stops_before_the_next_token(llama_host):
+    prompt = llama_host.tokenize("Once upon a time")
+    stop = threading.Event()
+    settings = {"max_new_tokens": 500, "temperature": 0.0, "do_sample": False, "top_p": 1.0,
+                "presence_penalty": 0.0, "frequency_penalty": 0.0, "seed": -1}
+    got = []
+    for piece in llama_host.generate(Prompt("Once upon a time", prompt), settings, stop):
+        got.append(piece)
+        if len(got) == 3:
+            stop.set()
+    assert len(got) == 3
+    assert not llama_host._lock.locked()
+
+
+def test_chat_template_comes_from_the_gguf(llama_host):
+    assert llama_host.has_chat_template
+    text = llama_host.chat_prompt([{"role": "user", "content": "hi"}], {}).text
+    assert "<|im_start|>user\nhi<|im_end|>" in text
