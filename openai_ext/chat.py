@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any, AsyncIterator
 
-from . import params, responses
+from . import params, responses, tools
 from .assembly import TokenLogprob, usage
 from .errors import InvalidRequestError
 from .generation import ChoiceResult, Job, Ticket, fit_prompt, new_job, run_job
@@ -61,14 +61,60 @@ def normalize_messages(req: ChatCompletionRequest) -> list[dict[str, Any]]:
 
 def prepare(state: ApiState, req: ChatCompletionRequest) -> Job:
     host = state.host
-    messages = normalize_messages(req)
-    rendered = host.chat_prompt(messages, {})
+    toolset = tools.parse(req)
+    native = tools.template_is_native(host.chat_template)
+    messages, tools_arg = tools.for_template(normalize_messages(req), toolset, native=native)
+    rendered = host.chat_prompt(messages, {"tools": tools_arg} if tools_arg else {})
     prompt = Prompt(rendered.text, host.tokenize(rendered.text), rendered.stops)
     requested = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     prompt = fit_prompt(host, prompt, requested=requested, truncate=state.settings.truncate_prompt, param="messages")
     plan = params.plan(req, abilities=host.abilities, room=host.context_length() - len(prompt.tokens),
-                       max_n=state.settings.max_n)
-    return new_job("chatcmpl", [prompt], plan, host.model_id)
+                       max_n=state.settings.max_n, toolset=toolset)
+    job = new_job("chatcmpl", [prompt], plan, host.model_id)
+    job.tools = toolset if toolset is not None and toolset.calling else None
+    return job
+
+
+class _Choice:
+    """One choice on its way out: its text split into content and tool calls."""
+
+    def __init__(self, job: Job, *, incremental: bool):
+        self.calls = tools.ToolCallStream(job.tools, incremental=incremental) if job.tools else None
+        self.legacy = bool(job.tools and job.tools.legacy)
+        self.content: list[str] = []
+
+    def events(self, text: str, *, final: bool = False) -> list[tools.Content | tools.CallDelta]:
+        if self.calls is None:
+            return [tools.Content(text)] if text else []
+        out = self.calls.feed(text)
+        if final:
+            out += self.calls.finish()
+        return out
+
+    def finish_reason(self, reason: str) -> str:
+        if self.calls is not None and self.calls.calls:
+            return "function_call" if self.legacy else "tool_calls"
+        return reason
+
+    def delta(self, event: tools.Content | tools.CallDelta) -> dict[str, Any]:
+        if isinstance(event, tools.Content):
+            return {"content": event.text}
+        if self.legacy:
+            fn = {"name": event.name, "arguments": event.arguments} if event.id else {"arguments": event.arguments}
+            return {"function_call": fn}
+        call: dict[str, Any] = {"index": event.index, "function": {"arguments": event.arguments}}
+        if event.id:
+            call.update(id=event.id, type="function")
+            call["function"]["name"] = event.name
+        return {"tool_calls": [call]}
+
+    def message(self, result: ChoiceResult) -> tuple[str | None, list[dict[str, Any]] | None]:
+        """(content, tool calls) for a whole, non-streamed answer."""
+        if self.calls is None:
+            return result.text, None
+        text = "".join(e.text for e in self.events(result.text, final=True) if isinstance(e, tools.Content))
+        calls = self.calls.calls or None
+        return (text or None) if calls else text, calls
 
 
 async def complete(state: ApiState, job: Job, ticket: Ticket) -> dict[str, Any]:
@@ -78,8 +124,17 @@ async def complete(state: ApiState, job: Job, ticket: Ticket) -> dict[str, Any]:
             if ev.result is not None:
                 results.append(ev.result)
     want_lp = job.plan.logprobs is not None
-    choices = [responses.chat_choice(r.index, r.text, r.finish_reason, r.logprobs if want_lp else None)
-               for r in results]
+    choices = []
+    for r in results:
+        out = _Choice(job, incremental=False)
+        content, calls = out.message(r)
+        choice = responses.chat_choice(r.index, content, out.finish_reason(r.finish_reason),
+                                       r.logprobs if want_lp else None)
+        if calls and out.legacy:
+            choice["message"]["function_call"] = calls[0]["function"]
+        elif calls:
+            choice["message"]["tool_calls"] = calls
+        choices.append(choice)
     return responses.chat_completion(job, state.fingerprint, choices, job.prompt_tokens,
                                      sum(r.tokens for r in results))
 
@@ -88,26 +143,37 @@ async def stream(state: ApiState, job: Job, ticket: Ticket) -> AsyncIterator[dic
     plan, fp = job.plan, state.fingerprint
     include_usage = plan.include_usage
     want_lp = plan.logprobs is not None
-    started: set[int] = set()
+    # Calls stream as they are generated when a grammar guarantees them; otherwise each is held
+    # until it is complete and validated.
+    incremental = bool(job.tools and job.tools.forced and state.host.abilities.grammar)
+    open_choices: dict[int, _Choice] = {}
+    pending_lp: dict[int, list[TokenLogprob]] = {}
     completion_tokens = 0
 
-    def chunk(choice: dict[str, Any]) -> dict[str, Any]:
-        return responses.chat_chunk(job, fp, [choice], include_usage=include_usage)
+    def chunk(index: int, delta: dict[str, Any], *, finish: str | None = None) -> dict[str, Any]:
+        # Log-probabilities ride on the next chunk sent for their choice (text can be held back).
+        lp = None
+        if want_lp and (finish is None or pending_lp.get(index)):
+            lp, pending_lp[index] = pending_lp.get(index, []), []
+        return responses.chat_chunk(job, fp, [responses.chat_chunk_choice(index, delta, logprobs=lp,
+                                                                          finish_reason=finish)],
+                                    include_usage=include_usage)
 
     async with contextlib.aclosing(run_job(state.host, job, ticket)) as events:
         async for ev in events:
-            if ev.index not in started:
-                started.add(ev.index)
-                yield chunk(responses.chat_chunk_choice(
-                    ev.index, {"role": "assistant", "content": "", "refusal": None},
-                    logprobs=[] if want_lp else None))
+            choice = open_choices.get(ev.index)
+            if choice is None:
+                choice = open_choices[ev.index] = _Choice(job, incremental=incremental)
+                yield chunk(ev.index, {"role": "assistant", "content": "", "refusal": None})
             if ev.delta is not None:
-                lp: list[TokenLogprob] | None = ev.delta.logprobs if want_lp else None
-                if ev.delta.text or lp:
-                    yield chunk(responses.chat_chunk_choice(ev.index, {"content": ev.delta.text}, logprobs=lp))
+                pending_lp.setdefault(ev.index, []).extend(ev.delta.logprobs)
+                for event in choice.events(ev.delta.text):
+                    yield chunk(ev.index, choice.delta(event))
             elif ev.result is not None:
+                for event in choice.events("", final=True):
+                    yield chunk(ev.index, choice.delta(event))
                 completion_tokens += ev.result.tokens
-                yield chunk(responses.chat_chunk_choice(ev.index, {}, finish_reason=ev.result.finish_reason))
+                yield chunk(ev.index, {}, finish=choice.finish_reason(ev.result.finish_reason))
     if include_usage:
         yield responses.chat_chunk(job, fp, [], include_usage=True,
                                    usage_=usage(job.prompt_tokens, completion_tokens))

@@ -217,6 +217,7 @@ class Job:
     id: str
     created: int
     echo: list[str] = field(default_factory=list)
+    tools: Any = None        # the ToolSet when the model may call functions (chat only)
 
     @property
     def prompt_tokens(self) -> int:

@@ -13,8 +13,10 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from . import grammar, tools
 from .errors import InvalidRequestError
 from .protocol import ChatCompletionRequest, CompletionRequest
+from .tools import ToolSet
 
 log = logging.getLogger(__name__)
 
@@ -53,12 +55,12 @@ RULES: tuple[Rule, ...] = (
     Rule("stream", BOTH, "server", "-", "Server-sent events, data: {json} chunks, then data: [DONE]."),
     Rule("stream_options", BOTH, "server", "-", "include_usage adds a last chunk with usage and empty choices; other chat chunks carry usage: null (completions chunks carry no usage key, as the spec has it)."),
     Rule("user", BOTH, "ignored", "-", "Accepted; nothing to do locally."),
-    Rule("response_format", CHAT, "server", "-", "text only in this version; json_object and json_schema get a 400."),
-    Rule("tools", CHAT, "rejected", "-", "Tool calling is not available in this version: 400 naming the parameter."),
-    Rule("tool_choice", CHAT, "rejected", "-", "'none' is accepted; anything else needs tools (400)."),
-    Rule("parallel_tool_calls", CHAT, "ignored", "-", "Only meaningful with tools."),
-    Rule("functions", CHAT, "rejected", "-", "Legacy function calling: 400 naming the parameter."),
-    Rule("function_call", CHAT, "rejected", "-", "Legacy function calling: 'none' is accepted, otherwise 400."),
+    Rule("response_format", CHAT, "mapped", "grammar_string", "text; json_object (any JSON object); json_schema (output follows the schema). Enforced by a grammar built with llama.cpp's JSON-schema converter; a schema keyword the grammar cannot enforce gets a 400 naming it."),
+    Rule("tools", CHAT, "mapped", "grammar_string, prompt", "Function tools, rendered by the model's template when it knows the <tool_call> format, else by the documented fallback. Calls come back in message.tool_calls."),
+    Rule("tool_choice", CHAT, "mapped", "grammar_string", "none, auto, required, a named function, or allowed_tools. required and named: decoding is constrained to valid calls. auto: the embedded host constrains a call once the model opens one; calls are always validated."),
+    Rule("parallel_tool_calls", CHAT, "mapped", "grammar_string", "Default true: several calls may follow one another. false: at most one call."),
+    Rule("functions", CHAT, "mapped", "grammar_string, prompt", "Legacy function calling, mapped onto tools; the answer uses the legacy message.function_call and finish_reason function_call."),
+    Rule("function_call", CHAT, "mapped", "grammar_string", "Legacy: none, auto, or {\"name\": ...}, mapped onto tool_choice."),
     Rule("modalities", CHAT, "server", "-", "['text'] only; 'audio' gets a 400."),
     Rule("audio", CHAT, "rejected", "-", "Audio output is not produced by a text model: 400."),
     Rule("web_search_options", CHAT, "rejected", "-", "There is no web search: 400."),
@@ -105,6 +107,8 @@ class HostAbilities:
     logit_bias: bool = False
     fim: bool = False
     vocab_size: int | None = None
+    grammar: bool = False          # applies a GBNF grammar (grammar_string)
+    lazy_grammar: bool = False     # ... from a trigger pattern on (grammar_triggers)
 
 
 @dataclass
@@ -133,11 +137,11 @@ def _reject(param: str, message: str) -> InvalidRequestError:
 
 
 def plan(req: CompletionRequest | ChatCompletionRequest, *, abilities: HostAbilities, room: int,
-         max_n: int) -> Plan:
+         max_n: int, toolset: ToolSet | None = None) -> Plan:
     """Maps one request onto host settings.
 
     ``room`` is how many tokens the context has left after the prompt; ``max_n`` is the largest
-    ``n`` the server allows.
+    ``n`` the server allows; ``toolset`` is the request's tools, already read by tools.parse().
     """
     chat = isinstance(req, ChatCompletionRequest)
     sent = req.model_fields_set
@@ -214,9 +218,10 @@ def plan(req: CompletionRequest | ChatCompletionRequest, *, abilities: HostAbili
             raise _reject("stream_options", "stream_options is only allowed with stream: true.")
         include_usage = True
 
-    # --- chat-only switches -------------------------------------------------------------
+    # --- chat-only switches, structured output and tools ---------------------------------
     if chat:
         _check_chat_switches(req)
+        settings.update(_constraints(req, toolset, abilities))
 
     # --- the host's own samplers, sent as extra fields ----------------------------------
     ignored = [name for name in sent if _RULES_BY_NAME.get(name) and _RULES_BY_NAME[name].action == "ignored"]
@@ -236,25 +241,58 @@ def plan(req: CompletionRequest | ChatCompletionRequest, *, abilities: HostAbili
 
 
 def _check_chat_switches(req: ChatCompletionRequest) -> None:
-    rf = req.response_format
-    if rf is not None:
-        kind = rf.get("type")
-        if kind != "text":
-            raise _reject("response_format", f"response_format type {kind!r} is not supported by this server version; use 'text'.")
-    if req.tools:
-        raise _reject("tools", "Tool calling is not supported by this server version; remove tools.")
-    if req.tool_choice not in (None, "none"):
-        raise _reject("tool_choice", "tool_choice needs tools, which this server version does not support.")
-    if req.functions:
-        raise _reject("functions", "Legacy function calling is not supported; remove functions.")
-    if req.function_call not in (None, "none"):
-        raise _reject("function_call", "Legacy function calling is not supported; remove function_call.")
     if req.audio is not None:
         raise _reject("audio", "This model produces text only; remove audio.")
     if req.modalities is not None and any(m != "text" for m in req.modalities):
         raise _reject("modalities", "This model produces text only; use modalities: ['text'].")
     if req.web_search_options is not None:
         raise _reject("web_search_options", "Web search is not available on this server; remove web_search_options.")
+
+
+def _response_schema(rf: dict[str, Any] | None) -> Any | None:
+    """The JSON Schema response_format asks for, or None for plain text."""
+    if rf is None:
+        return None
+    kind = rf.get("type")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return grammar.JSON_OBJECT_SCHEMA
+    if kind == "json_schema":
+        spec = rf.get("json_schema")
+        if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
+            raise _reject("response_format.json_schema", "json_schema needs an object with at least a 'name' "
+                                                         "(and usually a 'schema').")
+        return spec.get("schema", grammar.JSON_OBJECT_SCHEMA)
+    raise _reject("response_format.type", f"response_format type {kind!r} is not one of text, json_object, "
+                                          "json_schema.")
+
+
+def _constraints(req: ChatCompletionRequest, ts: ToolSet | None, abilities: HostAbilities) -> dict[str, Any]:
+    """Grammar settings for response_format and tool_choice."""
+    schema = _response_schema(req.response_format)
+    calling = ts is not None and ts.calling
+    if schema is not None and calling and not ts.forced:
+        raise _reject("response_format", "response_format json_object/json_schema cannot be combined with "
+                                         "tool_choice 'auto'; use 'none' or 'required'.")
+    if calling and (ts.forced or abilities.lazy_grammar):
+        if not abilities.grammar:
+            if ts.forced:
+                raise _reject("tool_choice", "The loaded model's backend cannot constrain output with a grammar, "
+                                             "so tool_choice 'required' or a named function cannot be guaranteed.")
+            return {}
+        out = {"grammar_string": tools.call_grammar(ts)}
+        if not ts.forced:
+            out["grammar_triggers"] = [tools.LAZY_TRIGGER]
+        return out
+    if schema is not None:
+        if not abilities.grammar:
+            raise _reject("response_format", "The loaded model's backend cannot constrain output with a grammar, "
+                                             "so JSON output cannot be guaranteed; remove response_format.")
+        where = "response_format.json_schema.schema" if req.response_format.get("type") == "json_schema" \
+            else "response_format"
+        return {"grammar_string": grammar.schema_to_gbnf(schema, where=where)}
+    return {}
 
 
 def _coerce(name: str, value: Any, kind: type) -> Any:

@@ -63,7 +63,16 @@ def test_disconnect_during_a_non_streaming_request_stops_it(live, llama_host, re
     assert len(recorded["pieces"]) < 200
 
 
-def test_generations_run_one_at_a_time_first_come_first_served(live, llama_host, recorded):
+def test_generations_run_one_at_a_time_first_come_first_served(live, llama_host, recorded, monkeypatch):
+    from openai_ext import completions
+
+    arrivals = []
+    real_prepare = completions.prepare
+
+    def prepare(state, req):   # records the order requests reach the server
+        arrivals.append(req.prompt)
+        return real_prepare(state, req)
+    monkeypatch.setattr(completions, "prepare", prepare)
     results = {}
 
     def ask(i):
@@ -80,7 +89,8 @@ def test_generations_run_one_at_a_time_first_come_first_served(live, llama_host,
     for t in threads:
         t.join()
     assert results == {0: 200, 1: 200, 2: 200, 3: 200}
-    assert recorded["starts"] == [f"Request number {i}:" for i in range(4)]
+    assert sorted(arrivals) == [f"Request number {i}:" for i in range(4)]
+    assert recorded["starts"] == arrivals
 
 
 def test_models_and_health_respond_while_generating(live, llama_host):

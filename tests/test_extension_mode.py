@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import json
 import socket
 import sys
 import threading
@@ -246,3 +247,31 @@ def test_models_stay_responsive_during_a_generation(extension, host_modules):
     assert host_modules.shared.generation_lock.locked()   # the generation was still running
     t.join()
     tg.generate_reply = original
+
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+
+
+def test_required_tool_call_through_the_host_grammar(client, host_modules):
+    tg = host_modules.text_generation
+    tg.SCRIPT = ["<tool_call>", '\n{"name": "get_weather", ', '"arguments": {"city": "Oslo"}}', "\n</tool_call>"]
+    resp = client.chat.completions.create(model="x", messages=[{"role": "user", "content": "Weather in Oslo?"}],
+                                          tools=[WEATHER], tool_choice="required")
+    choice = resp.choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.content is None
+    assert choice.message.tool_calls[0].function.name == "get_weather"
+    assert json.loads(choice.message.tool_calls[0].function.arguments) == {"city": "Oslo"}
+    question, state, _, _ = tg.CALLS[-1]
+    assert "tool-call-block" in state["grammar_string"]      # the host's grammar field carries the constraint
+    assert "get_weather" in question                          # the fallback tool description reached the prompt
+
+
+def test_auto_without_a_lazy_grammar_still_validates_calls(client, host_modules):
+    tg = host_modules.text_generation
+    tg.SCRIPT = ["<tool_call>", '\n{"name": "get_weather", "arguments": {"town": "Oslo"}}', "\n</tool_call>"]
+    resp = client.chat.completions.create(model="x", messages=[{"role": "user", "content": "x"}], tools=[WEATHER])
+    choice = resp.choices[0]
+    assert choice.message.tool_calls is None and choice.finish_reason == "stop"
+    assert '"town"' in choice.message.content              # not a valid call: returned as text
+    assert not tg.CALLS[-1][1]["grammar_string"]            # no grammar forced a call in auto mode

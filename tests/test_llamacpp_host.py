@@ -56,3 +56,11 @@ def test_chat_template_comes_from_the_gguf(llama_host):
     assert llama_host.has_chat_template
     text = llama_host.chat_prompt([{"role": "user", "content": "hi"}], {}).text
     assert "<|im_start|>user\nhi<|im_end|>" in text
+
+
+def test_a_character_cut_off_at_the_end_is_dropped_not_replaced(llama_host):
+    tokens = llama_host.tokenize("🐉", add_bos=False)
+    assert len(tokens) > 1
+    detok = llama_host.detokenizer()
+    out = [detok.push(t) for t in tokens[:-1]] + [detok.flush()]
+    assert "".join(out) == ""

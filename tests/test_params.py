@@ -11,6 +11,7 @@ from openai_ext.params import HOST_SAMPLERS, RULES, HostAbilities, markdown_tabl
 from openai_ext.protocol import ChatCompletionRequest, CompletionRequest
 
 FULL = HostAbilities(samplers=frozenset(HOST_SAMPLERS), logprobs=True, logit_bias=True, fim=False, vocab_size=1000)
+GRAMMAR = HostAbilities(samplers=frozenset(), grammar=True, lazy_grammar=True)
 BARE = HostAbilities(samplers=frozenset({"top_k"}))
 MSG = [{"role": "user", "content": "hi"}]
 
@@ -104,11 +105,9 @@ def test_ignored_parameters_are_reported_not_applied():
     (chat(n=5), "n"),
     (chat(top_logprobs=3), "top_logprobs"),
     (chat(stream_options={"include_usage": True}), "stream_options"),
-    (chat(tools=[{"type": "function", "function": {"name": "f"}}]), "tools"),
-    (chat(tool_choice="required"), "tool_choice"),
-    (chat(functions=[{"name": "f"}]), "functions"),
-    (chat(function_call="auto"), "function_call"),
-    (chat(response_format={"type": "json_object"}), "response_format"),
+    (chat(response_format={"type": "json_object"}), "response_format"),   # BARE-like: FULL has no grammar
+    (chat(response_format={"type": "json_schema"}), "response_format.json_schema"),
+    (chat(response_format={"type": "yaml"}), "response_format.type"),
     (chat(modalities=["audio"]), "modalities"),
     (chat(audio={"voice": "alloy"}), "audio"),
     (chat(web_search_options={}), "web_search_options"),
@@ -121,6 +120,39 @@ def test_rejections_name_the_parameter(req, param):
     with pytest.raises(InvalidRequestError) as e:
         plan(req, abilities=FULL, room=10, max_n=4)
     assert e.value.param == param and e.value.message
+
+
+def test_response_format_becomes_a_grammar():
+    s = plan(chat(response_format={"type": "json_object"}), abilities=GRAMMAR, room=10, max_n=1).settings
+    assert "root ::= object" in s["grammar_string"]
+    schema = {"type": "object", "properties": {"a": {"type": "boolean"}}, "required": ["a"]}
+    s = plan(chat(response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}),
+             abilities=GRAMMAR, room=10, max_n=1).settings
+    assert '"\\"a\\""' in s["grammar_string"] and "grammar_triggers" not in s
+    assert "grammar_string" not in plan(chat(response_format={"type": "text"}), abilities=GRAMMAR, room=10,
+                                        max_n=1).settings
+
+
+def test_tool_choice_becomes_a_grammar_lazy_only_for_auto():
+    from openai_ext import tools
+
+    fn = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}
+    for choice, lazy in (("required", False), ("auto", True)):
+        req = chat(tools=[fn], tool_choice=choice)
+        s = plan(req, abilities=GRAMMAR, room=10, max_n=1, toolset=tools.parse(req)).settings
+        assert "tool-call-block" in s["grammar_string"]
+        assert ("grammar_triggers" in s) == lazy
+    # a host without lazy grammars leaves auto unconstrained, and cannot promise required
+    req = chat(tools=[fn])
+    assert "grammar_string" not in plan(req, abilities=BARE, room=10, max_n=1, toolset=tools.parse(req)).settings
+    req = chat(tools=[fn], tool_choice="required")
+    with pytest.raises(InvalidRequestError) as e:
+        plan(req, abilities=BARE, room=10, max_n=1, toolset=tools.parse(req))
+    assert e.value.param == "tool_choice"
+    req = chat(tools=[fn], response_format={"type": "json_object"})
+    with pytest.raises(InvalidRequestError) as e:
+        plan(req, abilities=GRAMMAR, room=10, max_n=1, toolset=tools.parse(req))
+    assert e.value.param == "response_format"
 
 
 def test_accepted_no_op_switches():

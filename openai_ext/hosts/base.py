@@ -35,6 +35,7 @@ class Host(ABC):
     owned_by: str = "local"
     created: int = 0
     abilities: HostAbilities
+    chat_template: str | None = None   # the Jinja source, to tell whether it renders tools itself
 
     @property
     def loaded(self) -> bool:
@@ -55,7 +56,8 @@ class Host(ABC):
     @abstractmethod
     def chat_prompt(self, messages: list[dict[str, Any]], settings: dict[str, Any]) -> ChatPrompt:
         """Renders OpenAI-style messages (roles system/user/assistant/tool, string content)
-        with the model's chat template, ready for the assistant's reply."""
+        with the model's chat template, ready for the assistant's reply. ``settings['tools']``,
+        when present, is handed to templates that render tools themselves."""
 
     @abstractmethod
     def generate(self, prompt: Prompt, settings: dict[str, Any], stop_event: threading.Event) -> Iterator[Piece]:

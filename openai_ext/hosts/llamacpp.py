@@ -53,7 +53,8 @@ DRY_BREAKERS = ["\n", ":", "\"", "*"]
 
 class Detokenizer:
     """Turns generated tokens into text one at a time. A character whose UTF-8 bytes span several
-    tokens comes out whole, with the token that completes it, never as a partial character."""
+    tokens comes out whole, with the token that completes it, never as a partial character.
+    (Bytes that can never form a character still come out as U+FFFD.)"""
 
     def __init__(self, piece: Callable[[int], bytes]):
         self._piece = piece
@@ -63,7 +64,10 @@ class Detokenizer:
         return self._utf8.decode(self._piece(token))
 
     def flush(self) -> str:
-        return self._utf8.decode(b"", final=True)
+        """Ends the text. Bytes of a character the last token left unfinished (the generation was
+        cut off mid-character) are dropped rather than sent as a replacement character."""
+        self._utf8.reset()
+        return ""
 
 
 def _lazy_llama():
@@ -104,7 +108,8 @@ class LlamaCppHost(Host):
         self._fim = fim if all(t != L.LLAMA_TOKEN_NULL for t in fim) else None
         self._init_chat_template()
         self.abilities = HostAbilities(samplers=SAMPLERS, logprobs=True, logit_bias=True,
-                                       fim=self._fim is not None, vocab_size=self._n_vocab)
+                                       fim=self._fim is not None, vocab_size=self._n_vocab,
+                                       grammar=True, lazy_grammar=True)
 
     # --- prompts ------------------------------------------------------------------------------
     def _token_text(self, token: int) -> str:
@@ -116,6 +121,7 @@ class LlamaCppHost(Host):
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
         template = self.llm.metadata.get("tokenizer.chat_template")
+        self.chat_template = template
         eos = self._token_text(self._L.llama_vocab_eos(self._vocab))
         bos = self._token_text(self._bos)
         self.has_chat_template = bool(template)
@@ -192,7 +198,7 @@ class LlamaCppHost(Host):
                                          s["dry_allowed_length"], s["repetition_penalty_range"] or -1,
                                          breakers, len(DRY_BREAKERS)))
         if s.get("grammar_string"):
-            add(L.llama_sampler_init_grammar(self._vocab, s["grammar_string"].encode(), b"root"))
+            add(self._grammar_sampler(s["grammar_string"], s.get("grammar_triggers")))
 
         seed = s["seed"]
         seed = L.LLAMA_DEFAULT_SEED if seed is None or seed < 0 else seed % 0xFFFFFFFF
@@ -224,6 +230,19 @@ class LlamaCppHost(Host):
                 add(L.llama_sampler_init_temp(s["temperature"]))
             add(L.llama_sampler_init_dist(seed))
         return chain
+
+    def _grammar_sampler(self, gbnf: str, triggers: list[str] | None):
+        L = self._L
+        if triggers:
+            # Lazy: the output is free until a trigger pattern matches, then follows the grammar.
+            patterns = (ctypes.c_char_p * len(triggers))(*[t.encode() for t in triggers])
+            smpl = L.llama_sampler_init_grammar_lazy_patterns(self._vocab, gbnf.encode(), b"root", patterns,
+                                                               len(triggers), None, 0)
+        else:
+            smpl = L.llama_sampler_init_grammar(self._vocab, gbnf.encode(), b"root")
+        if not smpl:
+            raise ValueError("llama.cpp could not parse the grammar built for this request")
+        return smpl
 
     def _logprob(self, output: int, token: int, top: int) -> TokenLogprob:
         """The log-probability of ``token`` under the logits of decoder output ``output``,

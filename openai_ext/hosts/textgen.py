@@ -17,6 +17,7 @@ from types import SimpleNamespace
 from typing import Any, Iterator
 
 from ..assembly import Piece
+from .. import grammar
 from ..errors import InvalidRequestError
 from ..params import HOST_SAMPLERS, HostAbilities
 from .base import ChatPrompt, Host, Prompt
@@ -86,7 +87,13 @@ class TextgenHost(Host):
             logprobs=False,
             # The host forwards logit_bias to llama.cpp; its other loaders would ignore it.
             logit_bias=loader == "llama.cpp",
+            # These loaders apply the host's grammar_string; none has a lazy (triggered) grammar.
+            grammar=loader in ("llama.cpp", "Transformers", "ExLlamav3_HF") and grammar.available(),
         )
+
+    @property
+    def chat_template(self) -> str | None:
+        return self.m.shared.settings.get("instruction_template_str")
 
     @property
     def model_id(self) -> str:
