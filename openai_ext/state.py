@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from .config import Settings
 from .generation import GenerationQueue
@@ -17,6 +18,7 @@ class ApiState:
     host: Host
     queue: GenerationQueue = field(init=False)
     started: int = field(default_factory=lambda: int(time.time()))
+    engines: dict[str, Any] = field(default_factory=dict)   # lazily loaded engines, by family
 
     def __post_init__(self) -> None:
         self.queue = GenerationQueue(self.settings.max_queue)
