@@ -1,33 +1,43 @@
-"""Standalone mode: python -m openai_ext (or python script.py) serves the API on llama.cpp."""
+"""Standalone mode: python -m openai_ext (or python script.py) serves the API on llama.cpp.
+
+Every setting has a flag: the setting ``max_queue`` is ``--max-queue``. Lists and tables are
+given as JSON (``--cors-origins '["http://localhost:3000"]'``).
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
+import typing
 
 # Nothing here may reach a model hub; a user can still unset this to use hub names.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
+def _flag_type(annotation: typing.Any):
+    kinds = {a for a in typing.get_args(annotation) if a is not type(None)} or {annotation}
+    kind = next(iter(kinds))
+    if typing.get_origin(kind) in (list, dict):
+        return json.loads
+    return kind if kind in (int, float, str) else str
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m openai_ext", description=__doc__)
-    p.add_argument("--model", help="path of a GGUF file (default: the embedded SmolLM2-135M-Instruct)")
-    p.add_argument("--model-alias", help="model id to report instead of the file name")
-    p.add_argument("--port", type=int, help="port to listen on (default 5001)")
-    p.add_argument("--listen", action="store_true", default=None, help="listen beyond localhost")
-    p.add_argument("--listen-host", help="address to bind when --listen is given (default 0.0.0.0)")
-    p.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on every request but health")
-    p.add_argument("--n-ctx", type=int, help="context length (default: the model's own)")
-    p.add_argument("--n-threads", type=int, help="decode threads (default: llama.cpp's choice)")
-    p.add_argument("--n-gpu-layers", type=int, help="layers to offload to a GPU build of llama.cpp")
-    p.add_argument("--truncate-prompt", action="store_true", default=None,
-                   help="cut over-long prompts from the start instead of answering 400")
-    p.add_argument("--max-queue", type=int, help="generations allowed to wait before 429 (default 64)")
-    p.add_argument("--max-n", type=int, help="largest n per request (default 8)")
+    from .config import Settings
+
+    p = argparse.ArgumentParser(prog="python -m openai_ext", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    for name, field in Settings.model_fields.items():
+        flag = "--" + name.replace("_", "-")
+        if field.annotation is bool:
+            # --x turns a setting on, --no-x off; without either, the lower layers decide
+            p.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=field.description)
+        else:
+            p.add_argument(flag, type=_flag_type(field.annotation), default=None, help=field.description)
     p.add_argument("--settings", help="settings file (default: settings.json next to script.py)")
-    p.add_argument("--debug", action="store_true", default=None, help="verbose logging (keys are never logged)")
     return p.parse_args(argv)
 
 
@@ -40,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if settings.debug else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
+    from . import tunnel
     from .app import create_app
     from .hosts.llamacpp import LlamaCppHost
     from .model_files import default_gguf
@@ -59,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     announce(server)
     print(f"Serving {host.model_id} (context {host.context_length()} tokens)", file=sys.stderr, flush=True)
+    tunnel.start(settings, server.port, server.scheme)
     server.serve_forever()
     return 0
 

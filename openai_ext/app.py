@@ -21,6 +21,7 @@ from . import __version__, chat, completions, models
 from .config import Settings
 from .auth import require_key
 from .errors import OpenAIError, from_validation_errors, internal_error_body
+from .guards import LOCAL_NAMES, BodyLimit, HostGuard
 from .hosts.base import Host
 from .protocol import ChatCompletionRequest, CompletionRequest
 from .state import ApiState
@@ -28,6 +29,8 @@ from .state import ApiState
 log = logging.getLogger(__name__)
 
 DONE = b"data: [DONE]\n\n"
+# Routes that take file uploads, which have their own (larger) size limit.
+UPLOAD_ROUTES = ("/audio/transcriptions", "/audio/translations", "/images/edits", "/images/variations")
 
 
 def _dumps(obj: Any) -> bytes:
@@ -49,14 +52,27 @@ FAMILY_MODULES = ("embeddings", "moderations", "speech", "transcription", "image
 
 
 def families() -> list[Any]:
+    """The family modules that import. One that fails is left out with one log line, so a broken
+    optional part never takes chat and completions down with it."""
     found = []
     for name in FAMILY_MODULES:
         try:
             found.append(importlib.import_module(f"{__package__}.{name}"))
         except ModuleNotFoundError as e:
             if e.name != f"{__package__}.{name}":
-                raise
+                _warn_once(name, e)
+        except Exception as e:  # noqa: BLE001 - see the docstring
+            _warn_once(name, e)
     return found
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(name: str, error: Exception) -> None:
+    if name not in _warned:
+        _warned.add(name)
+        log.error("the %s endpoints are disabled: %s: %s", name, type(error).__name__, error)
 
 
 async def sse_stream(chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
@@ -178,7 +194,15 @@ def create_app(settings: Settings, host: Host) -> FastAPI:
                   docs_url=None, redoc_url=None, lifespan=lifespan)
     app.state.api = state
     install_error_handlers(app)
-    app.add_middleware(CORSMiddleware, allow_origins=["*"], allow_methods=["*"], allow_headers=["*"])
+    # Middleware, innermost first: body limit, Host check, CORS (outermost, so that even the
+    # guards' errors reach browser apps readably).
+    app.add_middleware(BodyLimit, json_limit=int(settings.max_body_mb * 2 ** 20),
+                       upload_limit=int(settings.max_upload_mb * 2 ** 20), upload_suffixes=UPLOAD_ROUTES)
+    if not (settings.listen or settings.public_api):
+        app.add_middleware(HostGuard, allowed=LOCAL_NAMES | {h.lower() for h in settings.allowed_hosts})
+    if settings.cors_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["*"],
+                           allow_headers=["*"], allow_credentials=settings.cors_origins != ["*"])
 
     @app.get("/health")
     @app.get("/v1/internal/health", include_in_schema=False)

@@ -32,7 +32,8 @@ def _prompts(host: Host, req: CompletionRequest) -> list[Prompt]:
                 tokens = host.fim_prompt(item, req.suffix)
                 prompts.append(Prompt(item, tokens))
             else:
-                prompts.append(Prompt(item, host.tokenize(item)))
+                # An empty prompt means "from the start of a new document", as at OpenAI.
+                prompts.append(Prompt(item, host.tokenize(item) or host.document_start()))
         else:
             bad = [t for t in item if t < 0 or (vocab is not None and t >= vocab)]
             if bad:

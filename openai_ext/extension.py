@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Mapping
 
+from . import tunnel
 from .app import create_app
 from .config import load_settings
 from .hosts.textgen import TextgenHost
@@ -24,6 +25,14 @@ def host_settings(params: Mapping[str, Any], shared: Any) -> dict[str, Any]:
             layer["listen_host"] = args.listen_host
     if not layer.get("api_key") and getattr(args, "api_key", ""):
         layer["api_key"] = args.api_key
+    if not layer.get("admin_key") and getattr(args, "admin_key", ""):
+        layer["admin_key"] = args.admin_key
+    if getattr(args, "public_api", False):
+        layer["public_api"] = True
+        if getattr(args, "public_api_id", None):
+            layer["public_api_id"] = args.public_api_id
+    if getattr(args, "api_enable_ipv6", False):
+        layer["ipv6"] = True
     return layer
 
 
@@ -37,4 +46,5 @@ def start(params: Mapping[str, Any], modules: Any = None) -> ApiServer | None:
         return None
     server.start()
     announce(server)
+    tunnel.start(settings, server.port, server.scheme)
     return server

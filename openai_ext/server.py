@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import socket
 import sys
 import threading
@@ -21,12 +22,19 @@ from .config import Settings
 log = logging.getLogger(__name__)
 
 
+SEND_BUFFER = 64 * 1024  # the kernel doubles it for bookkeeping
+
+
 class PortInUse(RuntimeError):
     pass
 
 
-def bind_address(settings: Settings) -> str:
-    return settings.listen_host if settings.listen else "127.0.0.1"
+def bind_addresses(settings: Settings) -> list[str]:
+    """127.0.0.1 unless listening is turned on; with ipv6, its IPv6 counterpart as well."""
+    addresses = [settings.listen_host if settings.listen else "127.0.0.1"]
+    if settings.ipv6:
+        addresses.append("::" if settings.listen else "::1")
+    return addresses
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -36,6 +44,12 @@ def bind_socket(host: str, port: int) -> socket.socket:
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    # A fixed send buffer (inherited by accepted connections) caps what a client that stops
+    # reading can pin in the kernel; left to autotuning it grows to megabytes per connection.
+    # With it, the stream's backpressure reaches the generation, which then pauses.
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
+    if family == socket.AF_INET6:
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)  # the IPv4 socket serves IPv4
     try:
         sock.bind((host, port))
     except OSError as e:
@@ -54,11 +68,23 @@ class ApiServer:
     def __init__(self, app: FastAPI, settings: Settings):
         self.app = app
         self.settings = settings
-        self.host = bind_address(settings)
-        self.sock = bind_socket(self.host, settings.port)
-        self.port = self.sock.getsockname()[1]
+        addresses = bind_addresses(settings)
+        self.host = addresses[0]
+        self.sockets: list[socket.socket] = []
+        try:
+            for address in addresses:
+                # every address on the same port; port 0 takes the first socket's free port
+                port = self.sockets[0].getsockname()[1] if self.sockets else settings.port
+                self.sockets.append(bind_socket(address, port))
+        except BaseException:
+            for sock in self.sockets:
+                sock.close()
+            raise
+        self.port = self.sockets[0].getsockname()[1]
+        tls = _tls(settings)
+        self.scheme = "https" if tls else "http"
         config = uvicorn.Config(app, log_level="info" if settings.debug else "warning",
-                                access_log=settings.debug, timeout_graceful_shutdown=5)
+                                access_log=settings.debug, timeout_graceful_shutdown=5, **tls)
         self.server = uvicorn.Server(config)
         self.thread: threading.Thread | None = None
 
@@ -66,10 +92,10 @@ class ApiServer:
     def url(self) -> str:
         host = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host
         host = f"[{host}]" if ":" in host else host
-        return f"http://{host}:{self.port}/v1"
+        return f"{self.scheme}://{host}:{self.port}/v1"
 
     def serve_forever(self) -> None:
-        self.server.run(sockets=[self.sock])
+        self.server.run(sockets=self.sockets)
 
     def start(self, timeout: float = 30.0) -> "ApiServer":
         """Starts serving on a daemon thread and returns once requests are accepted."""
@@ -86,7 +112,19 @@ class ApiServer:
         self.server.should_exit = True
         if self.thread is not None:
             self.thread.join(timeout=10)
-        self.sock.close()
+        for sock in self.sockets:
+            sock.close()
+
+
+def _tls(settings: Settings) -> dict[str, str]:
+    if not (settings.cert_path or settings.key_path):
+        return {}
+    if not (settings.cert_path and settings.key_path):
+        raise SystemExit("HTTPS needs both cert_path and key_path (OPENEDAI_CERT_PATH / OPENEDAI_KEY_PATH).")
+    for path in (settings.cert_path, settings.key_path):
+        if not os.path.isfile(path):
+            raise SystemExit(f"HTTPS: no such file {path}")
+    return {"ssl_certfile": settings.cert_path, "ssl_keyfile": settings.key_path}
 
 
 def announce(server: ApiServer) -> None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -59,3 +61,22 @@ def openai_client(server, **kw):
 @pytest.fixture
 def client(live):
     return openai_client(live)
+
+
+DOUBLE = Path(__file__).parent / "doubles" / "textgen_webui"
+
+
+@pytest.fixture
+def host_modules(monkeypatch):
+    """Imports the double of the host's `modules` package, fresh for each test."""
+    monkeypatch.syspath_prepend(str(DOUBLE))
+    for name in [n for n in sys.modules if n == "modules" or n.startswith("modules.")]:
+        monkeypatch.delitem(sys.modules, name)
+    mods = SimpleNamespace(shared=importlib.import_module("modules.shared"),
+                           text_generation=importlib.import_module("modules.text_generation"),
+                           chat=importlib.import_module("modules.chat"))
+    yield mods
+    for name in [n for n in sys.modules if n == "modules" or n.startswith("modules.")]:
+        sys.modules.pop(name, None)
+
+

@@ -152,3 +152,10 @@ def test_prompt_over_context(client, llama_host):
     with pytest.raises(openai.BadRequestError) as e:
         client.completions.create(model="x", prompt="hi " * (llama_host.context_length() + 10))
     assert e.value.body["code"] == "context_length_exceeded" and e.value.body["param"] == "prompt"
+
+
+def test_an_empty_prompt_starts_a_new_document(client):
+    resp, _ = raw_completion(client, prompt="", max_tokens=5, temperature=0)
+    assert resp.usage.prompt_tokens == 1 and resp.usage.completion_tokens >= 1
+    resp, _ = raw_completion(client, prompt=["", "Hi"], max_tokens=2, temperature=0)
+    assert len(resp.choices) == 2

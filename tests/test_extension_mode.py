@@ -17,24 +17,7 @@ import pytest
 
 from openai_spec import assert_valid, assert_valid_stream
 
-DOUBLE = Path(__file__).parent / "doubles" / "textgen_webui"
 ROOT = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture
-def host_modules(monkeypatch):
-    """Imports the double of the host's `modules` package, fresh for each test."""
-    monkeypatch.syspath_prepend(str(DOUBLE))
-    for name in [n for n in sys.modules if n == "modules" or n.startswith("modules.")]:
-        monkeypatch.delitem(sys.modules, name)
-    from types import SimpleNamespace
-
-    mods = SimpleNamespace(shared=importlib.import_module("modules.shared"),
-                           text_generation=importlib.import_module("modules.text_generation"),
-                           chat=importlib.import_module("modules.chat"))
-    yield mods
-    for name in [n for n in sys.modules if n == "modules" or n.startswith("modules.")]:
-        sys.modules.pop(name, None)
 
 
 def free_port() -> int:
@@ -275,3 +258,15 @@ def test_auto_without_a_lazy_grammar_still_validates_calls(client, host_modules)
     assert choice.message.tool_calls is None and choice.finish_reason == "stop"
     assert '"town"' in choice.message.content              # not a valid call: returned as text
     assert not tg.CALLS[-1][1]["grammar_string"]            # no grammar forced a call in auto mode
+
+
+def test_health_is_503_without_a_model(host_modules, make_server):
+    from openai_ext.hosts.textgen import TextgenHost
+
+    host_modules.shared.model = None
+    host_modules.shared.model_name = "None"
+    server = make_server(TextgenHost(host_modules))
+    r = httpx.get(server.url.removesuffix("/v1") + "/health")
+    assert r.status_code == 503 and r.json()["model_loaded"] is False
+    ids = [m["id"] for m in httpx.get(server.url + "/models").json()["data"]]
+    assert "None" not in ids and "Double-Model-1B-Instruct.Q4_K_M.gguf" not in ids

@@ -64,6 +64,10 @@ class Host(ABC):
         """Blocking generator of pieces. It runs on a worker thread, checks ``stop_event``
         between tokens, and sets ``finish_reason`` ("stop" or "length") on its last piece."""
 
+    def document_start(self) -> list[int]:
+        """The tokens an empty prompt stands for (a new document)."""
+        return self.tokenize("")
+
     def fim_prompt(self, prefix: str, suffix: str) -> list[int]:
         raise NotImplementedError
 

@@ -150,6 +150,12 @@ class LlamaCppHost(Host):
                                       param="messages") from None
         return ChatPrompt(out.prompt, list(self._template_stops))
 
+    def document_start(self) -> list[int]:
+        """What an empty prompt becomes: the start-of-text token, or the end-of-text token that
+        separates documents in training (as OpenAI's <|endoftext|> does)."""
+        L = self._L
+        return [self._bos if self._bos != L.LLAMA_TOKEN_NULL else L.llama_vocab_eos(self._vocab)]
+
     def fim_prompt(self, prefix: str, suffix: str) -> list[int]:
         pre, suf, mid = self._fim
         return ([self._bos] if self._add_bos else []) + [pre] + self.tokenize(prefix, add_bos=False) + \
@@ -263,6 +269,9 @@ class LlamaCppHost(Host):
 
     def _prepare(self, tokens: list[int]) -> None:
         """Evaluates the prompt, reusing the longest prefix already in the KV cache."""
+        if not tokens:
+            # sampling without any evaluated token would abort inside llama.cpp
+            raise ValueError("an empty prompt reached the model")
         llm = self.llm
         cached = llm.input_ids[:llm.n_tokens]
         n = 0
@@ -320,8 +329,7 @@ class LlamaCppHost(Host):
         if tokens and tokens[0] == self._bos:
             context, scored = tokens, tokens[1:]
         else:
-            start = self._bos if self._bos != L.LLAMA_TOKEN_NULL else L.llama_vocab_eos(self._vocab)
-            context, scored = [start] + tokens, tokens
+            context, scored = self.document_start() + tokens, tokens
         out: list[TokenLogprob] = []
         with self._lock:
             L.llama_memory_seq_rm(L.llama_get_memory(self._ctx), -1, 0, -1)
