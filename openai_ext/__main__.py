@@ -7,6 +7,7 @@ given as JSON (``--cors-origins '["http://localhost:3000"]'``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -54,17 +55,25 @@ def main(argv: list[str] | None = None) -> int:
     from .app import create_app
     from .hosts.llamacpp import LlamaCppHost
     from .model_files import default_gguf
+    from .model_manager import StandaloneModels
     from .server import ApiServer, PortInUse, announce
 
+    def make_host(path, alias=None):
+        return LlamaCppHost(path, alias=alias, n_ctx=settings.n_ctx, n_threads=settings.n_threads,
+                            n_gpu_layers=settings.n_gpu_layers)
+
     try:
-        model_path = settings.model or default_gguf()
-        host = LlamaCppHost(model_path, alias=settings.model_alias, n_ctx=settings.n_ctx,
-                            n_threads=settings.n_threads, n_gpu_layers=settings.n_gpu_layers)
+        host = make_host(settings.model or default_gguf(), settings.model_alias)
     except (FileNotFoundError, ValueError) as e:
         print(f"Cannot load the model: {e}", file=sys.stderr)
         return 1
+    # the models_dir folder, plus the model served now and the embedded default
+    known = {host.path.name: host.path}
+    with contextlib.suppress(FileNotFoundError):
+        known.setdefault(default_gguf().name, default_gguf())
+    manager = StandaloneModels(settings, make_host, extra=known)
     try:
-        server = ApiServer(create_app(settings, host), settings)
+        server = ApiServer(create_app(settings, host, manager), settings)
     except PortInUse as e:
         print(e, file=sys.stderr)
         return 1

@@ -8,7 +8,7 @@ import contextlib
 import importlib
 import json
 import logging
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any, AsyncIterator, Awaitable
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -164,26 +164,28 @@ def build_router() -> APIRouter:
 
     @r.post("/completions")
     async def create_completion(body: CompletionRequest, request: Request):
-        return await _generate(request, completions.prepare, completions.complete, completions.stream, body)
+        return await generate(request, completions, body)
 
     @r.post("/chat/completions")
     async def create_chat_completion(body: ChatCompletionRequest, request: Request):
-        return await _generate(request, chat.prepare, chat.complete, chat.stream, body)
+        return await generate(request, chat, body)
 
     return r
 
 
-async def _generate(request: Request, prepare: Callable, complete: Callable, stream: Callable, body: Any):
+async def generate(request: Request, service: Any, body: Any):
+    """Runs a text-generation service (the chat or completions module) for one request."""
     state = api(request)
-    job = prepare(state, body)           # every 400 happens here, before anything is queued
+    job = service.prepare(state, body)   # every 400 happens here, before anything is queued
     ticket = state.queue.admit()         # 429 at once when the queue is full
     if job.plan.stream:
-        return event_stream(stream(state, job, ticket))
-    return await until_disconnect(request, complete(state, job, ticket))
+        return event_stream(service.stream(state, job, ticket))
+    return await until_disconnect(request, service.complete(state, job, ticket))
 
 
-def create_app(settings: Settings, host: Host) -> FastAPI:
-    state = ApiState(settings, host)
+def create_app(settings: Settings, host: Host, manager: Any = None) -> FastAPI:
+    """``manager`` (model_manager.StandaloneModels or TextgenModels) enables model management."""
+    state = ApiState(settings, host, manager=manager)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI):

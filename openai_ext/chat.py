@@ -70,7 +70,7 @@ def prepare(state: ApiState, req: ChatCompletionRequest) -> Job:
     prompt = fit_prompt(host, prompt, requested=requested, truncate=state.settings.truncate_prompt, param="messages")
     plan = params.plan(req, abilities=host.abilities, room=host.context_length() - len(prompt.tokens),
                        max_n=state.settings.max_n, toolset=toolset)
-    job = new_job("chatcmpl", [prompt], plan, host.model_id)
+    job = new_job("chatcmpl", [prompt], plan, host)
     job.tools = toolset if toolset is not None and toolset.calling else None
     return job
 
@@ -119,7 +119,7 @@ class _Choice:
 
 async def complete(state: ApiState, job: Job, ticket: Ticket) -> dict[str, Any]:
     results: list[ChoiceResult] = []
-    async with contextlib.aclosing(run_job(state.host, job, ticket)) as events:
+    async with contextlib.aclosing(run_job(state, job, ticket)) as events:
         async for ev in events:
             if ev.result is not None:
                 results.append(ev.result)
@@ -159,7 +159,7 @@ async def stream(state: ApiState, job: Job, ticket: Ticket) -> AsyncIterator[dic
                                                                           finish_reason=finish)],
                                     include_usage=include_usage)
 
-    async with contextlib.aclosing(run_job(state.host, job, ticket)) as events:
+    async with contextlib.aclosing(run_job(state, job, ticket)) as events:
         async for ev in events:
             choice = open_choices.get(ev.index)
             if choice is None:

@@ -51,7 +51,7 @@ def prepare(state: ApiState, req: CompletionRequest) -> Job:
                for p in _prompts(host, req)]
     room = host.context_length() - max(len(p.tokens) for p in prompts)
     plan = params.plan(req, abilities=host.abilities, room=room, max_n=state.settings.max_n)
-    job = new_job("cmpl", prompts, plan, host.model_id)
+    job = new_job("cmpl", prompts, plan, host)
     if plan.echo:
         job.echo = [p.text for p in prompts]
     return job
@@ -61,7 +61,7 @@ async def complete(state: ApiState, job: Job, ticket: Ticket) -> dict[str, Any]:
     plan, host = job.plan, state.host
     results: list[ChoiceResult] = []
     prompt_lp: dict[int, list[TokenLogprob | None]] = {}
-    async with contextlib.aclosing(run_job(host, job, ticket)) as events:
+    async with contextlib.aclosing(run_job(state, job, ticket)) as events:
         async for ev in events:
             if ev.prompt_logprobs is not None:
                 prompt_lp[ev.index // plan.best_of] = ev.prompt_logprobs
@@ -93,7 +93,7 @@ async def stream(state: ApiState, job: Job, ticket: Ticket) -> AsyncIterator[dic
     def chunk(index: int, text: str, finish: str | None, lp: dict[str, Any] | None) -> dict[str, Any]:
         return responses.completion(job, fp, [responses.completion_choice(index, text, finish, lp)])
 
-    async with contextlib.aclosing(run_job(host, job, ticket)) as events:
+    async with contextlib.aclosing(run_job(state, job, ticket)) as events:
         async for ev in events:
             p = ev.index // plan.n
             if ev.index not in position:

@@ -9,6 +9,7 @@ from . import tunnel
 from .app import create_app
 from .config import load_settings
 from .hosts.textgen import TextgenHost
+from .model_manager import TextgenModels
 from .server import ApiServer, PortInUse, announce
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,7 @@ def start(params: Mapping[str, Any], modules: Any = None) -> ApiServer | None:
     host = TextgenHost(modules)
     settings = load_settings(host=host_settings(params, host.m.shared))
     try:
-        server = ApiServer(create_app(settings, host), settings)
+        server = ApiServer(create_app(settings, host, TextgenModels(host.m)), settings)
     except PortInUse as e:
         log.error("%s", e)
         return None

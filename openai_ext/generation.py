@@ -25,7 +25,7 @@ import anyio
 import janus
 
 from .assembly import ChoiceAssembler, Delta, Piece, TokenLogprob
-from .errors import ContextLengthExceeded, RateLimitError, ServerError
+from .errors import ContextLengthExceeded, RateLimitError, ServerError, ServiceUnavailableError
 from .hosts.base import Host, Prompt
 from .params import Plan
 
@@ -218,6 +218,7 @@ class Job:
     created: int
     echo: list[str] = field(default_factory=list)
     tools: Any = None        # the ToolSet when the model may call functions (chat only)
+    host: Host | None = None  # the host the prompts were tokenized for
 
     @property
     def prompt_tokens(self) -> int:
@@ -227,9 +228,9 @@ class Job:
         return prompt_index * self.plan.n + choice
 
 
-def new_job(prefix: str, prompts: list[Prompt], plan: Plan, model: str) -> Job:
-    return Job(prompts=prompts, plan=plan, model=model, id=f"{prefix}-{uuid.uuid4().hex[:24]}",
-               created=int(time.time()))
+def new_job(prefix: str, prompts: list[Prompt], plan: Plan, host: Host) -> Job:
+    return Job(prompts=prompts, plan=plan, model=host.model_id, id=f"{prefix}-{uuid.uuid4().hex[:24]}",
+               created=int(time.time()), host=host)
 
 
 @dataclass
@@ -241,10 +242,13 @@ class Event:
     prompt_logprobs: list[TokenLogprob] | None = None
 
 
-async def run_job(host: Host, job: Job, ticket: Ticket) -> AsyncIterator[Event]:
+async def run_job(state: Any, job: Job, ticket: Ticket) -> AsyncIterator[Event]:
     """Runs every choice of the job in turn, holding the queue's lock throughout."""
-    plan = job.plan
+    plan, host = job.plan, job.host
     async with ticket:
+        if state.host is not host:
+            raise ServiceUnavailableError("The model was changed while this request waited; send it again.",
+                                          code="model_changed")
         for p, prompt in enumerate(job.prompts):
             prompt_lp = None
             if plan.echo and plan.logprobs is not None:

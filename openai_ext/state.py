@@ -16,6 +16,7 @@ from .hosts.base import Host
 class ApiState:
     settings: Settings
     host: Host
+    manager: Any = None      # model management (model_manager.StandaloneModels / TextgenModels)
     queue: GenerationQueue = field(init=False)
     started: int = field(default_factory=lambda: int(time.time()))
     engines: dict[str, Any] = field(default_factory=dict)   # lazily loaded engines, by family

@@ -72,9 +72,8 @@ def host_modules(monkeypatch):
     monkeypatch.syspath_prepend(str(DOUBLE))
     for name in [n for n in sys.modules if n == "modules" or n.startswith("modules.")]:
         monkeypatch.delitem(sys.modules, name)
-    mods = SimpleNamespace(shared=importlib.import_module("modules.shared"),
-                           text_generation=importlib.import_module("modules.text_generation"),
-                           chat=importlib.import_module("modules.chat"))
+    mods = SimpleNamespace(**{name: importlib.import_module(f"modules.{name}")
+                              for name in ("shared", "text_generation", "chat", "models", "utils", "LoRA")})
     yield mods
     for name in [n for n in sys.modules if n == "modules" or n.startswith("modules.")]:
         sys.modules.pop(name, None)

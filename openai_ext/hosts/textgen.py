@@ -30,7 +30,7 @@ _NO_TRUNCATION = 10 ** 9
 
 
 def import_host_modules() -> SimpleNamespace:
-    names = ("shared", "text_generation", "chat")
+    names = ("shared", "text_generation", "chat", "models", "utils", "LoRA")
     return SimpleNamespace(**{n: importlib.import_module(f"modules.{n}") for n in names})
 
 

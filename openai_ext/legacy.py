@@ -1,0 +1,101 @@
+"""Routes of the pre-1.0 OpenAI API that old clients (python-openai 0.x) still call:
+/engines, /engines/{id}/..., and /edits. Each answers through the modern service it stands for."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, ConfigDict, Field
+
+from . import chat, completions, models
+from .errors import NotFoundError
+from .protocol import ChatCompletionRequest, CompletionRequest
+
+router = APIRouter()
+
+
+def _engine(card: dict[str, Any]) -> dict[str, Any]:
+    return {"id": card["id"], "object": "engine", "created": card["created"], "owner": card["owned_by"],
+            "ready": True, "permissions": None}
+
+
+@router.get("/engines")
+async def list_engines(request: Request):
+    return {"object": "list", "data": [_engine(c) for c in models.cards(request.app.state.api)]}
+
+
+@router.get("/engines/{engine_id:path}")
+async def retrieve_engine(engine_id: str, request: Request):
+    for card in models.cards(request.app.state.api):
+        if card["id"] == engine_id:
+            return _engine(card)
+    # like /models/{id}, any name is served by the loaded model when used for generation
+    raise NotFoundError(f"The engine '{engine_id}' does not exist. Engines here: "
+                        f"{', '.join(c['id'] for c in models.cards(request.app.state.api)) or 'none'}.",
+                        param="engine_id", code="model_not_found")
+
+
+@router.post("/engines/{engine_id}/completions")
+async def engine_completions(engine_id: str, body: CompletionRequest, request: Request):
+    from .app import generate
+
+    body.model = body.model or engine_id
+    return await generate(request, completions, body)
+
+
+@router.post("/engines/{engine_id}/chat/completions")
+async def engine_chat(engine_id: str, body: ChatCompletionRequest, request: Request):
+    from .app import generate
+
+    body.model = body.model or engine_id
+    return await generate(request, chat, body)
+
+
+@router.post("/engines/{engine_id}/embeddings")
+async def engine_embeddings(engine_id: str, request: Request):
+    from . import embeddings
+
+    data = await request.json()
+    data.setdefault("model", engine_id)
+    return await embeddings.create_embeddings(embeddings.EmbeddingRequest.model_validate(data), request)
+
+
+class EditRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    model: str | None = None
+    instruction: str = Field(min_length=1)
+    input: str | None = ""
+    n: int | None = Field(None, ge=1, le=20)
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, ge=0, le=1)
+
+
+async def _edit(body: EditRequest, request: Request):
+    """The instruction and the input, rendered through the model's chat template as one user turn;
+    the answer in the old edits shape."""
+    content = body.instruction if not body.input else f"{body.instruction}\n\n{body.input}"
+    req = ChatCompletionRequest(messages=[{"role": "user", "content": content}], model=body.model, n=body.n,
+                                temperature=body.temperature, top_p=body.top_p)
+    state = request.app.state.api
+    job = chat.prepare(state, req)
+    from .app import until_disconnect
+
+    result = await until_disconnect(request, chat.complete(state, job, state.queue.admit()))
+    if not isinstance(result, dict):
+        return result   # the client went away
+    return {"object": "edit", "created": int(time.time()),
+            "choices": [{"text": c["message"]["content"], "index": c["index"]} for c in result["choices"]],
+            "usage": result["usage"]}
+
+
+@router.post("/edits")
+async def create_edit(body: EditRequest, request: Request):
+    return await _edit(body, request)
+
+
+@router.post("/engines/{engine_id}/edits")
+async def engine_edit(engine_id: str, body: EditRequest, request: Request):
+    body.model = body.model or engine_id
+    return await _edit(body, request)
