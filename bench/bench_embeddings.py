@@ -1,0 +1,199 @@
+"""Embedding throughput: the API with dynamic batching, the API without it, and the model called
+in-process, side by side in one run.
+
+    raw in-process   SentenceTransformer.encode on the same sentences, in batches of --clients
+                     (the no-HTTP limit)
+    API, batching    python -m openai_ext with the default batching settings
+    API, no batching the same server with embedding_max_batch=1 (one encode call per sentence)
+
+Load: --clients concurrent clients, each sending one sentence per request and its next request
+as soon as the answer arrives, as the official SDK does by default (encoding_format=base64).
+The clients are a minimal keep-alive HTTP/1.1 client on asyncio, so that on a small machine the
+client's own CPU use weighs as little as possible against the server it measures. Rounds
+alternate between the contenders so drift on a shared machine hits all of them alike.
+
+Targets: API with batching >= 0.8x raw; API without batching >= 4x slower than with it.
+
+    python bench/bench_embeddings.py [--rounds 5] [--clients 32] [--requests 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+TOPICS = ["the weather in spring", "a new jazz album", "the price of wheat", "a football match",
+          "quantum computing", "baking sourdough bread", "the history of Rome", "electric cars",
+          "a mountain hike", "the stock market", "learning French", "a chess tournament"]
+
+
+def sentences(n: int) -> list[str]:
+    return [f"Client {i} writes a short note about {TOPICS[i % len(TOPICS)]} for the weekly newsletter."
+            for i in range(n)]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(port: int, *flags: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    log = tempfile.TemporaryFile(mode="w+")   # a full pipe would block a chatty server
+    proc = subprocess.Popen([sys.executable, "-m", "openai_ext", "--port", str(port), *flags], cwd=ROOT, env=env,
+                            stdout=log, stderr=subprocess.STDOUT, text=True)
+    proc.log = log  # type: ignore[attr-defined]
+    return proc
+
+
+class Connection:
+    """One keep-alive HTTP/1.1 connection that posts JSON and reads a Content-Length answer."""
+
+    def __init__(self, port: int):
+        self.port = port
+
+    async def open(self) -> "Connection":
+        self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
+        return self
+
+    async def post(self, path: str, body: bytes) -> bytes:
+        head = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\nContent-Type: application/json\r\n"
+                f"Authorization: Bearer bench\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+        self.writer.write(head + body)
+        status = await self.reader.readline()
+        if not status:
+            # the server closed the idle connection (uvicorn's keep-alive timeout): open a new one
+            self.close()
+            await self.open()
+            self.writer.write(head + body)
+            status = await self.reader.readline()
+        length = 0
+        while (line := await self.reader.readline()) not in (b"\r\n", b""):
+            name, _, value = line.decode().partition(":")
+            if name.lower() == "content-length":
+                length = int(value)
+        payload = await self.reader.readexactly(length)
+        if b" 200 " not in status:
+            raise SystemExit(f"request failed: {status!r} {payload[:300]!r}")
+        return payload
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+async def wait_up(port: int, proc: subprocess.Popen, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    body = json.dumps({"model": "m", "input": "warm up"}).encode()
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            proc.log.seek(0)
+            raise SystemExit(f"server exited: {proc.log.read()}")
+        try:
+            conn = await Connection(port).open()
+            await conn.post("/v1/embeddings", body)     # also loads the embedding model
+            conn.close()
+            return
+        except OSError:
+            await asyncio.sleep(0.3)
+    raise SystemExit("server did not start")
+
+
+async def api_round(conns: list[Connection], texts: list[str], requests: int, fmt: str) -> float:
+    """Sentences per second with every client sending `requests` one-sentence requests in turn."""
+    bodies = [json.dumps({"model": "text-embedding-3-small", "input": t, "encoding_format": fmt}).encode()
+              for t in texts]
+
+    async def client(i: int) -> None:
+        for _ in range(requests):
+            await conns[i].post("/v1/embeddings", bodies[i])
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(client(i) for i in range(len(conns))))
+    return len(conns) * requests / (time.perf_counter() - t0)
+
+
+def raw_round(model, texts: list[str], requests: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(requests):
+        model.encode(texts, batch_size=len(texts), convert_to_numpy=True, normalize_embeddings=True,
+                     show_progress_bar=False)
+    return len(texts) * requests / (time.perf_counter() - t0)
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--clients", type=int, default=32)
+    ap.add_argument("--requests", type=int, default=4, help="requests per client per round")
+    ap.add_argument("--format", choices=["base64", "float"], default="base64")
+    args = ap.parse_args()
+
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    from openai_ext.config import Settings
+    from openai_ext.engines.embedding import locate_model, resolve_device
+
+    settings = Settings()
+    source, model_id = locate_model(settings.embedding_model)
+    model = SentenceTransformer(source, device=resolve_device(settings.embedding_device))
+    texts = sentences(args.clients)
+    print(f"model {model_id}, torch {torch.__version__} with {torch.get_num_threads()} threads, "
+          f"{os.cpu_count()} cores; "
+          f"{args.clients} clients x {args.requests} one-sentence requests per round, {args.rounds} rounds, "
+          f"encoding_format={args.format}")
+
+    ports = {"API, batching": free_port(), "API, no batching": free_port()}
+    procs = [start_server(ports["API, batching"]),
+             start_server(ports["API, no batching"], "--embedding-max-batch", "1", "--embedding-batch-window-ms", "0")]
+    results: dict[str, list[float]] = {"raw in-process": [], **{name: [] for name in ports}}
+    try:
+        for port, proc in zip(ports.values(), procs):
+            await wait_up(port, proc)
+        conns = {name: [await Connection(port).open() for _ in range(args.clients)] for name, port in ports.items()}
+        raw_round(model, texts, 1)                                   # warm-up
+        for name in ports:
+            await api_round(conns[name], texts, 1, args.format)
+        for r in range(args.rounds):
+            results["raw in-process"].append(raw_round(model, texts, args.requests))
+            for name in ports:
+                # without batching a round takes much longer: fewer requests keep it short
+                n = args.requests if name == "API, batching" else max(1, args.requests // 4)
+                results[name].append(await api_round(conns[name], texts, n, args.format))
+            print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:.0f}/s" for k, v in results.items()), flush=True)
+        for cs in conns.values():
+            for c in cs:
+                c.close()
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+    raw, batched, single = (results[k] for k in ("raw in-process", "API, batching", "API, no batching"))
+    print(f"\n{'contender':20} {'sentences/s':>12} {'vs raw':>8}")
+    for name, rows in results.items():
+        print(f"{name:20} {statistics.median(rows):12.1f} "
+              f"{statistics.median(r / b for r, b in zip(rows, raw)):7.2f}x")
+    vs_raw = statistics.median(b / r for b, r in zip(batched, raw))
+    speedup = statistics.median(b / s for b, s in zip(batched, single))
+    print(f"\nAPI with batching / raw in-process:     {vs_raw:.2f}x  (target >= 0.80x)")
+    print(f"API with batching / API without:        {speedup:.2f}x  (target >= 4x)")
+    print("(medians over rounds of per-round ratios; each round runs the three contenders back to back)")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
