@@ -9,7 +9,8 @@ from typing import Any
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from . import chat, completions, models
+from . import chat, completions, embeddings, models
+from .embeddings import EmbeddingRequest
 from .errors import NotFoundError
 from .protocol import ChatCompletionRequest, CompletionRequest
 
@@ -54,12 +55,9 @@ async def engine_chat(engine_id: str, body: ChatCompletionRequest, request: Requ
 
 
 @router.post("/engines/{engine_id}/embeddings")
-async def engine_embeddings(engine_id: str, request: Request):
-    from . import embeddings
-
-    data = await request.json()
-    data.setdefault("model", engine_id)
-    return await embeddings.create_embeddings(embeddings.EmbeddingRequest.model_validate(data), request)
+async def engine_embeddings(engine_id: str, body: EmbeddingRequest, request: Request):
+    body.model = body.model or engine_id
+    return await embeddings.create_embeddings(body, request)
 
 
 class EditRequest(BaseModel):

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from .config import Settings
-from .errors import InvalidRequestError, NotFoundError, NotImplementedByServer, ServiceUnavailableError
+from .errors import InvalidRequestError, NotFoundError, ServiceUnavailableError
 from .hosts.base import ChatPrompt, Host, Prompt
 from .params import HostAbilities
 
@@ -84,10 +84,18 @@ class StandaloneModels:
     def unload(self, current: Host) -> Host:
         return NoModel()
 
+    # Standalone mode has no LoRAs: the list is empty, so it is the true answer, not an error.
     def loras(self) -> list[str]:
-        raise NotImplementedByServer("LoRAs are managed by the web UI host; standalone mode has none.")
+        return []
 
-    load_loras = unload_loras = loras
+    def load_loras(self, names: list[str]) -> None:
+        if names:
+            raise NotFoundError(f"There is no LoRA named {names[0]!r}: standalone mode serves none (LoRAs are "
+                                "loaded by the web UI host, in extension mode).", param="lora_names",
+                                code="lora_not_found")
+
+    def unload_loras(self) -> None:
+        pass
 
 
 class TextgenModels:

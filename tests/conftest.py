@@ -34,9 +34,9 @@ def make_server():
     """Starts an API server on a free port around a host; every server is stopped at the end."""
     servers = []
 
-    def make(host, **settings) -> ApiServer:
+    def make(host, manager=None, **settings) -> ApiServer:
         s = Settings(**{"port": 0, **settings})
-        server = ApiServer(create_app(s, host), s).start()
+        server = ApiServer(create_app(s, host, manager), s).start()
         servers.append(server)
         return server
 

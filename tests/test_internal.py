@@ -119,9 +119,12 @@ def test_model_names_cannot_escape_the_folder(managed, name, status):
     assert r.status_code == status and "error" in r.json()
 
 
-def test_loras_are_for_the_web_ui_host(managed):
-    r = httpx.get(managed.url + "/internal/lora/list", headers=ADMIN)
-    assert r.status_code == 501 and "error" in r.json()
+def test_standalone_mode_has_no_loras(managed):
+    assert httpx.get(managed.url + "/internal/lora/list", headers=ADMIN).json() == {"lora_names": []}
+    r = httpx.post(managed.url + "/internal/lora/load", headers=ADMIN, json={"lora_names": ["style-lora"]})
+    assert r.status_code == 404 and r.json()["error"]["param"] == "lora_names"
+    assert "web UI" in r.json()["error"]["message"]
+    assert httpx.post(managed.url + "/internal/lora/unload", headers=ADMIN).json() == "OK"
 
 
 @pytest.fixture
