@@ -14,20 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import socket
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from serving import free_port, start_api, start_server, stop, wait_up
 
 PROMPTS = [
     "Write a long story about a dragon who learns to bake bread.",
@@ -37,27 +30,6 @@ PROMPTS = [
     "Write a long story about a cat who becomes a sailor.",
     "Write a long story about a village that forgot how to sing.",
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_up(base: str, proc: subprocess.Popen, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            proc.log.seek(0)
-            raise SystemExit(f"server exited: {proc.log.read()}")
-        try:
-            if httpx.get(f"{base}/models", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    raise SystemExit("server did not start")
 
 
 def in_process(llm, formatter, prompt: str, max_tokens: int) -> tuple[float, float, int]:
@@ -105,16 +77,6 @@ def over_http(client: httpx.Client, base: str, model: str, prompt: str, max_toke
     return first - t0, (n - 1) / (last - first), n
 
 
-def start_server(args: list[str]) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    # The servers' logs go to a file: a full pipe would block a chatty server.
-    log = tempfile.TemporaryFile(mode="w+")
-    proc = subprocess.Popen([sys.executable, *args], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                            text=True)
-    proc.log = log  # type: ignore[attr-defined]
-    return proc
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=5)
@@ -143,8 +105,7 @@ def main() -> None:
     contenders: dict[str, tuple] = {}
     procs = []
     port = free_port()
-    procs.append(start_server(["-m", "openai_ext", "--model", model, "--port", str(port),
-                               "--n-ctx", str(args.n_ctx)]))
+    procs.append(start_api(port, "--model", model, "--n-ctx", str(args.n_ctx)))
     contenders["this API"] = (f"http://127.0.0.1:{port}/v1",)
     if not args.skip_reference:
         try:
@@ -171,9 +132,7 @@ def main() -> None:
                 for name, (base,) in contenders.items():
                     results[name].append(over_http(client, base, "local", prompt, args.max_tokens))
     finally:
-        for proc in procs:
-            proc.terminate()
-            proc.wait(timeout=20)
+        stop(procs)
 
     base = results["in-process"]
     print(f"\n{'contender':26} {'TTFT ms':>9} {'decode tok/s':>13} {'tokens':>7} {'TTFT +ms':>9} {'decode ratio':>13}")

