@@ -10,18 +10,18 @@ import json
 import logging
 from typing import Any, AsyncIterator, Awaitable
 
-from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
 from sse_starlette import EventSourceResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from . import __version__, chat, completions, models
+from . import __version__, chat, completions, models, tunnel
 from .config import Settings
-from .auth import require_key
+from .auth import KeyGuard
 from .errors import OpenAIError, from_validation_errors, internal_error_body
-from .guards import LOCAL_NAMES, BodyLimit, HostGuard
+from .guards import LOCAL_NAMES, BodyLimit, CatchAll, HostGuard
 from .hosts.base import Host
 from .protocol import ChatCompletionRequest, CompletionRequest
 from .state import ApiState
@@ -145,10 +145,8 @@ def install_error_handlers(app: FastAPI) -> None:
         err.type = "invalid_request_error" if exc.status_code < 500 else "server_error"
         return _error_response(err)
 
-    @app.exception_handler(Exception)
-    async def _unexpected(_: Request, exc: Exception):
-        log.error("unhandled error", exc_info=exc)
-        return JSONResponse(internal_error_body(exc), status_code=500)
+    # Any other exception is turned into a 500 OpenAI error by the CatchAll guard (see
+    # create_app), inside CORS, so that browser apps can read it too.
 
 
 def build_router() -> APIRouter:
@@ -196,12 +194,17 @@ def create_app(settings: Settings, host: Host, manager: Any = None) -> FastAPI:
                   docs_url=None, redoc_url=None, lifespan=lifespan)
     app.state.api = state
     install_error_handlers(app)
-    # Middleware, innermost first: body limit, Host check, CORS (outermost, so that even the
-    # guards' errors reach browser apps readably).
+    # Middleware, innermost first: unexpected exceptions as 500 errors, the body limit, the key,
+    # the Host check, and CORS outermost, so that even the guards' errors reach browser apps
+    # readably. The key is checked before the body limit reads the body.
+    app.add_middleware(CatchAll)
     app.add_middleware(BodyLimit, json_limit=int(settings.max_body_mb * 2 ** 20),
                        upload_limit=int(settings.max_upload_mb * 2 ** 20), upload_suffixes=UPLOAD_ROUTES)
-    if not (settings.listen or settings.public_api):
-        app.add_middleware(HostGuard, allowed=LOCAL_NAMES | {h.lower() for h in settings.allowed_hosts})
+    if settings.api_key:
+        app.add_middleware(KeyGuard, api_key=settings.api_key, admin_key=settings.admin_key)
+    if not settings.listen:
+        app.add_middleware(HostGuard, allowed=LOCAL_NAMES | {h.lower() for h in settings.allowed_hosts},
+                           allowed_suffixes=tunnel.host_suffixes(settings))
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["*"],
                            allow_headers=["*"], allow_credentials=settings.cors_origins != ["*"])
@@ -216,8 +219,8 @@ def create_app(settings: Settings, host: Host, manager: Any = None) -> FastAPI:
 
     routers = [build_router(), *(family.router for family in families())]
     for router in routers:
-        app.include_router(router, prefix="/v1", dependencies=[Depends(require_key)])
+        app.include_router(router, prefix="/v1")
     for router in routers:
         # The same routes without /v1, for clients configured with a bare base URL.
-        app.include_router(router, include_in_schema=False, dependencies=[Depends(require_key)])
+        app.include_router(router, include_in_schema=False)
     return app

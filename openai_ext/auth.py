@@ -1,16 +1,26 @@
-"""API keys. The key is compared in constant time and never logged."""
+"""API keys. Keys are compared in constant time and never logged.
+
+The api_key is checked by an ASGI guard in front of every route but health, before the body is
+read: a client without the key never gets a body buffered or parsed for it. The admin key is a
+route dependency of the model-management routes.
+"""
 
 from __future__ import annotations
 
 import hmac
+from typing import Any
 
 from fastapi import Request
 
-from .errors import AuthenticationError
+from .errors import AuthenticationError, PermissionDeniedError
+from .guards import Receive, Scope, Send, header, send_error
+
+# Health answers without a key, so a supervisor or a load balancer can poll it.
+OPEN_PATHS = frozenset({"/health", "/v1/internal/health"})
 
 
-def _bearer(request: Request) -> str | None:
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+def _bearer(authorization: str | None) -> str | None:
+    scheme, _, token = (authorization or "").partition(" ")
     return token.strip() if scheme.lower() == "bearer" else None
 
 
@@ -19,19 +29,33 @@ def _matches(token: str | None, key: str) -> bool:
     return token is not None and hmac.compare_digest(token.encode(), key.encode())
 
 
-def require_key(request: Request) -> None:
-    """Every route but health: the api_key, when one is set (the admin key also passes)."""
-    settings = request.app.state.api.settings
-    if not settings.api_key:
-        return
-    token = _bearer(request)
-    if not (_matches(token, settings.api_key) or (settings.admin_key and _matches(token, settings.admin_key))):
-        raise AuthenticationError()
+class KeyGuard:
+    """Every route but health needs the api_key, when one is set (the admin key also passes)."""
+
+    def __init__(self, app: Any, api_key: str, admin_key: str):
+        self.app = app
+        self.keys = [k for k in (api_key, admin_key) if k]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] != "OPTIONS" and scope["path"] not in OPEN_PATHS:
+            token = _bearer(header(scope, b"authorization"))
+            if not any(_matches(token, key) for key in self.keys):
+                await send_error(send, AuthenticationError())
+                return
+        await self.app(scope, receive, send)
 
 
 def require_admin(request: Request) -> None:
-    """Model management and other internal routes: the admin_key, which defaults to the api_key."""
+    """Model management and other internal routes: the admin_key, which defaults to the api_key.
+
+    With no key at all, a local user manages models freely, as in the web UI; but a request from
+    a web page (browsers always send Origin with a cross-site POST, and CORS lets any origin call
+    the API) is refused, so no site the user visits can load or unload models."""
     settings = request.app.state.api.settings
     key = settings.admin_key or settings.api_key
-    if key and not _matches(_bearer(request), key):
-        raise AuthenticationError("This route needs the admin key: send 'Authorization: Bearer <admin_key>'.")
+    if key:
+        if not _matches(_bearer(request.headers.get("authorization")), key):
+            raise AuthenticationError("This route needs the admin key: send 'Authorization: Bearer <admin_key>'.")
+    elif request.headers.get("origin"):
+        raise PermissionDeniedError("Model management from a web page needs an admin key: set admin_key (or "
+                                    "api_key) and send it as 'Authorization: Bearer <key>'.", code="admin_key_required")

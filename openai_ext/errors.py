@@ -14,14 +14,18 @@ class OpenAIError(Exception):
     type = "server_error"
 
     def __init__(self, message: str, *, param: str | None = None, code: str | None = None,
-                 status: int | None = None, headers: dict[str, str] | None = None):
+                 status: int | None = None, headers: dict[str, str] | None = None, retry: bool = True):
         super().__init__(message)
         self.message = message
         self.param = param
         self.code = code
         if status is not None:
             self.status = status
-        self.headers = headers or {}
+        self.headers = dict(headers or {})
+        if not retry:
+            # A missing part or a wrong setting of the server: the OpenAI SDKs retry 5xx answers
+            # unless told that it will not help.
+            self.headers["x-should-retry"] = "false"
 
     def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.type,
@@ -87,11 +91,15 @@ class ServiceUnavailableError(OpenAIError):
     type = "server_error"
 
 
-def internal_error_body(exc: BaseException) -> dict[str, Any]:
-    """The body for an unexpected exception: it names the exception class, never its arguments,
+def internal_error(exc: BaseException) -> ServerError:
+    """The error for an unexpected exception: it names the exception class, never its arguments,
     which could hold prompt text or secrets."""
     return ServerError(f"The server failed while handling the request ({type(exc).__name__}). "
-                       "See the server log for details; retrying may help.").body()
+                       "See the server log for details; retrying may help.")
+
+
+def internal_error_body(exc: BaseException) -> dict[str, Any]:
+    return internal_error(exc).body()
 
 
 _TYPE_TAGS = {"str", "int", "float", "bool", "list", "dict", "none", "StrictStr", "StrictInt", "json-or-python"}

@@ -1,4 +1,5 @@
-"""ASGI guards in front of every route: the Host header check and the request body limit.
+"""ASGI guards in front of every route: the Host header check, the request body limit, and the
+catch-all that turns an unexpected exception into a 500 OpenAI error.
 
 They are plain ASGI middleware rather than Starlette's BaseHTTPMiddleware, which would buffer
 streamed responses and add a task per request.
@@ -7,9 +8,12 @@ streamed responses and add a task per request.
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any, Awaitable, Callable
 
-from .errors import InvalidRequestError, OpenAIError, RequestTooLargeError
+from .errors import InvalidRequestError, OpenAIError, RequestTooLargeError, internal_error
+
+log = logging.getLogger(__name__)
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -25,7 +29,7 @@ async def send_error(send: Send, err: OpenAIError) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-def _header(scope: Scope, name: bytes) -> str | None:
+def header(scope: Scope, name: bytes) -> str | None:
     for key, value in scope.get("headers", []):
         if key == name:
             return value.decode("latin-1")
@@ -44,14 +48,15 @@ class HostGuard:
     """Defends against DNS rebinding: while the API listens on localhost only, a request whose
     Host is some other name came through a browser tricked into calling it, and is refused."""
 
-    def __init__(self, app: Any, allowed: frozenset[str]):
+    def __init__(self, app: Any, allowed: frozenset[str], allowed_suffixes: tuple[str, ...] = ()):
         self.app = app
         self.allowed = allowed
+        self.allowed_suffixes = allowed_suffixes   # e.g. the public tunnel's ".trycloudflare.com"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            name = host_name(_header(scope, b"host") or "")
-            if name not in self.allowed:
+            name = host_name(header(scope, b"host") or "")
+            if name not in self.allowed and not (self.allowed_suffixes and name.endswith(self.allowed_suffixes)):
                 await send_error(send, InvalidRequestError(
                     f"Invalid Host header {name!r}: this server only answers to {', '.join(sorted(self.allowed))}. "
                     "Add the name to the allowed_hosts setting, or turn listen on."))
@@ -82,7 +87,7 @@ class BodyLimit:
         limit, what = self._limit(scope["path"])
         too_large = RequestTooLargeError(f"The request body is over the {what}. Send less, or raise the setting.",
                                          code="request_too_large")
-        declared = _header(scope, b"content-length")
+        declared = header(scope, b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             await send_error(send, too_large)
             return
@@ -113,3 +118,30 @@ def _replay(chunks: list[bytes], pending: dict[str, Any] | None, receive: Receiv
             return first.pop()
         return await receive()
     return replay
+
+
+class CatchAll:
+    """An exception that no handler took becomes a 500 OpenAI error here, inside CORS, so that a
+    browser app can read it (Starlette's own last-resort handler sits outside CORS)."""
+
+    def __init__(self, app: Any):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracked(message: dict[str, Any]) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except Exception as exc:  # noqa: BLE001 - this is the last resort
+            log.error("unhandled error", exc_info=exc)
+            if started:
+                raise   # the status line is gone: the server ends the connection
+            await send_error(send, internal_error(exc))

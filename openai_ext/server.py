@@ -32,7 +32,7 @@ class PortInUse(RuntimeError):
 def bind_addresses(settings: Settings) -> list[str]:
     """127.0.0.1 unless listening is turned on; with ipv6, its IPv6 counterpart as well."""
     addresses = [settings.listen_host if settings.listen else "127.0.0.1"]
-    if settings.ipv6:
+    if settings.ipv6 and ":" not in addresses[0]:   # an IPv6 listen_host already is the IPv6 socket
         addresses.append("::" if settings.listen else "::1")
     return addresses
 

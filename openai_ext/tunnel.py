@@ -3,16 +3,19 @@ flask-cloudflared, started in the background so the local server never waits on 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 import sys
 import threading
 import time
+from typing import Any, Iterator
 
 from .config import Settings
 
 log = logging.getLogger(__name__)
 ATTEMPTS = 3
+TRYCLOUDFLARE = ".trycloudflare.com"
 
 
 def _free_port() -> int:
@@ -29,6 +32,18 @@ def refusal(settings: Settings, scheme: str) -> str | None:
     if scheme == "https":
         return "The public tunnel forwards to plain HTTP; turn HTTPS (cert_path/key_path) off to use it."
     return None
+
+
+def host_suffixes(settings: Settings) -> tuple[str, ...]:
+    """Host names the Host check lets in for the tunnel: a TryCloudflare tunnel's requests carry
+    its random *.trycloudflare.com name. A named tunnel's own hostname goes in allowed_hosts."""
+    if settings.public_api and not settings.public_api_id and refusal(settings, scheme_of(settings)) is None:
+        return (TRYCLOUDFLARE,)
+    return ()
+
+
+def scheme_of(settings: Settings) -> str:
+    return "https" if settings.cert_path and settings.key_path else "http"
 
 
 def start(settings: Settings, port: int, scheme: str = "http") -> threading.Thread | None:
@@ -52,8 +67,13 @@ def _open(settings: Settings, port: int) -> None:
     error: Exception | None = None
     for attempt in range(ATTEMPTS):
         try:
-            url = _run_cloudflared(port, _free_port(), tunnel_id=settings.public_api_id or None)
-            where = f"{url}/v1" if str(url).startswith("http") else f"the hostname of tunnel {settings.public_api_id}"
+            with _prints_to_debug_log():
+                url = _run_cloudflared(port, _free_port(), tunnel_id=settings.public_api_id or None)
+            if str(url).startswith("http"):
+                where = f"{url}/v1"
+            else:
+                where = (f"the hostname of tunnel {settings.public_api_id} (add that name to the allowed_hosts "
+                         "setting, or the Host check refuses its requests)")
             print(f"Public API at {where}  (OPENAI_BASE_URL for remote apps; the api_key is required)",
                   file=sys.stderr, flush=True)
             return
@@ -61,5 +81,37 @@ def _open(settings: Settings, port: int) -> None:
             error = e
             if attempt + 1 < ATTEMPTS:
                 time.sleep(2 * (attempt + 1))
+    reason = str(error).splitlines()[0] if str(error) else ""
     log.error("The public tunnel could not start (%s: %s); the API keeps serving locally.",
-              type(error).__name__, str(error).splitlines()[0][:200] if str(error) else "")
+              type(error).__name__, reason if len(reason) <= 300 else reason[:300] + "...")
+
+
+class _ThreadFilter:
+    """sys.stdout, minus what one thread writes (that goes to the debug log)."""
+
+    def __init__(self, real: Any, thread: int):
+        self.real = real
+        self.thread = thread
+
+    def write(self, text: str) -> int:
+        if threading.get_ident() != self.thread:
+            return self.real.write(text)
+        if text.strip():
+            log.debug("cloudflared: %s", text.strip())
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+
+@contextlib.contextmanager
+def _prints_to_debug_log() -> Iterator[None]:
+    """flask-cloudflared prints its progress (" * Downloading cloudflared ...") on every attempt;
+    the tunnel's outcome is told in one line instead. Other threads keep printing as before."""
+    real = sys.stdout
+    sys.stdout = _ThreadFilter(real, threading.get_ident())
+    try:
+        yield
+    finally:
+        if isinstance(sys.stdout, _ThreadFilter):
+            sys.stdout = real

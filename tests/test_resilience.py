@@ -79,6 +79,21 @@ def test_host_failure_mid_stream_is_an_error_event_then_done(live, llama_host, f
     assert idle(live, llama_host)
 
 
+def test_an_unexpected_failure_is_a_500_error_object_browsers_can_read(live, monkeypatch):
+    from openai_ext import models
+
+    def broken(state):
+        raise KeyError("secret internals")
+    monkeypatch.setattr(models, "list_models", broken)
+    r = httpx.get(f"{live.url}/models", headers={"Origin": "https://app.example"})
+    assert r.status_code == 500
+    assert_valid("ErrorResponse", r.json())
+    assert "KeyError" in r.json()["error"]["message"] and "secret" not in r.json()["error"]["message"]
+    assert r.headers["access-control-allow-origin"] == "*"
+    monkeypatch.undo()
+    assert httpx.get(f"{live.url}/models").status_code == 200
+
+
 def test_server_keeps_serving_after_host_failures(live, llama_host, failing_host):
     failing_host["after"] = 1
     httpx.post(f"{live.url}/chat/completions", json={"messages": STORY, "max_tokens": 5}, timeout=60)

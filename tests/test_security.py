@@ -45,6 +45,44 @@ def test_every_route_but_health_needs_the_key(keyed, method, path, body):
         assert ok.status_code in (200, 404), ok.text       # 404: the model id 'x' does not exist
 
 
+def every_route(app):
+    """(method, path) of every route the app serves (its schema's), with and without /v1, with
+    path parameters filled in."""
+    for path, operations in app.openapi()["paths"].items():
+        path = path.replace("{engine_id}", "x").replace("{model_id}", "x")
+        for method in operations:
+            yield method.upper(), path
+            yield method.upper(), path.removeprefix("/v1")
+
+
+def test_the_key_guards_all_routes_before_reading_the_body(keyed):
+    """Streaming, multipart, legacy, internal and the schema itself: without the key, 401, and
+    the body (here not even valid JSON) is never read."""
+    routes = sorted(set(every_route(keyed.app)))
+    assert len(routes) > 60 and ("POST", "/v1/audio/transcriptions") in routes and ("POST", "/edits") in routes
+    base = keyed.url.removesuffix("/v1")
+    for method, path in routes + [("GET", "/openapi.json")]:
+        if path in ("/health", "/v1/internal/health"):
+            continue
+        r = httpx.request(method, base + path, content=b"{not json", headers={"Content-Type": "application/json"})
+        assert r.status_code == 401, (method, path, r.text)
+        assert r.json()["error"]["code"] == "invalid_api_key"
+    upload = httpx.post(keyed.url + "/audio/transcriptions", files={"file": ("a.wav", b"RIFF" + bytes(5000))},
+                        data={"model": "whisper-1"})
+    assert upload.status_code == 401
+
+
+def test_admin_routes_refuse_web_pages_when_no_key_is_set(live):
+    # A page on any site may call the API (CORS allows every origin), but not manage models.
+    r = httpx.get(live.url + "/internal/model/list", headers={"Origin": "https://evil.example"})
+    assert r.status_code == 403 and r.json()["error"]["code"] == "admin_key_required"
+    assert r.headers["access-control-allow-origin"] == "*"     # readable, so the page's author sees why
+    r = httpx.post(live.url + "/internal/model/unload", headers={"Origin": "https://evil.example"})
+    assert r.status_code == 403 and live.app.state.api.host.loaded
+    # the ordinary routes stay open to web apps
+    assert httpx.get(live.url + "/models", headers={"Origin": "https://evil.example"}).status_code == 200
+
+
 def test_health_needs_no_key(keyed):
     r = httpx.get(keyed.url.removesuffix("/v1") + "/health")
     assert r.status_code == 200 and r.json()["model_loaded"] is True
@@ -134,6 +172,17 @@ def test_ipv6(llama_host, make_server):
     r = httpx.get(f"http://[::1]:{server.port}/v1/models")
     assert r.status_code == 200
     assert httpx.get(f"http://127.0.0.1:{server.port}/v1/models").status_code == 200
+
+
+def test_bind_addresses():
+    from openai_ext.config import Settings
+    from openai_ext.server import bind_addresses
+
+    assert bind_addresses(Settings()) == ["127.0.0.1"]
+    assert bind_addresses(Settings(ipv6=True)) == ["127.0.0.1", "::1"]
+    assert bind_addresses(Settings(listen=True, ipv6=True)) == ["0.0.0.0", "::"]
+    assert bind_addresses(Settings(listen=True, listen_host="::", ipv6=True)) == ["::"]   # not bound twice
+    assert bind_addresses(Settings(listen_host="0.0.0.0")) == ["127.0.0.1"]            # listen is off
 
 
 def test_json_body_over_the_limit_is_413(llama_host, make_server):

@@ -96,7 +96,8 @@ def test_named_tunnel(tmp_path, fake_cloudflared):
     proc, base, out = start(["--public-api", "--public-api-id", "my-tunnel", "--api-key", "k"], tmp_path,
                             CLOUDFLARED_DOUBLE_LOG=str(fake_cloudflared))
     try:
-        wait_for(out, "Public API at the hostname of tunnel my-tunnel")
+        log = wait_for(out, "Public API at the hostname of tunnel my-tunnel")
+        assert "allowed_hosts" in next(line for line in log.splitlines() if "Public API at" in line)
         calls = [json.loads(line) for line in fake_cloudflared.read_text().splitlines()]
         assert ["tunnel", "run", "my-tunnel"] == next(c for c in calls if c[0] == "tunnel")[:3]
     finally:
@@ -109,6 +110,9 @@ def test_no_tunnel_without_an_api_key(tmp_path, fake_cloudflared):
         log = wait_for(out, "Not opening the public tunnel")
         assert "Public API at" not in log and not fake_cloudflared.exists()
         assert httpx.get(base + "/v1/models").status_code == 200
+        # no tunnel, so the DNS-rebinding defence stays fully on
+        for name in ("attacker.example", "x.trycloudflare.com"):
+            assert httpx.get(base + "/v1/models", headers={"Host": name}).status_code == 400
     finally:
         stop(proc)
 
@@ -128,7 +132,8 @@ def test_download_failure_is_one_line_and_the_server_keeps_serving(tmp_path):
                             HTTPS_PROXY="http://127.0.0.1:9", HTTP_PROXY="http://127.0.0.1:9")
     try:
         log = wait_for(out, "could not start", timeout=60)
-        errors = [line for line in log.splitlines() if "tunnel" in line.lower()]
+        # one line, on all the attempts: flask-cloudflared's own progress prints are not shown
+        errors = [line for line in log.splitlines() if "tunnel" in line.lower() or "cloudflared" in line.lower()]
         assert len(errors) == 1 and "keeps serving locally" in errors[0], log
         r = httpx.post(base + "/v1/completions", json={"prompt": "Hi", "max_tokens": 2},
                        headers={"Authorization": "Bearer k"}, timeout=60)
