@@ -38,15 +38,9 @@ async def retrieve_engine(engine_id: str, request: Request):
                         param="engine_id", code="model_not_found")
 
 
-@router.post("/engines/{engine_id}/completions")
-async def engine_completions(engine_id: str, body: CompletionRequest, request: Request):
-    from .app import generate
-
-    body.model = body.model or engine_id
-    return await generate(request, completions, body)
-
-
-@router.post("/engines/{engine_id}/chat/completions")
+# Engine ids may hold "/" (org/model). Routes match in order, so .../chat/completions comes
+# before .../completions, which would otherwise take it with the id "<id>/chat".
+@router.post("/engines/{engine_id:path}/chat/completions")
 async def engine_chat(engine_id: str, body: ChatCompletionRequest, request: Request):
     from .app import generate
 
@@ -54,7 +48,15 @@ async def engine_chat(engine_id: str, body: ChatCompletionRequest, request: Requ
     return await generate(request, chat, body)
 
 
-@router.post("/engines/{engine_id}/embeddings")
+@router.post("/engines/{engine_id:path}/completions")
+async def engine_completions(engine_id: str, body: CompletionRequest, request: Request):
+    from .app import generate
+
+    body.model = body.model or engine_id
+    return await generate(request, completions, body)
+
+
+@router.post("/engines/{engine_id:path}/embeddings")
 async def engine_embeddings(engine_id: str, body: EmbeddingRequest, request: Request):
     body.model = body.model or engine_id
     return await embeddings.create_embeddings(body, request)
@@ -93,7 +95,7 @@ async def create_edit(body: EditRequest, request: Request):
     return await _edit(body, request)
 
 
-@router.post("/engines/{engine_id}/edits")
+@router.post("/engines/{engine_id:path}/edits")
 async def engine_edit(engine_id: str, body: EditRequest, request: Request):
     body.model = body.model or engine_id
     return await _edit(body, request)

@@ -32,7 +32,9 @@ def test_chat_prompt_shows_the_rendered_prompt(live):
 
 def test_model_info(live, llama_host):
     info = httpx.get(f"{live.url}/internal/model/info").json()
-    assert info["model_name"] == llama_host.model_id and info["loader"] == "llama.cpp"
+    # the web UI's own shape, and no path of the server's machine
+    assert (info["model_name"], info["lora_names"], info["loader"]) == (llama_host.model_id, [], "llama.cpp")
+    assert info["file"] == llama_host.path.name and str(llama_host.path.parent) not in str(info)
 
 
 def test_stop_generation_ends_a_running_stream(live):

@@ -43,6 +43,12 @@ def test_engines_routes(live, llama_host):
     r = httpx.post(f"{live.url}/engines/gpt-4/chat/completions", timeout=60,
                    json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2})
     assert_valid("CreateChatCompletionResponse", r.json())
+    # ids with a slash (org/model) reach the right route
+    r = httpx.post(f"{live.url}/engines/org/some-model/chat/completions", timeout=60,
+                   json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2})
+    assert r.json()["object"] == "chat.completion"
+    r = httpx.post(f"{live.url}/engines/org/some-model/completions", json={"prompt": "Hi", "max_tokens": 2}, timeout=60)
+    assert r.json()["object"] == "text_completion"
 
 
 def test_edits_shape(live):

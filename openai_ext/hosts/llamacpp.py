@@ -364,5 +364,7 @@ class LlamaCppHost(Host):
         self.llm.close()
 
     def describe(self) -> dict[str, Any]:
-        return {"model_name": self.model_id, "model_path": str(self.path), "loader": "llama.cpp",
+        # The web UI's shape (model_name, lora_names, loader), plus what a client may want to know.
+        # The file's name, not its path: the folder layout of the machine is not the client's business.
+        return {"model_name": self.model_id, "lora_names": [], "loader": "llama.cpp", "file": self.path.name,
                 "n_ctx": self.context_length(), "chat_template": self.has_chat_template}
