@@ -46,10 +46,12 @@ def decode(data: bytes, *, rate: int = SAMPLE_RATE, max_seconds: float = DEFAULT
     except ImportError as e:
         raise ServiceUnavailableError(
             f"Audio decoding needs PyAV, which is not installed ({e.name}). Run: pip install av",
-            code="engine_unavailable", headers={"x-should-retry": "false"}) from None
+            code="engine_unavailable", retry=False) from None
 
     try:
-        container = av.open(io.BytesIO(data), mode="r")
+        # Tags in another encoding than UTF-8 (Latin-1 from many Windows tools) must not make a
+        # good file unreadable: they are not used here.
+        container = av.open(io.BytesIO(data), mode="r", metadata_errors="replace")
     except (av.error.FFmpegError, ValueError, OSError) as e:
         raise _bad_file(f"it is not a known audio format or it is damaged ({_reason(e)})") from None
     with container:

@@ -59,7 +59,7 @@ def _import_av() -> Any:
         import av
     except ImportError:
         raise ServiceUnavailableError(
-            "Encoding speech needs PyAV: pip install av (it bundles the FFmpeg libraries).") from None
+            "Encoding speech needs PyAV: pip install av (it bundles the FFmpeg libraries).", retry=False) from None
     return av
 
 

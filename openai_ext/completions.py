@@ -58,7 +58,7 @@ def prepare(state: ApiState, req: CompletionRequest) -> Job:
 
 
 async def complete(state: ApiState, job: Job, ticket: Ticket) -> dict[str, Any]:
-    plan, host = job.plan, state.host
+    plan = job.plan
     results: list[ChoiceResult] = []
     prompt_lp: dict[int, list[TokenLogprob | None]] = {}
     async with contextlib.aclosing(run_job(state, job, ticket)) as events:
@@ -84,7 +84,7 @@ async def complete(state: ApiState, job: Job, ticket: Ticket) -> dict[str, Any]:
 
 
 async def stream(state: ApiState, job: Job, ticket: Ticket) -> AsyncIterator[dict[str, Any]]:
-    plan, fp, host = job.plan, state.fingerprint, state.host
+    plan, fp = job.plan, state.fingerprint
     include_usage = plan.include_usage
     want_lp = plan.logprobs is not None
     position: dict[int, int] = {}  # characters sent so far per choice, for text_offset

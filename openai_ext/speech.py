@@ -181,7 +181,7 @@ def resolve_voice(state: ApiState, tts: TtsEngine, voice: Union[str, VoiceRef]) 
         local = table[name]
         if not tts.has_voice(local):
             raise ServerError(f"The tts_voices setting maps '{name}' to '{local}', which the {tts.name} engine does "
-                              f"not have. Its voices: {', '.join(tts.voices())}. Fix the setting.")
+                              f"not have. Its voices: {', '.join(tts.voices())}. Fix the setting.", retry=False)
         return local
     if tts.has_voice(name):
         return name
@@ -313,6 +313,7 @@ async def create_speech(body: SpeechRequest, request: Request):
     first = await until_disconnect(request, _first(audio))
     if isinstance(first, Response):   # the client left while the first sentence was synthesized
         await audio.aclose()
+        encoder.close()               # the generator may never have started, so its finally did not run
         return first
     if sse:
         return StreamingResponse(_sse(state, job, encoder, _then(first, audio)), media_type="text/event-stream",

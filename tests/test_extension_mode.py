@@ -6,7 +6,6 @@ import importlib
 import importlib.util
 import json
 import socket
-import sys
 import threading
 import time
 from pathlib import Path

