@@ -25,6 +25,7 @@ from .state import ApiState
 router = APIRouter()
 
 MAX_INPUTS = 2048        # OpenAI's limit on the items of one request
+MAX_INPUT_TOKENS = 8192  # OpenAI's limit on one input given as token ids
 ENGINE_KEY = "embeddings"
 TOKENS_KEY = "cl100k_base"
 RENDER_INLINE = 16       # responses with more vectors than this are rendered on a worker thread
@@ -67,6 +68,12 @@ def _is_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
+def _check_tokens(ids: list[int], where: str) -> None:
+    if len(ids) > MAX_INPUT_TOKENS:
+        raise InvalidRequestError(f"'{where}' has {len(ids)} tokens; one input may have at most {MAX_INPUT_TOKENS} "
+                                  "(OpenAI's limit). Split it.", param=where)
+
+
 def parse_input(value: Any) -> tuple[list[str], list[list[int]] | None, list[str]]:
     """(texts, None, []) for text input, or ([], token arrays, the name of each array for errors)
     for token-id input; 400 for anything else."""
@@ -79,6 +86,10 @@ def parse_input(value: Any) -> tuple[list[str], list[list[int]] | None, list[str
         raise InvalidRequestError(f"'input' must be {shapes}.", param="input")
     if not value:
         raise InvalidRequestError("'input' cannot be an empty list. Send at least one text.", param="input")
+    if all(_is_int(x) for x in value):
+        # one input given as token ids: its length is a token count, not a number of inputs
+        _check_tokens(value, "input")
+        return [], [value], ["input"]
     if len(value) > MAX_INPUTS:
         raise InvalidRequestError(f"'input' has {len(value)} items; at most {MAX_INPUTS} are allowed in one request. "
                                   "Split it over several requests.", param="input")
@@ -88,8 +99,6 @@ def parse_input(value: Any) -> tuple[list[str], list[list[int]] | None, list[str
                 raise InvalidRequestError(f"'input[{i}]' is an empty string; every input must hold some text.",
                                           param=f"input[{i}]")
         return list(value), None, []
-    if all(_is_int(x) for x in value):
-        return [], [value], ["input"]
     if all(isinstance(x, list) for x in value):
         for i, ids in enumerate(value):
             if not ids:
@@ -97,6 +106,7 @@ def parse_input(value: Any) -> tuple[list[str], list[list[int]] | None, list[str
                                           param=f"input[{i}]")
             if not all(_is_int(t) for t in ids):
                 raise InvalidRequestError(f"'input[{i}]' must be a list of integer token ids.", param=f"input[{i}]")
+            _check_tokens(ids, f"input[{i}]")
         return [], value, [f"input[{i}]" for i in range(len(value))]
     raise InvalidRequestError(f"'input' must be {shapes}; do not mix kinds in one list.", param="input")
 

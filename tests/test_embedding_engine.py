@@ -143,7 +143,7 @@ def test_big_request_is_sliced_and_small_requests_take_turns_with_it():
     b.close()
 
 
-def test_requests_with_different_dimensions_are_encoded_with_their_own():
+def test_requests_with_different_dimensions_share_one_encode():
     gate = threading.Event()
     engine = Recorder(gate)
     b = emb.Batcher(engine, window_s=0.5, max_batch=64)
@@ -154,7 +154,26 @@ def test_requests_with_different_dimensions_are_encoded_with_their_own():
     v, _ = cut.result(5)
     assert v.shape == (1, 2)
     np.testing.assert_allclose(v[0], expected("cccc", 2), rtol=1e-6)
-    assert sorted((len(t), d or 0) for t, d in engine.calls) == [(1, 2), (2, 0)]
+    # one full-width encode for the batch; each request's width is cut from it
+    assert [(len(t), d) for t, d in engine.calls] == [(3, None)]
+    b.close()
+
+
+def test_an_engine_with_only_embed_is_enough():
+    """The issue's contract is embed(texts, dimensions) alone: the batcher makes the rows unit
+    float32 of the asked width, and usage falls back to counting words."""
+
+    class Bare:
+        model_id, dimension, max_tokens = "bare", 3, 16
+
+        def embed(self, texts, dimensions=None):
+            return np.array([[float(len(t)), 2.0, 2.0] for t in texts], dtype=np.float64)   # not unit, float64
+
+    b = emb.Batcher(Bare(), window_s=0.0, max_batch=8)
+    vectors, counts = b.submit(["one two", "three"], dimensions=2).result(5)
+    assert vectors.dtype == np.float32 and vectors.shape == (2, 2)
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1, rtol=1e-6)
+    assert counts == [2, 1]
     b.close()
 
 
@@ -280,6 +299,11 @@ def test_device_setting():
     if not torch.cuda.is_available():
         with pytest.raises(ServiceUnavailableError, match="embedding_device"):
             emb.resolve_device("cuda")
+    with pytest.raises(ServiceUnavailableError, match="embedding_device") as e:
+        emb.resolve_device(f"cuda:{torch.cuda.device_count()}")          # one past the last GPU
+    with pytest.raises(ServiceUnavailableError, match="cpu, cuda, cuda:N, mps or auto") as e:
+        emb.resolve_device("gpu")
+    assert e.value.headers["x-should-retry"] == "false"
 
 
 def test_model_location(tmp_path):
@@ -348,7 +372,7 @@ def test_an_engine_that_returns_the_wrong_number_of_rows_is_an_error():
             return super().embed(texts[:-1] or texts, dimensions)
 
     b = emb.Batcher(Short(), window_s=0.0, max_batch=8)
-    with pytest.raises(RuntimeError, match="returned 1 vectors for 2 texts"):
+    with pytest.raises(RuntimeError, match=r"returned an array of shape \(1, 4\) for 2 texts"):
         b.submit(["a", "b"]).result(5)
     assert b.submit(["c"]).result(5)[0].shape == (1, 4)     # the worker goes on
     b.close()

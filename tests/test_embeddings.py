@@ -115,6 +115,23 @@ def test_token_arrays_embed_like_their_text(client, live):
     np.testing.assert_allclose(many, by_text, atol=1e-5)
 
 
+def test_one_long_token_array_is_one_input(client):
+    """A single token-id array is one input, however many ids it has (up to OpenAI's 8192): its
+    length is not the number of inputs."""
+    from openai_ext.token_ids import load_encoding
+
+    ids = load_encoding().encode(" ".join(f"word{i % 50}" for i in range(3000)))
+    assert 2048 < len(ids) <= 8192
+    resp = client.embeddings.create(model="m", input=ids, encoding_format="float")
+    assert len(resp.data) == 1 and resp.usage.prompt_tokens == 254
+    with pytest.raises(openai.BadRequestError) as e:
+        client.embeddings.create(model="m", input=[15339] * 8193, encoding_format="float")
+    assert e.value.body["param"] == "input" and "8192" in e.value.body["message"]
+    with pytest.raises(openai.BadRequestError) as e:
+        client.embeddings.create(model="m", input=[[15339], [15339] * 8193], encoding_format="float")
+    assert e.value.body["param"] == "input[1]"
+
+
 def test_long_inputs_are_cut_at_the_model_window(client):
     long_text = " ".join(f"word{i % 50}" for i in range(2000))
     a = client.embeddings.create(model="m", input=long_text, encoding_format="float")

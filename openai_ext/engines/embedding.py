@@ -2,7 +2,9 @@
 
 Contract: an engine has ``model_id``, ``dimension`` and ``max_tokens`` (the longest input it
 embeds in full, in its own tokens; longer inputs are cut there), ``embed(texts, dimensions)``
-returning unit-length float32 rows (N, D), and ``count_tokens(texts)``. ``ENGINES`` maps the
+returning float32 rows (N, D), and optionally ``count_tokens(texts)`` for usage (without it,
+usage counts words). The batcher asks for full-width rows and applies ``dimensions`` and the
+unit length itself, so an engine need not. ``ENGINES`` maps the
 ``embedding_engine`` setting to a factory, so another backend plugs in without touching the API.
 
 Engines are not assumed to be thread-safe (Hugging Face fast tokenizers fail when two threads use
@@ -16,6 +18,7 @@ import base64
 import concurrent.futures
 import logging
 import os
+import re
 import threading
 import time
 from collections import deque
@@ -71,19 +74,34 @@ def to_base64(vector: np.ndarray) -> str:
 
 # --- the sentence-transformers backend ---------------------------------------------------------
 
+_DEVICE = re.compile(r"^(cpu|auto|mps|cuda(?::(\d+))?)$")
+
+
 def resolve_device(setting: str) -> str:
     import torch
 
     device = (setting or "cpu").strip().lower()
+    match = _DEVICE.match(device)
+    if match is None:
+        raise ServiceUnavailableError(
+            f"embedding_device is '{setting}', which is not a device. Set embedding_device "
+            "(OPENEDAI_EMBEDDING_DEVICE) to cpu, cuda, cuda:N, mps or auto.", retry=False)
     if device == "auto":
         if torch.cuda.is_available():
             return "cuda"
         mps = getattr(torch.backends, "mps", None)
         return "mps" if mps is not None and mps.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ServiceUnavailableError(
-            f"embedding_device is '{setting}', but this torch ({torch.__version__}) sees no CUDA GPU. "
-            "Set embedding_device (OPENEDAI_EMBEDDING_DEVICE) to cpu or auto, or install a CUDA build of torch.")
+    if device.startswith("cuda"):
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        index = int(match.group(2) or 0)
+        if index >= count:
+            raise ServiceUnavailableError(
+                f"embedding_device is '{setting}', but this torch ({torch.__version__}) sees "
+                f"{count} CUDA GPU(s). Set embedding_device (OPENEDAI_EMBEDDING_DEVICE) to cpu or auto, or install "
+                "a CUDA build of torch.", retry=False)
+    if device == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise ServiceUnavailableError(f"embedding_device is '{setting}', but this machine has no MPS device. Set "
+                                      "embedding_device (OPENEDAI_EMBEDDING_DEVICE) to cpu or auto.", retry=False)
     return device
 
 
@@ -334,23 +352,19 @@ class Batcher:
     def _run(self, batch: list[tuple[_Job, int, int]]) -> None:
         texts = [t for job, start, end in batch for t in job.texts[start:end]]
         try:
-            counts = self.engine.count_tokens(texts)
-            # one encode per distinct `dimensions` (almost always a single one)
-            by_dims: dict[int | None, list[int]] = {}
-            for i, (job, _, _) in enumerate(batch):
-                by_dims.setdefault(job.dimensions, []).append(i)
+            counter = getattr(self.engine, "count_tokens", None)
+            counts = counter(texts) if counter else [len(t.split()) for t in texts]
+            # One encode at full width for the whole batch; each request's `dimensions` is applied
+            # here, so every engine gives unit float32 rows of the asked width, whatever it returns.
+            vectors = np.asarray(self.engine.embed(texts, None), dtype=np.float32)
+            if vectors.ndim != 2 or vectors.shape[0] != len(texts):
+                raise RuntimeError(f"the embedding engine returned an array of shape {vectors.shape} "
+                                   f"for {len(texts)} texts")
             results: dict[int, np.ndarray] = {}
-            for dims, members in by_dims.items():
-                group = [t for i in members for t in batch[i][0].texts[batch[i][1]:batch[i][2]]]
-                vectors = self.engine.embed(group, dims)
-                if vectors.shape[0] != len(group):
-                    raise RuntimeError(f"the embedding engine returned {vectors.shape[0]} vectors "
-                                       f"for {len(group)} texts")
-                offset = 0
-                for i in members:
-                    n = batch[i][2] - batch[i][1]
-                    results[i] = vectors[offset:offset + n]
-                    offset += n
+            offset = 0
+            for i, (job, start, end) in enumerate(batch):
+                results[i] = matryoshka(vectors[offset:offset + end - start], job.dimensions)
+                offset += end - start
         except BaseException as e:  # noqa: BLE001 - every request in the batch must hear of it
             log.exception("embedding batch of %d inputs failed", len(texts))
             failed = {id(job): job for job, _, _ in batch}
