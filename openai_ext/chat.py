@@ -92,7 +92,9 @@ class _Choice:
         return out
 
     def finish_reason(self, reason: str) -> str:
-        if self.calls is not None and self.calls.calls:
+        # Cut short by max_tokens (or the context) is "length" even after complete calls, as at
+        # OpenAI: the client must know the answer is unfinished.
+        if self.calls is not None and self.calls.calls and reason != "length":
             return "function_call" if self.legacy else "tool_calls"
         return reason
 

@@ -70,6 +70,11 @@ RULES: tuple[Rule, ...] = (
     Rule("service_tier", BOTH, "ignored", "-", "One local tier."),
     Rule("store", CHAT, "ignored", "-", "Nothing is stored."),
     Rule("metadata", CHAT, "ignored", "-", "Nothing is stored."),
+    Rule("prompt_cache_key", CHAT, "ignored", "-", "The embedded host reuses the cached prefix of the previous prompt by itself; no key is needed."),
+    Rule("prompt_cache_retention", CHAT, "ignored", "-", "As prompt_cache_key."),
+    Rule("prompt_cache_options", CHAT, "ignored", "-", "As prompt_cache_key."),
+    Rule("safety_identifier", CHAT, "ignored", "-", "Accepted; nothing to do locally."),
+    Rule("moderation", CHAT, "ignored", "-", "Outputs are not moderated; call /v1/moderations yourself."),
     Rule("host samplers", BOTH, "mapped", "same name", "Extra fields named after the host's own samplers: " + ", ".join(
         ("top_k", "min_p", "typical_p", "repetition_penalty", "...")) + " (see HOST_SAMPLERS). 400 if the host lacks one."),
 )
@@ -230,6 +235,8 @@ def plan(req: CompletionRequest | ChatCompletionRequest, *, abilities: HostAbili
             if name not in abilities.samplers:
                 raise _reject(name, f"{name} is not a sampler of the loaded model's backend; remove it.")
             settings[name] = _coerce(name, value, HOST_SAMPLERS[name])
+            if name == "custom_token_bans":
+                settings[name] = _token_bans(value, abilities)
         else:
             ignored.append(name)
     if ignored:
@@ -293,6 +300,18 @@ def _constraints(req: ChatCompletionRequest, ts: ToolSet | None, abilities: Host
             else "response_format"
         return {"grammar_string": grammar.schema_to_gbnf(schema, where=where)}
     return {}
+
+
+def _token_bans(value: str, abilities: HostAbilities) -> str:
+    """The web UI's comma-separated token ids, checked: a bad id is the client's mistake."""
+    ids = []
+    for part in filter(None, (p.strip() for p in value.split(","))):
+        if not part.isdigit() or (abilities.vocab_size is not None and int(part) >= abilities.vocab_size):
+            limit = f" 0..{abilities.vocab_size - 1}" if abilities.vocab_size else ""
+            raise _reject("custom_token_bans", f"custom_token_bans holds {part!r}, which is not a token id of the "
+                                               f"loaded model{limit}. Send comma-separated token ids, e.g. \"42,1337\".")
+        ids.append(str(int(part)))
+    return ",".join(ids)
 
 
 def _coerce(name: str, value: Any, kind: type) -> Any:

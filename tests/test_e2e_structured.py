@@ -113,6 +113,20 @@ def test_required_tool_call_is_always_valid(client, seed):
     _check_calls(resp.choices[0].message, [WEATHER, TIME])
 
 
+def test_a_call_cut_short_by_max_tokens_finishes_with_length(client, live):
+    """Not "tool_calls": the client must know the answer is unfinished. The cut call is never
+    returned as a call that looks whole."""
+    kw = dict(messages=ASK, tools=[WEATHER], tool_choice="required", temperature=0, max_tokens=8)
+    resp, body = raw_chat(client, **kw)
+    choice = resp.choices[0]
+    assert choice.finish_reason == "length" and resp.usage.completion_tokens == 8
+    assert not choice.message.tool_calls
+    r = httpx.post(f"{live.url}/chat/completions", json={"model": "x", "stream": True, **kw}, timeout=60)
+    finishes = [c["finish_reason"] for e in assert_valid_stream("CreateChatCompletionStreamResponse", r.text)
+                for c in e["choices"] if c["finish_reason"]]
+    assert finishes == ["length"]
+
+
 def test_parallel_tool_calls_false_gives_exactly_one_call(client):
     for seed in (1, 2):
         resp, _ = raw_chat(client, messages=ASK, tools=[WEATHER, TIME], tool_choice="required",
@@ -125,7 +139,8 @@ def test_auto_answers_in_text_or_valid_calls_never_broken_ones(client, seed):
     resp, _ = raw_chat(client, messages=ASK, tools=[WEATHER, TIME], seed=seed, temperature=1.0, max_tokens=120)
     choice = resp.choices[0]
     if choice.message.tool_calls:
-        assert choice.finish_reason == "tool_calls"
+        # "length" if a further call was cut short by max_tokens
+        assert choice.finish_reason == "tool_calls" or resp.usage.completion_tokens == 120
         _check_calls(choice.message, [WEATHER, TIME])
     else:
         assert choice.finish_reason in ("stop", "length")
