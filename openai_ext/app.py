@@ -10,6 +10,7 @@ import json
 import logging
 from typing import Any, AsyncIterator, Awaitable
 
+import anyio
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
@@ -20,7 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from . import __version__, chat, completions, models, tunnel
 from .config import Settings
 from .auth import KeyGuard
-from .errors import OpenAIError, from_validation_errors, internal_error_body
+from .errors import OpenAIError, ServiceUnavailableError, from_validation_errors, internal_error_body
 from .guards import LOCAL_NAMES, BodyLimit, CatchAll, HostGuard
 from .hosts.base import Host
 from .protocol import ChatCompletionRequest, CompletionRequest
@@ -174,7 +175,13 @@ def build_router() -> APIRouter:
 async def generate(request: Request, service: Any, body: Any):
     """Runs a text-generation service (the chat or completions module) for one request."""
     state = api(request)
-    job = service.prepare(state, body)   # every 400 happens here, before anything is queued
+    if not state.host.loaded:
+        raise ServiceUnavailableError("No model is loaded. Load one in the web UI, or with POST "
+                                      "/v1/internal/model/load.", code="model_not_loaded")
+    # Every 400 happens here, before anything is queued. Rendering and tokenizing a long prompt
+    # is real work: it runs on a worker thread, one request at a time (a tokenizer may not be
+    # safe to share between threads), so the event loop keeps serving.
+    job = await anyio.to_thread.run_sync(service.prepare, state, body, limiter=state.limiter("prepare"))
     ticket = state.queue.admit()         # 429 at once when the queue is full
     if job.plan.stream:
         return event_stream(service.stream(state, job, ticket))

@@ -78,11 +78,9 @@ async def _edit(body: EditRequest, request: Request):
     content = body.instruction if not body.input else f"{body.instruction}\n\n{body.input}"
     req = ChatCompletionRequest(messages=[{"role": "user", "content": content}], model=body.model, n=body.n,
                                 temperature=body.temperature, top_p=body.top_p)
-    state = request.app.state.api
-    job = chat.prepare(state, req)
-    from .app import until_disconnect
+    from .app import generate
 
-    result = await until_disconnect(request, chat.complete(state, job, state.queue.admit()))
+    result = await generate(request, chat, req)
     if not isinstance(result, dict):
         return result   # the client went away
     return {"object": "edit", "created": int(time.time()),

@@ -132,10 +132,7 @@ def engine(state: ApiState) -> Lazy[TtsEngine]:
 
 
 def synthesis_turns(state: ApiState) -> anyio.CapacityLimiter:
-    limiter = state.engines.get(TURNS_KEY)
-    if limiter is None:
-        limiter = state.engines.setdefault(TURNS_KEY, anyio.CapacityLimiter(1))
-    return limiter
+    return state.limiter(TURNS_KEY)
 
 
 def model_names(state: ApiState) -> tuple[str, ...]:

@@ -7,6 +7,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
+
 from .config import Settings
 from .generation import GenerationQueue
 from .hosts.base import Host
@@ -20,9 +22,17 @@ class ApiState:
     queue: GenerationQueue = field(init=False)
     started: int = field(default_factory=lambda: int(time.time()))
     engines: dict[str, Any] = field(default_factory=dict)   # lazily loaded engines, by family
+    limiters: dict[str, anyio.CapacityLimiter] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.queue = GenerationQueue(self.settings.max_queue)
+
+    def limiter(self, key: str, tokens: int = 1) -> anyio.CapacityLimiter:
+        """A capacity limiter kept here by name, made on first use (inside the event loop)."""
+        limiter = self.limiters.get(key)
+        if limiter is None:
+            limiter = self.limiters.setdefault(key, anyio.CapacityLimiter(tokens))
+        return limiter
 
     @property
     def fingerprint(self) -> str:

@@ -427,13 +427,6 @@ class Turns:
             self._lock.release()
 
 
-def _decoding(state: ApiState) -> anyio.CapacityLimiter:
-    limiter = state.engines.get("transcription.decoding")
-    if limiter is None:
-        limiter = state.engines.setdefault("transcription.decoding", anyio.CapacityLimiter(1))
-    return limiter
-
-
 def _turns(state: ApiState) -> Turns:
     turns = state.engines.get("transcription.turns")
     if turns is None:
@@ -480,7 +473,7 @@ async def _serve(request: Request, task: str):
     # at once would hold many copies for nothing, as transcriptions take turns anyway.
     audio = await anyio.to_thread.run_sync(
         functools.partial(audio_decode.decode, data, max_seconds=settings.max_audio_seconds),
-        limiter=_decoding(state))
+        limiter=state.limiter("transcription.decoding"))
     del data
     engine = await _engine(state, job)
     if job.stream:

@@ -272,3 +272,9 @@ def test_health_is_503_without_a_model(host_modules, make_server):
     assert r.status_code == 503 and r.json()["model_loaded"] is False
     ids = [m["id"] for m in httpx.get(server.url + "/models").json()["data"]]
     assert "None" not in ids and "Double-Model-1B-Instruct.Q4_K_M.gguf" not in ids
+    # generation says what to do, instead of failing inside the host's tokenizer
+    for path, body in (("/chat/completions", {"messages": [{"role": "user", "content": "Hi"}]}),
+                       ("/completions", {"prompt": "Hi"})):
+        r = httpx.post(server.url + path, json={"model": "x", **body})
+        assert r.status_code == 503 and r.json()["error"]["code"] == "model_not_loaded"
+        assert "web UI" in r.json()["error"]["message"]
