@@ -110,16 +110,30 @@ class TextgenModels:
     def list(self) -> list[str]:
         return [m for m in self.m.utils.get_available_models() if m != "None"]
 
+    def loader_settings(self) -> frozenset[str]:
+        """What args may set: the loader settings the web UI's Model tab offers, no more. Paths
+        (model_dir), network and security flags are not among them."""
+        return frozenset(self.m.loaders.list_model_elements()) - self.BLOCKED_ARGS
+
     def load(self, name: str, args: dict[str, Any] | None, current: Host) -> Host:
-        """The web UI loads it; the same host object then serves the new model."""
+        """The web UI loads it, as its own Model tab would; the same host object then serves it."""
         name = _checked_name(name, self.list())
         shared = self.m.shared
-        for key, value in (args or {}).items():
-            if key in self.BLOCKED_ARGS or not hasattr(shared.args, key):
-                raise InvalidRequestError(f"args.{key} is not a loader setting that may be changed here.",
-                                          param=f"args.{key}")
-            setattr(shared.args, key, value)
+        allowed = self.loader_settings()
+        for key in args or {}:   # all checked before anything changes
+            if key not in allowed or not hasattr(shared.args, key):
+                raise InvalidRequestError(f"args.{key} is not a loader setting that may be changed here. Loader "
+                                          f"settings: {', '.join(sorted(allowed))}.", param=f"args.{key}")
         self.m.models.unload_model()
+        # Start from the startup values, so that args of an earlier load do not leak into this one;
+        # then the model's own settings (its metadata and the web UI's per-model settings); then args.
+        original = getattr(shared, "original_args", None)
+        for key in allowed | self.BLOCKED_ARGS:
+            if original is not None and hasattr(original, key) and hasattr(shared.args, key):
+                setattr(shared.args, key, getattr(original, key))
+        self.m.models_settings.update_model_parameters(self.m.models_settings.get_model_metadata(name))
+        for key, value in (args or {}).items():
+            setattr(shared.args, key, value)
         shared.model, shared.tokenizer = self.m.models.load_model(name)
         return current
 

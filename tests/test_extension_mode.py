@@ -278,3 +278,15 @@ def test_health_is_503_without_a_model(host_modules, make_server):
         r = httpx.post(server.url + path, json={"model": "x", **body})
         assert r.status_code == 503 and r.json()["error"]["code"] == "model_not_loaded"
         assert "web UI" in r.json()["error"]["message"]
+
+
+def test_abilities_follow_the_loader_the_web_ui_has_now(client, host_modules):
+    """The user may load another model with another loader while the server runs."""
+    ask = dict(model="x", max_tokens=5, messages=[{"role": "user", "content": "Hi"}], logit_bias={"7": -100})
+    assert client.chat.completions.create(**ask).choices[0].message.content is not None   # llama.cpp applies it
+    host_modules.shared.args.loader = "ExLlamav2_HF"
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(**ask)
+    assert e.value.body["param"] == "logit_bias"
+    host_modules.shared.args.loader = "llama.cpp"
+    assert client.chat.completions.create(**ask).choices[0].message.content is not None

@@ -162,6 +162,25 @@ def test_extension_mode_model_management_calls_the_host_loader(ext_server, host_
     assert httpx.get(base.removesuffix("/v1") + "/health").status_code == 503
 
 
+def test_extension_mode_load_applies_loader_settings_like_the_model_tab(ext_server, host_modules):
+    base, shared = ext_server.url, host_modules.shared
+    other = "Other-Model-3B-Instruct.Q5_K_M.gguf"
+    # the model's own settings are applied, then the request's loader settings
+    r = httpx.post(base + "/internal/model/load", headers=ADMIN, json={"model_name": other, "args": {"threads": 6}})
+    assert r.json() == "OK" and host_modules.models_settings.CALLS[-1] == other
+    assert (shared.args.ctx_size, shared.args.gpu_layers, shared.args.threads) == (8192, 33, 6)
+    # a later load starts from the startup values: the earlier request's threads do not leak
+    httpx.post(base + "/internal/model/load", headers=ADMIN, json={"model_name": "Double-Model-1B-Instruct.Q4_K_M.gguf"})
+    assert (shared.args.ctx_size, shared.args.threads) == (4096, 0)
+    # only the Model tab's loader settings: no paths, no network or security flags; nothing changes
+    before = vars(shared.args).copy()
+    loads = len(host_modules.models.LOADS)
+    for key, value in [("model_dir", "/tmp/attacker"), ("listen", True), ("api_key", ""), ("extra_flags", "x=1")]:
+        bad = httpx.post(base + "/internal/model/load", headers=ADMIN, json={"model_name": other, "args": {key: value}})
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == f"args.{key}", key
+    assert vars(shared.args) == before and len(host_modules.models.LOADS) == loads and shared.model is not None
+
+
 def test_extension_mode_loras(ext_server, host_modules):
     base = ext_server.url
     assert httpx.get(base + "/internal/lora/list", headers=ADMIN).json() == {"lora_names": ["facts-lora", "style-lora"]}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import importlib
 import logging
 import threading
@@ -30,7 +31,7 @@ _NO_TRUNCATION = 10 ** 9
 
 
 def import_host_modules() -> SimpleNamespace:
-    names = ("shared", "text_generation", "chat", "models", "utils", "LoRA")
+    names = ("shared", "text_generation", "chat", "models", "utils", "LoRA", "loaders", "models_settings")
     return SimpleNamespace(**{n: importlib.import_module(f"modules.{n}") for n in names})
 
 
@@ -75,21 +76,31 @@ def messages_to_history(messages: list[dict[str, Any]]) -> tuple[str, str, dict[
     return pending or "", "\n".join(system), history
 
 
+@functools.lru_cache(maxsize=16)
+def _abilities(loader: str | None, samplers: frozenset[str]) -> HostAbilities:
+    return HostAbilities(
+        samplers=samplers,
+        logprobs=False,
+        # The host forwards logit_bias to llama.cpp; its other loaders would ignore it.
+        logit_bias=loader == "llama.cpp",
+        # These loaders apply the host's grammar_string; none has a lazy (triggered) grammar.
+        grammar=loader in ("llama.cpp", "Transformers", "ExLlamav3_HF") and grammar.available(),
+    )
+
+
 class TextgenHost(Host):
     owned_by = "local"
 
     def __init__(self, modules: SimpleNamespace | None = None):
         self.m = modules or import_host_modules()
+
+    @property
+    def abilities(self) -> HostAbilities:
+        """Read for each request: the user may load another model, with another loader, in the
+        web UI while the server runs."""
         shared = self.m.shared
         loader = getattr(getattr(shared, "args", None), "loader", None)
-        self.abilities = HostAbilities(
-            samplers=frozenset(k for k in HOST_SAMPLERS if k in shared.settings),
-            logprobs=False,
-            # The host forwards logit_bias to llama.cpp; its other loaders would ignore it.
-            logit_bias=loader == "llama.cpp",
-            # These loaders apply the host's grammar_string; none has a lazy (triggered) grammar.
-            grammar=loader in ("llama.cpp", "Transformers", "ExLlamav3_HF") and grammar.available(),
-        )
+        return _abilities(loader, frozenset(k for k in HOST_SAMPLERS if k in shared.settings))
 
     @property
     def chat_template(self) -> str | None:
