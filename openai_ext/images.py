@@ -15,7 +15,7 @@ import time
 from typing import Any, Literal
 
 import anyio
-from fastapi import APIRouter, Request, UploadFile
+from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
 from .errors import InvalidRequestError, OpenAIError, ServiceUnavailableError, UpstreamError
@@ -53,7 +53,7 @@ class ImageGenerationRequest(BaseModel):
     user: str | None = None
 
 
-def parse_size(size: str | None, default: tuple[int, int]) -> tuple[int, int]:
+def parse_size(size: str | None, default: tuple[int, int] | None) -> tuple[int, int] | None:
     if size in (None, "auto"):
         return default
     m = _SIZE.match(size)
@@ -141,16 +141,65 @@ async def generations(body: ImageGenerationRequest, request: Request):
 
 # --- edits and variations: multipart uploads ---------------------------------------------------
 
-def _png(upload: UploadFile, data: bytes, param: str):
+# The web UI's bounds on width and height (the same rule parse_size applies to `size`).
+SIDE_MIN, SIDE_MAX = 64, 2048
+# Uploads may have at most this many pixels. It is checked from the image header, before the pixel
+# data is decoded, so a small file that declares a huge image (a decompression bomb) costs nothing.
+MAX_UPLOAD_SIDE = 4096
+MAX_UPLOAD_PIXELS = MAX_UPLOAD_SIDE * MAX_UPLOAD_SIDE
+# What OpenAI accepts for edits and variations. Other decoders of PIL are not offered to untrusted
+# uploads (EPS, for one, runs Ghostscript).
+UPLOAD_FORMATS = ("PNG", "JPEG", "WEBP")
+
+
+def default_size(width: int, height: int) -> tuple[int, int]:
+    """The output size when the request gives no `size` (or 'auto'): the upload's own size, brought
+    within the web UI's bounds.
+
+    OpenAI takes any square PNG under 4 MB and answers at the size asked for, so a client that leaves
+    `size` out expects an image back, not an error about the size of its upload. So rather than refuse,
+    this keeps the upload's aspect ratio and scales it down until both sides are at most 2048 (or up
+    until the shorter side is 64), then rounds each side to a multiple of 8. Only an aspect ratio past
+    32:1 cannot keep its shape; its shorter side is then widened to 64.
+    """
+    scale = min(1.0, SIDE_MAX / max(width, height))
+    if min(width, height) * scale < SIDE_MIN:
+        scale = min(SIDE_MIN / min(width, height), SIDE_MAX / max(width, height))
+    return tuple(min(SIDE_MAX, max(SIDE_MIN, round(side * scale / 8) * 8)) for side in (width, height))
+
+
+def _too_big(param: str, name: str, size: tuple[int, int] | None) -> InvalidRequestError:
+    what = f"is {size[0]}x{size[1]} pixels" if size else "declares far too many pixels"
+    return InvalidRequestError(
+        f"{param}{name} {what}; uploaded images may have at most {MAX_UPLOAD_PIXELS:,} pixels "
+        f"({MAX_UPLOAD_PIXELS / 1e6:.1f} megapixels, e.g. {MAX_UPLOAD_SIDE}x{MAX_UPLOAD_SIDE}). "
+        f"Scale the image down and upload it again.", param=param)
+
+
+def _open_image(data: bytes, filename: str | None, param: str):
+    """Decodes an upload (blocking: call it on a worker thread)."""
     from PIL import Image, UnidentifiedImageError
 
+    name = f" ({filename})" if filename else ""
     if not data:
-        raise InvalidRequestError(f"{param} is empty; upload a PNG image.", param=param)
+        raise InvalidRequestError(f"{param}{name} is empty; upload a PNG image.", param=param)
     try:
-        image = Image.open(io.BytesIO(data))
+        image = Image.open(io.BytesIO(data), formats=UPLOAD_FORMATS)
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        # PIL's own guard (2x its MAX_IMAGE_PIXELS, or 1x where warnings are errors) is far above ours
+        raise _too_big(param, name, None) from None
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError, EOFError):
+        raise InvalidRequestError(f"{param}{name} is not a PNG, JPEG or WebP image; upload a PNG.",
+                                  param=param) from None
+    if image.size[0] * image.size[1] > MAX_UPLOAD_PIXELS:
+        raise _too_big(param, name, image.size)
+    try:
         image.load()
-    except (UnidentifiedImageError, OSError):
-        raise InvalidRequestError(f"{param} ({upload.filename}) is not an image; upload a PNG.", param=param) from None
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        raise _too_big(param, name, None) from None
+    except Exception as e:  # noqa: BLE001 - any failure to decode untrusted bytes is the upload's fault
+        raise InvalidRequestError(f"{param}{name} could not be decoded ({type(e).__name__}): the file is "
+                                  "damaged or truncated; upload a valid PNG.", param=param) from None
     return image
 
 
@@ -162,6 +211,8 @@ def _b64_png(image) -> str:
 
 def _inpaint_mask(mask) -> str:
     """OpenAI marks the area to edit as transparent; the web UI wants it white on black."""
+    if "transparency" in mask.info or ("A" in mask.getbands() and mask.mode != "RGBA"):
+        mask = mask.convert("RGBA")   # palette or grey PNGs with transparency, LA, PA
     if "A" not in mask.getbands():
         raise InvalidRequestError("mask must be a PNG with transparency: transparent pixels mark what to edit.",
                                   param="mask")
@@ -169,13 +220,53 @@ def _inpaint_mask(mask) -> str:
     return _b64_png(alpha.point(lambda a: 255 if a == 0 else 0).convert("L"))
 
 
+def _prepare_images(image: tuple[str | None, bytes], mask: tuple[str | None, bytes] | None
+                    ) -> tuple[str, tuple[int, int], str | None]:
+    """Decodes the uploads and re-encodes them for the web UI: (init image as base64 PNG, the image's
+    size, inpainting mask as base64 PNG or None). CPU-bound and blocking: it runs on a worker thread."""
+    decoded = _open_image(image[1], image[0], "image")
+    try:
+        init = _b64_png(decoded.convert("RGB"))
+    except (OSError, ValueError) as e:
+        raise InvalidRequestError(f"image ({decoded.mode} pixels) could not be converted to RGB "
+                                  f"({type(e).__name__}); upload an RGB or RGBA PNG.", param="image") from None
+    if mask is None:
+        return init, decoded.size, None
+    mask_image = _open_image(mask[1], mask[0], "mask")
+    if mask_image.size != decoded.size:
+        raise InvalidRequestError(f"mask is {mask_image.size[0]}x{mask_image.size[1]} but image is "
+                                  f"{decoded.size[0]}x{decoded.size[1]}; mask must have the same size as image.",
+                                  param="mask")
+    try:
+        return init, decoded.size, _inpaint_mask(mask_image)
+    except (OSError, ValueError) as e:
+        raise InvalidRequestError(f"mask ({mask_image.mode} pixels) could not be read ({type(e).__name__}); "
+                                  "upload an RGBA PNG.", param="mask") from None
+
+
+def _form_text(form, name: str) -> str | None:
+    """The one way to read a text field of the form: None when absent, else its string value. A file
+    part under a text field's name, or the field given twice, is the client's mistake: a 400 naming it."""
+    values = form.getlist(name)
+    if not values:
+        return None
+    if len(values) > 1:
+        raise InvalidRequestError(f"'{name}' was given {len(values)} times; give it once.", param=name)
+    if not isinstance(values[0], str):
+        raise InvalidRequestError(
+            f"'{name}' must be a text field, but it was sent as a file"
+            f"{f' ({values[0].filename})' if getattr(values[0], 'filename', None) else ''}; send its value as "
+            f"plain text (e.g. curl -F '{name}=...', not -F '{name}=@file').", param=name)
+    return values[0]
+
+
 def _form_int(form, name: str, low: int, high: int, default: int) -> int:
-    raw = form.get(name)
+    raw = _form_text(form, name)
     if raw in (None, ""):
         return default
     try:
         value = int(raw)
-    except (TypeError, ValueError):
+    except ValueError:
         raise InvalidRequestError(f"{name} must be an integer.", param=name) from None
     if not low <= value <= high:
         raise InvalidRequestError(f"{name} must be from {low} to {high}.", param=name)
@@ -183,7 +274,7 @@ def _form_int(form, name: str, low: int, high: int, default: int) -> int:
 
 
 def _form_choice(form, name: str, choices: tuple[str, ...]) -> str | None:
-    value = form.get(name)
+    value = _form_text(form, name)
     if value in (None, ""):
         return None
     if value not in choices:
@@ -191,39 +282,44 @@ def _form_choice(form, name: str, choices: tuple[str, ...]) -> str | None:
     return value
 
 
-async def _upload(form, name: str, required: bool) -> tuple[UploadFile, bytes] | None:
+async def _upload(form, name: str, required: bool) -> tuple[str | None, bytes] | None:
     items = form.getlist(name) or form.getlist(f"{name}[]")
-    files = [i for i in items if hasattr(i, "read")]
+    files = [i for i in items if not isinstance(i, str)]
     if not files:
+        if items:
+            raise InvalidRequestError(f"'{name}' must be sent as a file, not as a text field "
+                                      f"(e.g. curl -F '{name}=@picture.png').", param=name)
         if required:
             raise InvalidRequestError(f"Missing required file '{name}'; send it as multipart/form-data.", param=name)
         return None
-    return files[0], await files[0].read()
+    return files[0].filename, await files[0].read()
 
 
 async def _img2img(request: Request, *, need_prompt: bool) -> dict[str, Any]:
     form = await request.form()
-    prompt = form.get("prompt")
-    if need_prompt and (not isinstance(prompt, str) or not prompt.strip()):
+    prompt = _form_text(form, "prompt")
+    if need_prompt and (prompt is None or not prompt.strip()):
         raise InvalidRequestError("Missing required parameter: 'prompt'.", param="prompt")
-    upload, data = await _upload(form, "image", required=True)
-    image = _png(upload, data, "image")
     n = _form_int(form, "n", 1, 10, 1)
     response_format = _form_choice(form, "response_format", ("url", "b64_json"))
-    _check_common(_form_choice(form, "output_format", ("png", "jpeg", "webp")), form.get("stream") == "true",
+    _check_common(_form_choice(form, "output_format", ("png", "jpeg", "webp")),
+                  (_form_text(form, "stream") or "").lower() in ("true", "1"),
                   _form_choice(form, "background", ("transparent", "opaque", "auto")))
-    width, height = parse_size(form.get("size") or None, image.size)
-    payload: dict[str, Any] = {
-        "prompt": prompt or "", "negative_prompt": "", "init_images": [_b64_png(image.convert("RGB"))],
-        "width": width, "height": height, "batch_size": n, "n_iter": 1, "seed": -1,
-        "denoising_strength": 0.75 if need_prompt else 0.6,
-        **_sd_settings(form.get("model"), _form_choice(form, "quality", tuple(STEPS)), None)}
+    size = parse_size(_form_text(form, "size") or None, None)   # None: from the image, see default_size
+    quality = _form_choice(form, "quality", tuple(STEPS))
+    model = _form_text(form, "model")
+    image = await _upload(form, "image", required=True)
     mask = await _upload(form, "mask", required=False)
-    if mask is not None:
-        mask_image = _png(mask[0], mask[1], "mask")
-        if mask_image.size != image.size:
-            raise InvalidRequestError("mask must have the same size as image.", param="mask")
-        payload.update(mask=_inpaint_mask(mask_image), inpainting_fill=1, inpaint_full_res=False)
+    # one upload decoded at a time: a few large images at once would take gigabytes
+    init, image_size, sd_mask = await anyio.to_thread.run_sync(
+        _prepare_images, image, mask, limiter=request.app.state.api.limiter("images.decode"))
+    width, height = size or default_size(*image_size)
+    payload: dict[str, Any] = {
+        "prompt": prompt or "", "negative_prompt": "", "init_images": [init],
+        "width": width, "height": height, "batch_size": n, "n_iter": 1, "seed": -1,
+        "denoising_strength": 0.75 if need_prompt else 0.6, **_sd_settings(model, quality, None)}
+    if sd_mask is not None:
+        payload.update(mask=sd_mask, inpainting_fill=1, inpaint_full_res=False)
     return await _generate(request, "img2img", payload, n, response_format)
 
 

@@ -5,8 +5,11 @@ from __future__ import annotations
 import base64
 import io
 import socket
+import struct
 import sys
+import threading
 import time
+import zlib
 from pathlib import Path
 
 import httpx
@@ -16,6 +19,8 @@ from PIL import Image
 
 from conftest import openai_client
 from openai_spec import assert_valid
+
+import openai_ext.images as images_module
 
 sys.path.insert(0, str(Path(__file__).parent / "doubles" / "sd_webui"))
 from sd_webui_double import SdWebUiDouble  # noqa: E402
@@ -35,6 +40,37 @@ def server(sd, llama_host, make_server):
 
 def png_size(b64: str) -> tuple[int, int]:
     return Image.open(io.BytesIO(base64.b64decode(b64))).size
+
+
+def png(width: int, height: int, mode: str = "RGB", color=0) -> bytes:
+    out = io.BytesIO()
+    Image.new(mode, (width, height), color).save(out, format="PNG")
+    return out.getvalue()
+
+
+def black_png(width: int, height: int) -> bytes:
+    """A valid 1-bit black PNG of any size, built without holding its pixels: a 20000x20000 one is ~48 KB."""
+    def chunk(tag: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
+
+    row = b"\0" * (1 + (width + 7) // 8)            # filter byte + packed bits
+    z = zlib.compressobj(9)
+    idat = b"".join(z.compress(row) for _ in range(height)) + z.flush()
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0))
+            + chunk(b"IDAT", idat) + chunk(b"IEND", b""))
+
+
+def post_form(server, route: str, files: dict, data: dict | None = None) -> httpx.Response:
+    return httpx.post(f"{server.url}/images/{route}", files=files, data=data or {}, timeout=60)
+
+
+def assert_400(r: httpx.Response, param: str, *words: str) -> str:
+    assert r.status_code == 400, r.text
+    assert_valid("ErrorResponse", r.json())
+    error = r.json()["error"]
+    assert error["param"] == param and error["type"] == "invalid_request_error", error
+    assert all(w in error["message"] for w in words), error["message"]
+    return error["message"]
 
 
 def test_generation_maps_openai_parameters_onto_txt2img(server, sd):
@@ -144,3 +180,131 @@ def test_web_ui_error_is_502_with_its_message(server, sd):
     with pytest.raises(openai.APIStatusError) as e:
         openai_client(server).images.generate(prompt="x")
     assert e.value.status_code == 502 and "model crashed" in e.value.body["message"]
+
+
+# --- multipart edge cases --------------------------------------------------------------------
+
+@pytest.mark.parametrize("route, field, value", [
+    ("edits", "prompt", b"add a door"),
+    ("edits", "size", b"256x256"),
+    ("edits", "model", b"dall-e-2"),
+    ("edits", "n", b"2"),
+    ("edits", "response_format", b"b64_json"),
+    ("edits", "quality", b"hd"),
+    ("edits", "stream", b"false"),
+    ("edits", "background", b"auto"),
+    ("edits", "output_format", b"png"),
+    ("variations", "size", b"256x256"),
+    ("variations", "model", b"dall-e-2"),
+    ("variations", "n", b"2"),
+    ("variations", "response_format", b"url"),
+])
+def test_a_text_field_sent_as_a_file_is_a_400_naming_it(server, sd, route, field, value):
+    data = {} if field == "prompt" or route == "variations" else {"prompt": "add a door"}
+    r = post_form(server, route, {"image": ("in.png", png(64, 64), "image/png"),
+                                  field: (f"{field}.txt", value, "text/plain")}, data)
+    message = assert_400(r, field, "text field", "sent as a file")
+    assert f"{field}.txt" in message
+    assert sd.requests == []
+
+
+def test_a_text_field_given_twice_and_an_image_sent_as_text_are_400s(server, sd):
+    r = httpx.post(f"{server.url}/images/variations", timeout=60,
+                   files=[("image", ("in.png", png(64, 64), "image/png")), ("n", (None, b"1")), ("n", (None, b"2"))])
+    assert_400(r, "n", "2 times")
+    r = post_form(server, "edits", {"prompt": (None, b"p"), "image": (None, b"not a file")})
+    assert_400(r, "image", "as a file")
+    assert sd.requests == []
+
+
+@pytest.mark.parametrize("route", ["edits", "variations"])
+def test_a_decompression_bomb_is_a_400_stating_the_limit(server, sd, route):
+    bomb = black_png(20000, 20000)
+    assert len(bomb) < 64_000                          # tiny on the wire, 400 megapixels decoded
+    r = post_form(server, route, {"image": ("bomb.png", bomb, "image/png")}, {"prompt": "p"})
+    assert_400(r, "image", "16,777,216 pixels", "4096x4096", "Scale the image down")
+    assert sd.requests == []
+
+
+def test_an_image_over_the_pixel_cap_but_under_pils_is_a_400_too(server, sd):
+    r = post_form(server, "variations", {"image": ("big.png", black_png(9000, 9000), "image/png")})
+    assert_400(r, "image", "9000x9000 pixels", "4096x4096")
+    good = png(64, 64)
+    r = post_form(server, "edits", {"image": ("in.png", good, "image/png"),
+                                    "mask": ("m.png", black_png(5000, 5000), "image/png")}, {"prompt": "p"})
+    assert_400(r, "mask", "5000x5000 pixels")
+    assert sd.requests == []
+
+
+@pytest.mark.parametrize("upload, expected", [
+    ((3000, 1500), (2048, 1024)),    # too big: scaled down, aspect ratio kept
+    ((1000, 333), (1000, 336)),      # rounded to multiples of 8
+    ((40, 20), (128, 64)),           # too small: scaled up to the 64 minimum
+    ((512, 768), (512, 768)),        # within bounds: as uploaded
+])
+def test_without_size_the_uploads_size_is_brought_within_the_web_uis_bounds(server, sd, upload, expected):
+    resp = openai_client(server).images.create_variation(image=("v.png", black_png(*upload), "image/png"),
+                                                         response_format="b64_json")
+    assert png_size(resp.data[0].b64_json) == expected
+    req = sd.requests[-1][1]
+    assert (req["width"], req["height"]) == expected
+    assert Image.open(io.BytesIO(base64.b64decode(req["init_images"][0]))).size == upload
+
+
+def test_size_auto_on_an_edit_also_fits_the_upload(server, sd):
+    r = post_form(server, "edits", {"image": ("in.png", black_png(4096, 4096), "image/png")},
+                  {"prompt": "p", "size": "auto", "response_format": "b64_json"})
+    assert r.status_code == 200, r.text
+    assert (sd.requests[-1][1]["width"], sd.requests[-1][1]["height"]) == (2048, 2048)
+
+
+def test_mask_of_another_size_is_a_400_and_palette_transparency_is_a_mask(server, sd):
+    client = openai_client(server)
+    with pytest.raises(openai.BadRequestError) as e:
+        client.images.edit(image=("x.png", png(64, 64), "image/png"), prompt="p",
+                           mask=("m.png", png(128, 64, "RGBA"), "image/png"))
+    assert e.value.body["param"] == "mask" and "128x64" in e.value.body["message"]
+    assert "same size" in e.value.body["message"] and sd.requests == []
+    palette = Image.new("P", (64, 64), 1)
+    palette.putpalette([0, 0, 0, 255, 255, 255])
+    palette.paste(0, (0, 0, 32, 64))                 # index 0 is transparent: the left half
+    out = io.BytesIO()
+    palette.save(out, format="PNG", transparency=0)
+    client.images.edit(image=("x.png", png(64, 64), "image/png"), prompt="p", mask=("m.png", out.getvalue(), "image/png"))
+    sd_mask = Image.open(io.BytesIO(base64.b64decode(sd.requests[-1][1]["mask"])))
+    assert sd_mask.getpixel((10, 10)) == 255 and sd_mask.getpixel((50, 10)) == 0
+
+
+def test_other_formats_and_truncated_images_are_400s(server, sd):
+    gif = io.BytesIO()
+    Image.new("RGB", (64, 64)).save(gif, format="GIF")
+    r = post_form(server, "variations", {"image": ("x.gif", gif.getvalue(), "image/gif")})
+    assert_400(r, "image", "x.gif", "PNG")
+    truncated = png(256, 256, "RGB", (1, 2, 3))[:-40]
+    r = post_form(server, "variations", {"image": ("t.png", truncated, "image/png")})
+    assert_400(r, "image", "t.png")
+    assert sd.requests == []
+
+
+def test_decoding_uploads_runs_off_the_event_loop(server, sd, monkeypatch):
+    started, release = threading.Event(), threading.Event()
+    prepare = images_module._prepare_images
+
+    def slow_prepare(*args):
+        started.set()
+        release.wait(10)        # on the event loop this would stall every other request
+        return prepare(*args)
+
+    monkeypatch.setattr(images_module, "_prepare_images", slow_prepare)
+    result = {}
+    edit = threading.Thread(target=lambda: result.update(r=post_form(
+        server, "edits", {"image": ("in.png", png(64, 64), "image/png")}, {"prompt": "p"})))
+    edit.start()
+    try:
+        assert started.wait(10)
+        other = httpx.post(f"{server.url}/images/generations", json={"prompt": "x", "size": "1x1"}, timeout=3)
+        assert other.status_code == 400 and not result     # answered while the edit is still decoding
+    finally:
+        release.set()
+        edit.join(30)
+    assert result["r"].status_code == 200
