@@ -2,6 +2,7 @@
 
 Measures time to first token (TTFT) and decode speed (tokens/s after the first token) for:
   in-process  llama-cpp-python's Llama.generate on the same GGUF (the no-HTTP limit)
+  in-process host  this project's llama.cpp host (C sampler chain), called without HTTP
   this API    python -m openai_ext in a separate process, streamed over HTTP
   llama-cpp-python's own server, when its extras are installed (reference only)
 Runs alternate between the contenders so drift on a shared machine hits all of them alike.
@@ -50,6 +51,34 @@ def in_process(llm, formatter, prompt: str, max_tokens: int) -> tuple[float, flo
         n += 1
         if n >= max_tokens:
             break
+    return first - t0, (n - 1) / (last - first), n
+
+
+def host_in_process(host, prompt: str, max_tokens: int) -> tuple[float, float, int]:
+    """This project's own llama.cpp host, called in-process: what the API adds on top of it is the
+    HTTP, the queue and the stream assembly."""
+    import threading
+
+    from openai_ext import params
+    from openai_ext.hosts.base import Prompt
+    from openai_ext.protocol import ChatCompletionRequest
+
+    t0 = time.perf_counter()
+    messages = [{"role": "user", "content": prompt}]
+    text = host.chat_prompt(messages, {}).text
+    tokens = host.tokenize(text)
+    # the same settings the API gives the host for this request
+    request = ChatCompletionRequest(messages=messages, max_tokens=max_tokens, temperature=0)
+    settings = params.plan(request, abilities=host.abilities, room=host.context_length() - len(tokens),
+                           max_n=1).settings
+    first = last = None
+    n = 0
+    for piece in host.generate(Prompt(text, tokens), settings, threading.Event()):
+        if piece.text:
+            now = time.perf_counter()
+            first = first or now
+            last = now
+        n += piece.tokens or 0
     return first - t0, (n - 1) / (last - first), n
 
 
@@ -117,18 +146,24 @@ def main() -> None:
             contenders["llama-cpp-python server"] = (f"http://127.0.0.1:{ref_port}/v1",)
         except ImportError:
             print("(llama-cpp-python's server is not installed: pip install 'llama-cpp-python[server]' to compare)")
-    results: dict[str, list[tuple[float, float, int]]] = {"in-process": [], **{k: [] for k in contenders}}
+    from openai_ext.hosts.llamacpp import LlamaCppHost
+
+    host = LlamaCppHost(model, n_ctx=args.n_ctx)
+    results: dict[str, list[tuple[float, float, int]]] = {"in-process": [], "in-process host": [],
+                                                           **{k: [] for k in contenders}}
     try:
         for (base,), proc in zip(contenders.values(), procs):
             wait_up(base, proc)
         client = httpx.Client(timeout=300)
         # warm-up: load pages, compile templates
         in_process(llm, formatter, "Hello", 8)
+        host_in_process(host, "Hello", 8)
         for (base,) in contenders.values():
             over_http(client, base, "local", "Hello", 8)
         for _ in range(args.rounds):
             for prompt in PROMPTS:
                 results["in-process"].append(in_process(llm, formatter, prompt, args.max_tokens))
+                results["in-process host"].append(host_in_process(host, prompt, args.max_tokens))
                 for name, (base,) in contenders.items():
                     results[name].append(over_http(client, base, "local", prompt, args.max_tokens))
     finally:

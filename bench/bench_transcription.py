@@ -19,15 +19,18 @@ from __future__ import annotations
 import argparse
 import io
 import os
-import re
 import statistics
+import sys
 import time
 import wave
 
 import httpx
 import numpy as np
 
-from serving import free_port, start_api, stop, wait_up
+from serving import ROOT, free_port, start_api, stop, wait_up
+
+sys.path.insert(0, str(ROOT / "tests"))
+from wer import word_error_rate as wer  # noqa: E402  (the tests' scoring, so the figures compare)
 
 SENTENCES = [
     "The quick brown fox jumps over the lazy dog near the riverbank.",
@@ -96,16 +99,6 @@ def over_http(client: httpx.Client, base: str, data: bytes) -> tuple[float, str]
                     data={"model": "whisper-1", "language": "en"})
     r.raise_for_status()
     return time.perf_counter() - t0, r.json()["text"]
-
-
-def wer(reference: str, hypothesis: str) -> float:
-    ref, hyp = (re.sub(r"[^\w\s']", " ", t.lower()).split() for t in (reference, hypothesis))
-    row = list(range(len(hyp) + 1))
-    for i, r in enumerate(ref, 1):
-        prev, row[0] = row[0], i
-        for j, h in enumerate(hyp, 1):
-            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (r != h))
-    return row[-1] / max(1, len(ref))
 
 
 def main() -> None:

@@ -76,9 +76,9 @@ def _warn_once(name: str, error: Exception) -> None:
         log.error("the %s endpoints are disabled: %s: %s", name, type(error).__name__, error)
 
 
-async def sse_stream(chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
+async def sse_stream(chunks: AsyncIterator[dict[str, Any]], *, done: bool = True) -> AsyncIterator[bytes]:
     """Frames chunks as OpenAI does. An error after the stream began becomes an error event,
-    and the stream still ends with [DONE]."""
+    and the stream still ends with [DONE] (``done``; OpenAI's audio streams end without it)."""
     try:
         async for chunk in chunks:
             yield sse_event(chunk)
@@ -89,7 +89,8 @@ async def sse_stream(chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[byt
         yield sse_event(internal_error_body(e))
     finally:
         await chunks.aclose()
-    yield DONE
+    if done:
+        yield DONE
 
 
 def event_stream(chunks: AsyncIterator[dict[str, Any]]) -> EventSourceResponse:

@@ -119,3 +119,12 @@ def load_settings(cli: Mapping[str, Any] | None = None, host: Mapping[str, Any] 
     except ValidationError as e:
         problems = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
         raise SystemExit(f"Invalid settings: {problems}") from None
+
+
+def markdown_table() -> str:
+    """The README's settings table, generated from Settings."""
+    rows = ["| Setting | Environment | Default | Meaning |", "|---|---|---|---|"]
+    for name, field in Settings.model_fields.items():
+        default = "" if field.default is None else json.dumps(field.default)
+        rows.append(f"| `{name}` | `OPENEDAI_{name.upper()}` | `{default}` | {field.description} |")
+    return "\n".join(rows)

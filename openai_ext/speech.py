@@ -24,11 +24,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, StrictStr
 
-from .app import sse_event, until_disconnect
+from .app import sse_stream, until_disconnect
 from .audio_encode import FORMATS, StreamEncoder, content_type
 from .engines import Lazy
 from .engines.tts import MODEL_NAMES, TtsEngine, engine_key, load_engine
-from .errors import InvalidRequestError, NotFoundError, OpenAIError, ServerError, internal_error_body
+from .errors import InvalidRequestError, NotFoundError, ServerError
 from .models import card
 from .state import ApiState
 
@@ -250,19 +250,13 @@ async def usage(state: ApiState, text: str, seconds: float) -> dict[str, int]:
     return {"input_tokens": n_in, "output_tokens": n_out, "total_tokens": n_in + n_out}
 
 
-async def _sse(state: ApiState, job: SpeechJob, encoder: StreamEncoder,
-               audio: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """speech.audio.delta events with base64 audio, then speech.audio.done with usage. A failure
-    after the stream began is sent as an error object event, as on the other routes."""
+async def _events(state: ApiState, job: SpeechJob, encoder: StreamEncoder,
+                  audio: AsyncIterator[bytes]) -> AsyncIterator[dict[str, Any]]:
+    """speech.audio.delta events with base64 audio, then speech.audio.done with usage."""
     try:
         async for chunk in audio:
-            yield sse_event({"type": "speech.audio.delta", "audio": base64.b64encode(chunk).decode()})
-        yield sse_event({"type": "speech.audio.done", "usage": await usage(state, job.text, encoder.duration)})
-    except OpenAIError as e:
-        yield sse_event(e.body())
-    except Exception as e:  # noqa: BLE001 - the client must get an error object, not a cut stream
-        log.exception("speech stream failed")
-        yield sse_event(internal_error_body(e))
+            yield {"type": "speech.audio.delta", "audio": base64.b64encode(chunk).decode()}
+        yield {"type": "speech.audio.done", "usage": await usage(state, job.text, encoder.duration)}
     finally:
         await audio.aclose()
 
@@ -313,7 +307,8 @@ async def create_speech(body: SpeechRequest, request: Request):
         encoder.close()               # the generator may never have started, so its finally did not run
         return first
     if sse:
-        return StreamingResponse(_sse(state, job, encoder, _then(first, audio)), media_type="text/event-stream",
+        return StreamingResponse(sse_stream(_events(state, job, encoder, _then(first, audio)), done=False),
+                                 media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
     return StreamingResponse(_raw(_then(first, audio)), media_type=content_type(fmt))
 

@@ -27,11 +27,11 @@ from starlette.datastructures import FormData, UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from . import audio_decode
-from .app import api, sse_event, until_disconnect
+from .app import api, sse_stream, until_disconnect
 from .engines import Lazy
 from .engines import stt
 from .errors import (InvalidRequestError, NotFoundError, OpenAIError, RateLimitError, RequestTooLargeError,
-                     ServiceUnavailableError, internal_error_body)
+                     ServiceUnavailableError)
 from .models import card
 from .state import ApiState
 
@@ -477,7 +477,8 @@ async def _serve(request: Request, task: str):
     del data
     engine = await _engine(state, job)
     if job.stream:
-        return EventSourceResponse(_events(state, engine, audio, job), sep="\n", ping=15)
+        # no [DONE] line: OpenAI's transcription streams end with transcript.text.done
+        return EventSourceResponse(sse_stream(_events(state, engine, audio, job), done=False), sep="\n", ping=15)
     return await until_disconnect(request, _complete(state, engine, audio, job))
 
 
@@ -568,29 +569,22 @@ def vtt(segments: list[stt.Segment]) -> str:
                                   for s in segments if s.text.strip())
 
 
-async def _events(state: ApiState, engine: stt.SpeechToText, audio: Any, job: Job) -> AsyncIterator[bytes]:
-    """transcript.text.delta per segment, then transcript.text.done, as OpenAI streams them (no
-    [DONE] line). A failure after the stream began is sent as an error object event."""
-    try:
-        pieces: list[str] = []
-        all_logprobs: list[dict[str, Any]] = []
-        async with _transcribing(state, engine, audio, job) as (_, pulled):
-            async for segment in pulled:
-                piece = segment.text if pieces else segment.text.lstrip()
-                if not piece:
-                    continue
-                pieces.append(piece)
-                event: dict[str, Any] = {"type": "transcript.text.delta", "delta": piece}
-                if job.logprobs:
-                    event["logprobs"] = logprobs([segment])
-                    all_logprobs += event["logprobs"]
-                yield sse_event(event)
-        done: dict[str, Any] = {"type": "transcript.text.done", "text": "".join(pieces).strip()}
-        if job.logprobs:
-            done["logprobs"] = all_logprobs
-        yield sse_event(done)
-    except OpenAIError as e:
-        yield sse_event(e.body())
-    except Exception as e:  # noqa: BLE001 - the client must get an error object, not a cut stream
-        log.exception("transcription stream failed")
-        yield sse_event(internal_error_body(e))
+async def _events(state: ApiState, engine: stt.SpeechToText, audio: Any, job: Job) -> AsyncIterator[dict[str, Any]]:
+    """transcript.text.delta per segment, then transcript.text.done, as OpenAI streams them."""
+    pieces: list[str] = []
+    all_logprobs: list[dict[str, Any]] = []
+    async with _transcribing(state, engine, audio, job) as (_, pulled):
+        async for segment in pulled:
+            piece = segment.text if pieces else segment.text.lstrip()
+            if not piece:
+                continue
+            pieces.append(piece)
+            event: dict[str, Any] = {"type": "transcript.text.delta", "delta": piece}
+            if job.logprobs:
+                event["logprobs"] = logprobs([segment])
+                all_logprobs += event["logprobs"]
+            yield event
+    done: dict[str, Any] = {"type": "transcript.text.done", "text": "".join(pieces).strip()}
+    if job.logprobs:
+        done["logprobs"] = all_logprobs
+    yield done
