@@ -290,3 +290,13 @@ def test_abilities_follow_the_loader_the_web_ui_has_now(client, host_modules):
     assert e.value.body["param"] == "logit_bias"
     host_modules.shared.args.loader = "llama.cpp"
     assert client.chat.completions.create(**ask).choices[0].message.content is not None
+
+
+def test_prompts_rebuilt_from_tokens_keep_special_tokens(host_modules):
+    """A prompt cut to fit (truncate_prompt) or sent as token ids is text again for the host:
+    the chat template's special tokens must survive that."""
+    from openai_ext.hosts.textgen import TextgenHost
+
+    host = TextgenHost(host_modules)
+    bos = host_modules.text_generation.BOS
+    assert host.detokenize([bos, *b"Hi"]) == "<s>Hi"

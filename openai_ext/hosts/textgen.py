@@ -118,12 +118,15 @@ class TextgenHost(Host):
         return int(self.m.shared.settings["truncation_length"])
 
     def tokenize(self, text: str, *, add_bos: bool = True) -> list[int]:
-        ids = self.m.text_generation.encode(text, add_bos_token=add_bos)
+        # add_special_tokens too: on Transformers, add_bos_token=False alone still adds BOS
+        ids = self.m.text_generation.encode(text, add_special_tokens=add_bos, add_bos_token=add_bos)
         # encode() gives a (1, n) numpy array or torch tensor, depending on the loader
         return [int(t) for t in ids[0].tolist()]
 
     def detokenize(self, tokens: list[int]) -> str:
-        return self.m.text_generation.decode([int(t) for t in tokens])
+        # Special tokens are kept: a prompt rebuilt from its tokens (a cut prompt, or token-id
+        # input) must keep its chat template's markers.
+        return self.m.text_generation.decode([int(t) for t in tokens], skip_special_tokens=False)
 
     def _state(self, settings: dict[str, Any]) -> dict[str, Any]:
         # Missing keys make the host's loaders fail silently, so start from all of its settings.

@@ -22,7 +22,11 @@ def encode(prompt, add_special_tokens=True, add_bos_token=True, truncation_lengt
 
 
 def decode(output_ids, skip_special_tokens=True):
-    return bytes(i for i in output_ids if i < 256).decode("utf-8", errors="replace")
+    # as a Hugging Face tokenizer does: special tokens are dropped unless asked for
+    text = bytes(i for i in output_ids if i < 256).decode("utf-8", errors="replace")
+    if not skip_special_tokens and output_ids and output_ids[0] == BOS:
+        text = "<s>" + bytes(i for i in output_ids[1:] if i < 256).decode("utf-8", errors="replace")
+    return text
 
 
 def stop_everything_event():
