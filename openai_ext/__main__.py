@@ -56,15 +56,22 @@ def main(argv: list[str] | None = None) -> int:
     from .hosts.llamacpp import LlamaCppHost
     from .model_files import default_gguf
     from .model_manager import StandaloneModels
-    from .server import ApiServer, PortInUse, announce
+    from .server import ApiServer, PortInUse, announce, bind_all
 
     def make_host(path, alias=None):
         return LlamaCppHost(path, alias=alias, n_ctx=settings.n_ctx, n_threads=settings.n_threads,
                             n_gpu_layers=settings.n_gpu_layers)
 
     try:
+        sockets = bind_all(settings)   # first: a taken port is told before the model loads
+    except PortInUse as e:
+        print(e, file=sys.stderr)
+        return 1
+    try:
         host = make_host(settings.model or default_gguf(), settings.model_alias)
     except (FileNotFoundError, ValueError) as e:
+        for sock in sockets:
+            sock.close()
         print(f"Cannot load the model: {e}", file=sys.stderr)
         return 1
     # the models_dir folder, plus the model served now and the embedded default
@@ -72,11 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     with contextlib.suppress(FileNotFoundError):
         known.setdefault(default_gguf().name, default_gguf())
     manager = StandaloneModels(settings, make_host, extra=known)
-    try:
-        server = ApiServer(create_app(settings, host, manager), settings)
-    except PortInUse as e:
-        print(e, file=sys.stderr)
-        return 1
+    server = ApiServer(create_app(settings, host, manager), settings, sockets)
     announce(server)
     print(f"Serving {host.model_id} (context {host.context_length()} tokens)", file=sys.stderr, flush=True)
     tunnel.start(settings, server.port, server.scheme)

@@ -64,22 +64,28 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+def bind_all(settings: Settings) -> list[socket.socket]:
+    """The listening sockets for the settings (PortInUse if the port is taken). Standalone mode
+    binds them before loading the model, so a taken port is reported at once."""
+    sockets: list[socket.socket] = []
+    try:
+        for address in bind_addresses(settings):
+            # every address on the same port; port 0 takes the first socket's free port
+            port = sockets[0].getsockname()[1] if sockets else settings.port
+            sockets.append(bind_socket(address, port))
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
+
+
 class ApiServer:
-    def __init__(self, app: FastAPI, settings: Settings):
+    def __init__(self, app: FastAPI, settings: Settings, sockets: list[socket.socket] | None = None):
         self.app = app
         self.settings = settings
-        addresses = bind_addresses(settings)
-        self.host = addresses[0]
-        self.sockets: list[socket.socket] = []
-        try:
-            for address in addresses:
-                # every address on the same port; port 0 takes the first socket's free port
-                port = self.sockets[0].getsockname()[1] if self.sockets else settings.port
-                self.sockets.append(bind_socket(address, port))
-        except BaseException:
-            for sock in self.sockets:
-                sock.close()
-            raise
+        self.host = bind_addresses(settings)[0]
+        self.sockets = sockets if sockets is not None else bind_all(settings)
         self.port = self.sockets[0].getsockname()[1]
         tls = _tls(settings)
         self.scheme = "https" if tls else "http"

@@ -71,9 +71,10 @@ def test_port_in_use_prints_one_clear_line():
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
         port = taken.getsockname()[1]
-        proc = run(["script.py", "--port", str(port)])
+        # a model that does not exist: the port is checked first, before any model loads
+        proc = run(["script.py", "--port", str(port), "--model", "/nonexistent/model.gguf"])
         out, _ = proc.communicate(timeout=60)
-    assert proc.returncode == 1
+    assert proc.returncode == 1 and "No GGUF file" not in out
     lines = [line for line in out.splitlines() if "already in use" in line]
     assert len(lines) == 1 and "--port" in lines[0] and "OPENEDAI_PORT" in lines[0]
     assert "Traceback" not in out
