@@ -105,6 +105,41 @@ def internal_error_body(exc: BaseException) -> dict[str, Any]:
 _TYPE_TAGS = {"str", "int", "float", "bool", "list", "dict", "none", "StrictStr", "StrictInt", "json-or-python"}
 
 
+def _is_tag(part: Any) -> bool:
+    return isinstance(part, str) and (part in _TYPE_TAGS or "[" in part or "-" in part)
+
+
+_SHAPES = {"str": "a string", "StrictStr": "a string", "int": "an integer", "StrictInt": "an integer",
+           "float": "a number", "bool": "a boolean", "dict": "an object", "list[str]": "a list of strings",
+           "list[int]": "a list of integers", "list[list[int]]": "a list of integer lists"}
+
+
+def _shape(tag: str) -> str:
+    if tag in _SHAPES:
+        return _SHAPES[tag]
+    if tag.startswith("list[") and "Part" in tag:
+        return "a list of content parts"
+    return "a list" if tag.startswith("list[") else tag
+
+
+def _union_error(errors: list[dict[str, Any]]) -> tuple[dict[str, Any], str | None]:
+    """pydantic reports a value that fits no branch of a union once per branch, and the first
+    branch's complaint ("should be a valid string") is seldom the useful one. Returns the error to
+    report and, when every branch refused the value's type outright, a list of the accepted shapes."""
+    first = errors[0]
+    loc = tuple(first.get("loc", ()))
+    k = next((i for i, part in enumerate(loc) if _is_tag(part)), None)
+    if k is None:
+        return first, None
+    branches = [e for e in errors if len(e.get("loc", ())) > k and tuple(e["loc"][:k]) == loc[:k]
+                and _is_tag(e["loc"][k])]
+    if all(len(e["loc"]) == k + 1 and str(e.get("type", "")).endswith("_type") for e in branches):
+        shapes = list(dict.fromkeys(_shape(e["loc"][k]) for e in branches))
+        return first, ", ".join(shapes[:-1]) + f" or {shapes[-1]}" if len(shapes) > 1 else shapes[0]
+    # the branch that got furthest into the value says what is wrong with it
+    return max(branches, key=lambda e: (len(e["loc"]), not str(e.get("type", "")).endswith("_type"))), None
+
+
 def _param_path(loc: tuple[Any, ...]) -> str | None:
     """('body', 'messages', 0, 'content') -> 'messages[0].content'; stops at pydantic's union tags."""
     parts = list(loc[1:] if loc and loc[0] in ("body", "query", "path") else loc)
@@ -112,7 +147,7 @@ def _param_path(loc: tuple[Any, ...]) -> str | None:
     for p in parts:
         if isinstance(p, int):
             out += f"[{p}]"
-        elif isinstance(p, str) and (p in _TYPE_TAGS or "[" in p or "-" in p):
+        elif _is_tag(p):
             break
         else:
             out += ("." if out else "") + str(p)
@@ -135,6 +170,12 @@ def from_validation_errors(errors: list[dict[str, Any]]) -> InvalidRequestError:
         return InvalidRequestError(f"Missing required parameter: '{param}'.", param=param)
     if first.get("type") in ("model_attributes_type", "dict_type") and param is None:
         return InvalidRequestError("The request body must be a JSON object.")
-    msg = first.get("msg", "invalid value")
+    chosen, shapes = _union_error(errors)
+    if shapes:
+        msg = f"it must be {shapes}"
+    elif chosen is not first and chosen.get("type") == "missing":
+        msg = f"a required field is missing: '{chosen['loc'][-1]}'"
+    else:
+        msg = chosen.get("msg", "invalid value")
     return InvalidRequestError(f"Invalid value for '{param}': {msg}." if param else f"Invalid request: {msg}.",
                                param=param)
