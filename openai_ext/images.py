@@ -296,7 +296,13 @@ async def _upload(form, name: str, required: bool) -> tuple[str | None, bytes] |
 
 
 async def _img2img(request: Request, *, need_prompt: bool) -> dict[str, Any]:
-    form = await request.form()
+    # the uploads' spooled files are closed as soon as the form is read, whatever happens
+    async with request.form() as form:
+        payload, n, response_format = await _read_img2img(request, form, need_prompt=need_prompt)
+    return await _generate(request, "img2img", payload, n, response_format)
+
+
+async def _read_img2img(request: Request, form, *, need_prompt: bool) -> tuple[dict[str, Any], int, str | None]:
     prompt = _form_text(form, "prompt")
     if need_prompt and (prompt is None or not prompt.strip()):
         raise InvalidRequestError("Missing required parameter: 'prompt'.", param="prompt")
@@ -320,7 +326,7 @@ async def _img2img(request: Request, *, need_prompt: bool) -> dict[str, Any]:
         "denoising_strength": 0.75 if need_prompt else 0.6, **_sd_settings(model, quality, None)}
     if sd_mask is not None:
         payload.update(mask=sd_mask, inpainting_fill=1, inpaint_full_res=False)
-    return await _generate(request, "img2img", payload, n, response_format)
+    return payload, n, response_format
 
 
 def _form_schema(need_prompt: bool) -> dict[str, Any]:
