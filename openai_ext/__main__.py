@@ -43,7 +43,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+    from .config import SettingsError
+
+    try:
+        return serve(parse_args(argv))
+    except SettingsError as e:
+        # Standalone, a setting to fix ends the process, in one line instead of a traceback.
+        raise SystemExit(f"Cannot start: {e}") from None
+
+
+def serve(args: argparse.Namespace) -> int:
     from .config import load_settings
 
     cli = {k: v for k, v in vars(args).items() if k != "settings"}

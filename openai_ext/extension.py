@@ -7,10 +7,10 @@ from typing import Any, Mapping
 
 from . import tunnel
 from .app import create_app
-from .config import load_settings
+from .config import SettingsError, load_settings
 from .hosts.textgen import TextgenHost
 from .model_manager import TextgenModels
-from .server import ApiServer, PortInUse, announce
+from .server import ApiServer, PortInUse, announce, bind_all
 
 log = logging.getLogger(__name__)
 
@@ -37,15 +37,32 @@ def host_settings(params: Mapping[str, Any], shared: Any) -> dict[str, Any]:
     return layer
 
 
-def start(params: Mapping[str, Any], modules: Any = None) -> ApiServer | None:
+def start(params: Mapping[str, Any], modules: Any = None, name: str = "openai") -> ApiServer | None:
+    """Starts the API on a daemon thread. A problem the user must fix (a bad setting, a taken
+    port) is logged in one line and the API stays off: the web UI itself keeps running.
+    ``name`` is the extension's folder name, the prefix of its entries in the web UI's settings."""
     host = TextgenHost(modules)
-    settings = load_settings(host=host_settings(params, host.m.shared))
     try:
-        server = ApiServer(create_app(settings, host, TextgenModels(host.m)), settings)
-    except PortInUse as e:
-        log.error("%s", e)
+        settings = load_settings(host=host_settings(params, host.m.shared))
+        sockets = bind_all(settings)
+        try:
+            server = ApiServer(create_app(settings, host, TextgenModels(host.m)), settings, sockets)
+        except BaseException:
+            for sock in sockets:   # the web UI runs on: a port left bound would stay taken
+                sock.close()
+            raise
+    except (SettingsError, PortInUse) as e:
+        log.error("The OpenAI-compatible API is not started. %s", _with_setting_names(e, name))
         return None
     server.start()
     announce(server)
     tunnel.start(settings, server.port, server.scheme)
     return server
+
+
+def _with_setting_names(error: Exception, name: str) -> str:
+    """The error, with where the setting is set inside the web UI."""
+    if isinstance(error, PortInUse):
+        return f"{error} In the web UI's settings.yaml the port is '{name}-port'."
+    return (f"{error} Settings come from settings.json next to script.py, the web UI's settings.yaml "
+            f"('{name}-<setting>: value') and OPENEDAI_* environment variables.")

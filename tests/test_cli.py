@@ -84,3 +84,19 @@ def test_missing_model_file_is_a_clear_error(tmp_path):
     proc = run(["-m", "openai_ext", "--model", str(tmp_path / "nope.gguf"), "--port", str(free_port())])
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 1 and "No GGUF file" in out and "Traceback" not in out
+
+
+def test_a_bad_setting_ends_the_process_in_one_clear_line(tmp_path):
+    bad = tmp_path / "settings.json"
+    bad.write_text("{oops")
+    proc = run(["-m", "openai_ext", "--settings", str(bad), "--port", str(free_port())])
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 1 and "Traceback" not in out
+    lines = [line for line in out.splitlines() if "not valid JSON" in line]
+    assert len(lines) == 1 and str(bad) in lines[0]
+    # an HTTPS file that is not there, found once the server is built
+    proc = run(["-m", "openai_ext", "--port", str(free_port()), "--n-ctx", "256",
+                "--cert-path", str(tmp_path / "no-cert.pem"), "--key-path", str(tmp_path / "no-key.pem")])
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in out
+    assert len([line for line in out.splitlines() if "no-cert.pem" in line]) == 1

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from openai_ext.config import Settings, load_settings
+from openai_ext.config import Settings, SettingsError, defaults, load_settings
 
 
 @pytest.fixture
@@ -41,16 +41,36 @@ def test_environment_values_are_parsed(monkeypatch, tmp_path):
     assert s.listen is True and s.max_n == 5
 
 
-def test_invalid_settings_stop_with_a_clear_message(tmp_path):
+def test_invalid_settings_raise_a_clear_error_not_an_exit(tmp_path, monkeypatch):
+    """A SettingsError (an Exception): inside the web UI a SystemExit would end the whole UI.
+    The standalone entry point turns it into an exit (test_cli)."""
     bad = tmp_path / "s.json"
     bad.write_text('{"port": "not a number"}')
-    with pytest.raises(SystemExit) as e:
+    with pytest.raises(SettingsError) as e:
         load_settings(file=bad)
-    assert "port" in str(e.value)
+    assert "port" in str(e.value) and isinstance(e.value, ValueError)
     bad.write_text("{oops")
-    with pytest.raises(SystemExit) as e:
+    with pytest.raises(SettingsError) as e:
         load_settings(file=bad)
     assert "not valid JSON" in str(e.value)
+    bad.write_text("[1, 2]")
+    with pytest.raises(SettingsError, match="JSON object"):
+        load_settings(file=bad)
+    bad.write_bytes(b'{"api_key": "\xff"}')
+    with pytest.raises(SettingsError, match="UTF-8"):
+        load_settings(file=bad)
+    monkeypatch.setenv("OPENEDAI_CORS_ORIGINS", "http://localhost:3000")   # a list must be JSON
+    with pytest.raises(SettingsError, match="cors_origins"):
+        load_settings(file=tmp_path / "absent.json")
+
+
+def test_defaults_hold_every_setting_as_fresh_copies():
+    first, second = defaults(), defaults()
+    assert set(first) == set(Settings.model_fields)
+    assert first["port"] == 5001 and first["cors_origins"] == ["*"]
+    first["cors_origins"].append("http://x")
+    assert second["cors_origins"] == ["*"] and defaults()["cors_origins"] == ["*"]
+    Settings(**first)
 
 
 def test_shipped_settings_json_is_valid():

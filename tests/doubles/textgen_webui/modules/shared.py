@@ -12,7 +12,8 @@ generation_lock = threading.Lock()   # the real one is a plain Lock, not reentra
 
 args = argparse.Namespace(loader="llama.cpp", listen=False, listen_host=None, api_key="", admin_key="",
                           public_api=False, verbose=False, model_dir="user_data/models", lora_dir="user_data/loras",
-                          ctx_size=4096, gpu_layers=0, threads=0, extra_flags=None, trust_remote_code=False)
+                          ctx_size=4096, gpu_layers=0, threads=0, extra_flags=None, trust_remote_code=False,
+                          idle_timeout=0)
 original_args = argparse.Namespace(**vars(args))   # the startup values, as the host keeps them
 
 CHATML = (
