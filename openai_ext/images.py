@@ -2,33 +2,49 @@
 
 generations -> txt2img. edits -> img2img, inpainting where the mask is transparent.
 variations -> img2img with no prompt. The web UI's address is the sd_webui_url setting (or the
-SD_WEBUI_URL environment variable). Calls run on a worker thread with a timeout, so a slow or
-dead web UI gives a 504 or 502, never a hang.
+SD_WEBUI_URL environment variable). Calls run on a worker thread, one at a time, within an overall
+deadline (sd_timeout), so a slow or dead web UI gives a 504 or 502, never a hang; a job abandoned at
+the deadline is interrupted in the web UI.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
+import json
+import logging
 import re
+import threading
 import time
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 import anyio
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
-from .errors import InvalidRequestError, OpenAIError, ServiceUnavailableError, UpstreamError
+from .errors import InvalidRequestError, OpenAIError, ServiceUnavailableError, UpstreamError, refuse_unknown_fields
 
+log = logging.getLogger(__name__)
 router = APIRouter(prefix="/images")
 
-# OpenAI's model names mean "whatever checkpoint the web UI has loaded"; any other name picks a
-# checkpoint of the web UI by its title.
+# OpenAI's model names mean "whatever checkpoint the web UI has loaded". Any other name picks one
+# of the web UI's checkpoints (by its title, name, file name or hash) when /sdapi/v1/sd-models lists
+# it, and is ignored otherwise: for a name it does not know, the web UI would load some other
+# checkpoint in its place.
 OPENAI_IMAGE_MODELS = {"dall-e-2", "dall-e-3", "gpt-image-1", "gpt-image-1-mini", "gpt-image-1.5", "gpt-image-2",
                        "chatgpt-image-latest"}
 STEPS = {"low": 12, "standard": 25, "medium": 25, "auto": 25, "hd": 40, "high": 40}
 CFG = {"vivid": 7.5, "natural": 5.0}
 _SIZE = re.compile(r"^(\d{2,4})x(\d{2,4})$")
+# GPT image models always answer base64; the others default to a URL (here a data URL).
+BASE64_ONLY_PREFIXES = ("gpt-image", "chatgpt-image")
+
+# The web UI renders one job at a time; more calls at once would only wait in its queue, holding
+# threads of this server.
+WEB_UI_CALLS = 1
+CHECKPOINTS_TTL = 60.0               # seconds a /sd-models answer is reused
+MAX_ANSWER_BYTES = 256 * 2 ** 20     # ten 2048x2048 PNGs in base64 fit well within this
 
 
 class GatewayTimeout(OpenAIError):
@@ -37,6 +53,8 @@ class GatewayTimeout(OpenAIError):
 
 
 class ImageGenerationRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")   # kept to be named in the 400 (refuse_unknown_fields)
+
     prompt: str = Field(min_length=1, max_length=32000)
     model: str | None = None
     n: int | None = Field(None, ge=1, le=10)
@@ -66,11 +84,12 @@ def parse_size(size: str | None, default: tuple[int, int] | None) -> tuple[int, 
     return w, h
 
 
-def _sd_settings(model: str | None, quality: str | None, style: str | None) -> dict[str, Any]:
-    payload: dict[str, Any] = {"steps": STEPS[quality or "auto"], "cfg_scale": CFG[style or "vivid"]}
-    if model and model not in OPENAI_IMAGE_MODELS:
-        payload["override_settings"] = {"sd_model_checkpoint": model}
-    return payload
+def _sd_settings(quality: str | None, style: str | None) -> dict[str, Any]:
+    return {"steps": STEPS[quality or "auto"], "cfg_scale": CFG[style or "vivid"]}
+
+
+def default_response_format(model: str | None) -> str:
+    return "b64_json" if model and model.startswith(BASE64_ONLY_PREFIXES) else "url"
 
 
 def _check_common(output_format: str | None, stream: bool | None, background: str | None) -> None:
@@ -84,59 +103,217 @@ def _check_common(output_format: str | None, stream: bool | None, background: st
                                   param="background")
 
 
+def without_credentials(text: str) -> str:
+    """Every URL in the text without its user:password@: the web UI's credentials (sd_webui_url may
+    carry them for its --api-auth) are not the client's business."""
+    return re.sub(r"(\b[A-Za-z][A-Za-z0-9+.-]*://)[^/\s@]*@", r"\1", text)
+
+
 def _base_url(request: Request) -> tuple[str, float]:
     settings = request.app.state.api.settings
     if not settings.sd_webui_url:
         raise ServiceUnavailableError(
             "Image generation is off: start a Stable Diffusion web UI with its API enabled (--api) and set "
             "sd_webui_url (or the SD_WEBUI_URL environment variable) to its address, e.g. http://127.0.0.1:7860.",
-            code="images_not_configured")
+            code="images_not_configured", retry=False)
     return settings.sd_webui_url.rstrip("/"), settings.sd_timeout
 
 
-def _call_sd(url: str, payload: dict[str, Any], timeout: float) -> list[str]:
+def _too_slow(timeout: float) -> GatewayTimeout:
+    return GatewayTimeout(f"The Stable Diffusion web UI did not finish within {timeout:g} s (sd_timeout); it may be "
+                          "busy with earlier images. Retry later, ask for fewer or smaller images, or raise "
+                          "sd_timeout.", code="upstream_timeout")
+
+
+def _unreachable(base: str, exc: BaseException) -> UpstreamError:
+    return UpstreamError(f"The Stable Diffusion web UI at {without_credentials(base)} is not reachable "
+                         f"({type(exc).__name__}). Is it running with --api? Check sd_webui_url.",
+                         code="upstream_unreachable")
+
+
+def _read_body(response, deadline: float, timeout: float) -> bytes:
+    """The whole answer, read piece by piece: requests' timeout bounds each read, not the total,
+    so a web UI that sends slowly is cut off here at the deadline."""
+    data = bytearray()
+    for chunk in response.iter_content(1 << 16):
+        data += chunk
+        if time.monotonic() > deadline:
+            raise _too_slow(timeout)
+        if len(data) > MAX_ANSWER_BYTES:
+            raise UpstreamError(f"The Stable Diffusion web UI sent more than {MAX_ANSWER_BYTES >> 20} MB; ask for "
+                                "fewer or smaller images.", code="upstream_error")
+    return bytes(data)
+
+
+def _call_sd(base: str, endpoint: str, payload: dict[str, Any], deadline: float, timeout: float) -> list[str]:
     """POSTs to the web UI and returns its base64 PNG images (blocking; run on a worker thread)."""
     import requests
 
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise _too_slow(timeout)
     try:
-        r = requests.post(url, json=payload, timeout=(min(10.0, timeout), timeout))
+        with requests.post(f"{base}/sdapi/v1/{endpoint}", json=payload, stream=True,
+                           timeout=(min(10.0, remaining), remaining)) as r:
+            body = _read_body(r, deadline, timeout)
+            status = r.status_code
     except requests.Timeout:
-        raise GatewayTimeout(f"The Stable Diffusion web UI did not answer within {timeout:g} s (sd_timeout).",
-                             code="upstream_timeout") from None
+        raise _too_slow(timeout) from None
     except requests.RequestException as e:
-        raise UpstreamError(f"The Stable Diffusion web UI at {url.split('/sdapi')[0]} is not reachable "
-                            f"({type(e).__name__}). Is it running with --api? Check sd_webui_url.",
-                            code="upstream_unreachable") from None
-    if r.status_code != 200:
-        detail = r.text[:300]
-        raise UpstreamError(f"The Stable Diffusion web UI answered {r.status_code}: {detail}", code="upstream_error")
+        raise _unreachable(base, e) from None
+    if status != 200:
+        detail = without_credentials(body.decode("utf-8", errors="replace")[:300])
+        raise UpstreamError(f"The Stable Diffusion web UI answered {status}: {detail}", code="upstream_error")
     try:
-        images = r.json()["images"]
+        images = json.loads(body)["images"]
         assert isinstance(images, list) and all(isinstance(i, str) for i in images)
     except (ValueError, KeyError, TypeError, AssertionError):
-        raise UpstreamError("The Stable Diffusion web UI sent an answer without images.",
-                            code="upstream_error") from None
+        images = None
+    if not images:
+        raise UpstreamError("The Stable Diffusion web UI answered without images. A script or extension of the "
+                            "web UI may have dropped them, or the job was interrupted there; see its console.",
+                            code="upstream_error")
     return images
 
 
+def _stop_abandoned_job(base: str, endpoint: str) -> None:
+    """Best effort, on a thread of its own: asks the web UI to interrupt the job a timed-out request
+    left behind, so that it does not go on rendering images nobody will receive. Only an API job of
+    the same kind is stopped: a job started in the web UI's own page is someone else's."""
+    import requests
+
+    def interrupt() -> None:
+        try:
+            progress = requests.get(f"{base}/sdapi/v1/progress", params={"skip_current_image": "true"}, timeout=5)
+            job = progress.json().get("state", {}).get("job")
+            if job == f"scripts_{endpoint}":
+                requests.post(f"{base}/sdapi/v1/interrupt", timeout=5)
+        except (requests.RequestException, ValueError, AttributeError) as e:
+            log.debug("Could not interrupt the abandoned job in the web UI: %s", type(e).__name__)
+
+    threading.Thread(target=interrupt, name="sd-interrupt", daemon=True).start()
+
+
+class _WebUiCall:
+    """Runs one blocking call on a worker thread that holds a slot of the web UI's capacity limiter
+    for as long as it really runs. The caller may stop waiting at the deadline; the thread then
+    finishes on its own (its reads time out too) and gives the slot back when it ends."""
+
+    def __init__(self, limiter) -> None:
+        self.limiter = limiter
+        self.started = False
+        self._lock = threading.Lock()
+        self._abandoned = False
+
+    async def run(self, seconds: float, fn: Callable[..., Any], *args: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        borrower = object()
+
+        def give_back() -> None:
+            try:
+                loop.call_soon_threadsafe(self.limiter.release_on_behalf_of, borrower)
+            except RuntimeError:   # the server's loop is gone: so is the limiter
+                pass
+
+        def work() -> Any:
+            with self._lock:
+                if self._abandoned:   # its caller gave up before it began; the slot is back already
+                    return None
+                self.started = True
+            try:
+                return fn(*args)
+            finally:
+                give_back()
+
+        with anyio.fail_after(max(0.0, seconds)):
+            await self.limiter.acquire_on_behalf_of(borrower)
+            try:
+                return await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
+            except BaseException:
+                with self._lock:
+                    if not self.started:
+                        self._abandoned = True
+                        self.limiter.release_on_behalf_of(borrower)
+                raise
+
+
+async def _checkpoint_titles(request: Request, base: str, deadline: float) -> dict[str, str]:
+    """Every name the web UI knows its checkpoints by, mapped to the checkpoint's title; fetched
+    from /sdapi/v1/sd-models and kept for a minute on the app."""
+    cache = getattr(request.app.state, "sd_checkpoints", None)
+    if cache is None:
+        cache = request.app.state.sd_checkpoints = {}
+    hit = cache.get(base)
+    if hit and time.monotonic() - hit[0] < CHECKPOINTS_TTL:
+        return hit[1]
+    wait = max(0.5, min(10.0, deadline - time.monotonic()))
+    titles = await anyio.to_thread.run_sync(_fetch_checkpoints, base, wait)
+    cache[base] = (time.monotonic(), titles)
+    return titles
+
+
+def _fetch_checkpoints(base: str, timeout: float) -> dict[str, str]:
+    import requests
+
+    try:
+        r = requests.get(f"{base}/sdapi/v1/sd-models", timeout=timeout)
+        r.raise_for_status()
+        items = r.json()
+        return {alias: item["title"] for item in items for alias in _aliases(item)}
+    except (requests.RequestException, ValueError, TypeError, KeyError, AttributeError) as e:
+        log.warning("Could not list the web UI's checkpoints (%s); model names are ignored until it answers.",
+                    type(e).__name__)
+        return {}
+
+
+def _aliases(item: dict[str, Any]) -> list[str]:
+    """The names the web UI itself accepts for a checkpoint: its title, its name (the title without
+    the hash), its short model name, its file name with and without extension, and its hashes."""
+    title = item["title"]
+    name = re.sub(r" \[[0-9a-f]+\]$", "", title)
+    file = re.split(r"[\\/]", item.get("filename") or "")[-1]
+    names = [title, name, item.get("model_name"), file, file.rsplit(".", 1)[0], item.get("hash"), item.get("sha256")]
+    return [n for n in names if isinstance(n, str) and n]
+
+
+async def _checkpoint(request: Request, base: str, model: str | None, deadline: float) -> str | None:
+    if not model or model in OPENAI_IMAGE_MODELS:
+        return None
+    title = (await _checkpoint_titles(request, base, deadline)).get(model)
+    if title is None:
+        log.info("Image model %r is not a checkpoint of the web UI; its loaded checkpoint is used.", model)
+    return title
+
+
 async def _generate(request: Request, endpoint: str, payload: dict[str, Any], n: int,
-                    response_format: str | None) -> dict[str, Any]:
+                    response_format: str | None, model: str | None) -> dict[str, Any]:
     base, timeout = _base_url(request)
-    images = await anyio.to_thread.run_sync(_call_sd, f"{base}/sdapi/v1/{endpoint}", payload, timeout)
+    deadline = time.monotonic() + timeout
+    checkpoint = await _checkpoint(request, base, model, deadline)
+    if checkpoint:
+        payload["override_settings"] = {"sd_model_checkpoint": checkpoint}
+    call = _WebUiCall(request.app.state.api.limiter("images.webui", WEB_UI_CALLS))
+    try:
+        images = await call.run(deadline - time.monotonic(), _call_sd, base, endpoint, payload, deadline, timeout)
+    except (TimeoutError, GatewayTimeout):
+        if call.started:
+            _stop_abandoned_job(base, endpoint)
+        raise _too_slow(timeout) from None
     images = [i.split(",", 1)[1] if i.startswith("data:") else i for i in images][:n]
-    as_url = (response_format or "url") == "url"
+    as_url = (response_format or default_response_format(model)) == "url"
     data = [{"url": f"data:image/png;base64,{img}"} if as_url else {"b64_json": img} for img in images]
     return {"created": int(time.time()), "data": data}
 
 
 @router.post("/generations")
 async def generations(body: ImageGenerationRequest, request: Request):
+    refuse_unknown_fields(body, request.app.state.api.settings.allow_unknown_fields)
     _check_common(body.output_format, body.stream, body.background)
     width, height = parse_size(body.size, (512, 512))
     n = body.n or 1
     payload = {"prompt": body.prompt, "negative_prompt": "", "width": width, "height": height,
-               "batch_size": n, "n_iter": 1, "seed": -1, **_sd_settings(body.model, body.quality, body.style)}
-    return await _generate(request, "txt2img", payload, n, body.response_format)
+               "batch_size": n, "n_iter": 1, "seed": -1, **_sd_settings(body.quality, body.style)}
+    return await _generate(request, "txt2img", payload, n, body.response_format, body.model)
 
 
 # --- edits and variations: multipart uploads ---------------------------------------------------
@@ -298,11 +475,12 @@ async def _upload(form, name: str, required: bool) -> tuple[str | None, bytes] |
 async def _img2img(request: Request, *, need_prompt: bool) -> dict[str, Any]:
     # the uploads' spooled files are closed as soon as the form is read, whatever happens
     async with request.form() as form:
-        payload, n, response_format = await _read_img2img(request, form, need_prompt=need_prompt)
-    return await _generate(request, "img2img", payload, n, response_format)
+        payload, n, response_format, model = await _read_img2img(request, form, need_prompt=need_prompt)
+    return await _generate(request, "img2img", payload, n, response_format, model)
 
 
-async def _read_img2img(request: Request, form, *, need_prompt: bool) -> tuple[dict[str, Any], int, str | None]:
+async def _read_img2img(request: Request, form, *, need_prompt: bool
+                        ) -> tuple[dict[str, Any], int, str | None, str | None]:
     prompt = _form_text(form, "prompt")
     if need_prompt and (prompt is None or not prompt.strip()):
         raise InvalidRequestError("Missing required parameter: 'prompt'.", param="prompt")
@@ -323,10 +501,10 @@ async def _read_img2img(request: Request, form, *, need_prompt: bool) -> tuple[d
     payload: dict[str, Any] = {
         "prompt": prompt or "", "negative_prompt": "", "init_images": [init],
         "width": width, "height": height, "batch_size": n, "n_iter": 1, "seed": -1,
-        "denoising_strength": 0.75 if need_prompt else 0.6, **_sd_settings(model, quality, None)}
+        "denoising_strength": 0.75 if need_prompt else 0.6, **_sd_settings(quality, None)}
     if sd_mask is not None:
         payload.update(mask=sd_mask, inpainting_fill=1, inpaint_full_res=False)
-    return payload, n, response_format
+    return payload, n, response_format, model
 
 
 def _form_schema(need_prompt: bool) -> dict[str, Any]:

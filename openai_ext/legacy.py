@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from . import chat, completions, embeddings, models
 from .embeddings import EmbeddingRequest
-from .errors import NotFoundError
+from .errors import NotFoundError, refuse_unknown_fields
 from .protocol import ChatCompletionRequest, CompletionRequest
 
 router = APIRouter()
@@ -63,7 +63,7 @@ async def engine_embeddings(engine_id: str, body: EmbeddingRequest, request: Req
 
 
 class EditRequest(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow")   # kept to be named in the 400 (refuse_unknown_fields)
     model: str | None = None
     instruction: str = Field(min_length=1)
     input: str | None = ""
@@ -75,6 +75,7 @@ class EditRequest(BaseModel):
 async def _edit(body: EditRequest, request: Request):
     """The instruction and the input, rendered through the model's chat template as one user turn;
     the answer in the old edits shape."""
+    refuse_unknown_fields(body, request.app.state.api.settings.allow_unknown_fields)
     content = body.instruction if not body.input else f"{body.instruction}\n\n{body.input}"
     req = ChatCompletionRequest(messages=[{"role": "user", "content": content}], model=body.model, n=body.n,
                                 temperature=body.temperature, top_p=body.top_p)

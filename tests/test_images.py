@@ -91,7 +91,45 @@ def test_default_is_a_data_url_and_other_model_names_pick_a_checkpoint(server, s
     resp = openai_client(server).images.generate(prompt="a cat", model="dreamshaper_8.safetensors")
     url = resp.data[0].url
     assert url.startswith("data:image/png;base64,") and png_size(url.split(",", 1)[1]) == (512, 512)
-    assert sd.requests[-1][1]["override_settings"] == {"sd_model_checkpoint": "dreamshaper_8.safetensors"}
+    # sent as the web UI's title for it, which the web UI matches exactly
+    title = "dreamshaper_8.safetensors [879db523c3]"
+    assert sd.requests[-1][1]["override_settings"] == {"sd_model_checkpoint": title}
+
+
+@pytest.mark.parametrize("name, title", [
+    ("dreamshaper_8", "dreamshaper_8.safetensors [879db523c3]"),
+    ("879db523c3", "dreamshaper_8.safetensors [879db523c3]"),
+    ("dreamshaper_8.safetensors [879db523c3]", "dreamshaper_8.safetensors [879db523c3]"),
+    ("sdxl/juggernautXL_v9.safetensors", "sdxl/juggernautXL_v9.safetensors [c9e3e68f89]"),
+    ("juggernautXL_v9", "sdxl/juggernautXL_v9.safetensors [c9e3e68f89]"),
+    ("sdxl_juggernautXL_v9", "sdxl/juggernautXL_v9.safetensors [c9e3e68f89]"),
+])
+def test_checkpoints_go_by_the_names_the_web_ui_knows_them_by(server, sd, name, title):
+    openai_client(server).images.generate(prompt="a cat", model=name, response_format="b64_json")
+    assert sd.requests[-1][1]["override_settings"] == {"sd_model_checkpoint": title}
+
+
+def test_an_unknown_model_name_is_ignored_and_the_checkpoint_list_is_cached(server, sd):
+    client = openai_client(server)
+    # the web UI would load some other checkpoint for a name it does not know: none is sent
+    client.images.generate(prompt="a cat", model="no-such-checkpoint", response_format="b64_json")
+    assert "override_settings" not in sd.requests[-1][1]
+    client.images.generate(prompt="a cat", model="dreamshaper_8", response_format="b64_json")
+    assert sd.requests[-1][1]["override_settings"]["sd_model_checkpoint"].startswith("dreamshaper_8")
+    assert sd.model_list_calls == 1      # listed once, then reused
+    client.images.generate(prompt="a cat", model="dall-e-2", response_format="b64_json")
+    assert "override_settings" not in sd.requests[-1][1] and sd.model_list_calls == 1
+
+
+def test_gpt_image_models_answer_base64_by_default(server, sd):
+    client = openai_client(server)
+    for model in ("gpt-image-1", "gpt-image-1-mini", "chatgpt-image-latest"):
+        data = client.images.generate(prompt="a cat", model=model).data[0]
+        assert data.url is None and png_size(data.b64_json) == (512, 512), model
+    assert client.images.generate(prompt="a cat", model="dall-e-3").data[0].url.startswith("data:image/png")
+    r = post_form(server, "edits", {"image": ("in.png", png(64, 64), "image/png")},
+                  {"prompt": "p", "model": "gpt-image-1"})
+    assert "b64_json" in r.json()["data"][0] and "url" not in r.json()["data"][0]
 
 
 def test_edit_with_mask_is_inpainting(server, sd):
@@ -155,16 +193,46 @@ def test_without_a_web_ui_the_error_says_how_to_enable_it(live):
         openai_client(live).images.generate(prompt="x")
     assert e.value.status_code == 503 and "sd_webui_url" in e.value.body["message"]
     assert_valid("ErrorResponse", e.value.response.json())
+    # a setting of the server: retrying cannot help, and the SDKs are told so
+    assert e.value.response.headers["x-should-retry"] == "false"
+
+
+def test_the_sd_webui_url_environment_variable_turns_it_on(sd, llama_host, monkeypatch, tmp_path):
+    from openai_ext.app import create_app
+    from openai_ext.config import load_settings
+    from openai_ext.server import ApiServer
+
+    monkeypatch.delenv("OPENEDAI_SD_WEBUI_URL", raising=False)
+    monkeypatch.setenv("SD_WEBUI_URL", sd.url)
+    settings = load_settings(cli={"port": 0}, file=tmp_path / "none.json")
+    server = ApiServer(create_app(settings, llama_host), settings).start()
+    try:
+        resp = openai_client(server).images.generate(prompt="a fox", response_format="b64_json")
+        assert png_size(resp.data[0].b64_json) == (512, 512) and sd.requests[-1][1]["prompt"] == "a fox"
+    finally:
+        server.stop()
 
 
 def test_web_ui_down_is_502(llama_host, make_server):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{s.getsockname()[1]}"   # closed when the with block ends
-    server = make_server(llama_host, sd_webui_url=dead)
+    server = make_server(llama_host, sd_webui_url=dead.replace("http://", "http://sd-user:sd-secret@"))
     with pytest.raises(openai.APIStatusError) as e:
         openai_client(server).images.generate(prompt="x")
     assert e.value.status_code == 502 and "not reachable" in e.value.body["message"]
+    # the address is told, the web UI's credentials are not
+    assert dead in e.value.body["message"] and "sd-secret" not in e.value.body["message"]
+    assert "sd-user" not in e.value.body["message"]
+
+
+def wait_for(condition, timeout: float = 5.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return condition()
 
 
 def test_web_ui_slow_is_504_and_never_hangs(server, sd):
@@ -173,6 +241,57 @@ def test_web_ui_slow_is_504_and_never_hangs(server, sd):
     with pytest.raises(openai.APIStatusError) as e:
         openai_client(server).images.generate(prompt="x")
     assert e.value.status_code == 504 and time.monotonic() - started < 4.5
+    # the job left behind is interrupted, so the web UI does not go on rendering it
+    assert wait_for(lambda: sd.interrupts == 1)
+
+
+def test_a_job_from_the_web_uis_own_page_is_never_interrupted(server, sd):
+    sd.ui_job(4)                          # someone renders in the web UI; our job waits behind it
+    with pytest.raises(openai.APIStatusError) as e:
+        openai_client(server).images.generate(prompt="x")
+    assert e.value.status_code == 504
+    time.sleep(1)
+    assert sd.interrupts == 0
+
+
+def test_a_web_ui_that_answers_slowly_is_cut_off_at_the_deadline(server, sd):
+    sd.trickle = 0.2                      # each read is quick, the whole answer would take many seconds
+    started = time.monotonic()
+    with pytest.raises(openai.APIStatusError) as e:
+        openai_client(server).images.generate(prompt="x")
+    assert e.value.status_code == 504 and time.monotonic() - started < 3.5
+
+
+def test_web_ui_calls_run_one_at_a_time(server, sd):
+    sd.delay = 0.3
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(httpx.post(
+        f"{server.url}/images/generations", json={"prompt": "x", "response_format": "b64_json"}, timeout=30)))
+        for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert [r.status_code for r in results] == [200, 200, 200]
+    assert sd.max_in_flight == 1
+
+
+@pytest.mark.parametrize("images", [[], None])
+def test_a_web_ui_answer_without_images_is_502(server, sd, images):
+    sd.images = images
+    with pytest.raises(openai.APIStatusError) as e:
+        openai_client(server).images.generate(prompt="x")
+    assert e.value.status_code == 502 and "without images" in e.value.body["message"]
+
+
+def test_the_web_ui_double_refuses_what_the_real_api_refuses(sd):
+    """The double is a contract check: a field the web UI does not have, or a value of the wrong
+    type, is a 422 there, so the proxy's requests above are known to fit the real API."""
+    for body in ({"prompt": "x", "widht": 512}, {"prompt": "x", "width": "wide"},
+                 {"prompt": "x", "override_settings": "dreamshaper_8"}):
+        assert httpx.post(f"{sd.url}/sdapi/v1/txt2img", json=body).status_code == 422, body
+    assert httpx.post(f"{sd.url}/sdapi/v1/img2img", json={"init_images": [], "mask": 3}).status_code == 422
+    assert httpx.post(f"{sd.url}/sdapi/v1/txt2img", json={"prompt": "x", "width": 64, "height": 64}).status_code == 200
 
 
 def test_web_ui_error_is_502_with_its_message(server, sd):

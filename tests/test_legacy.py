@@ -78,3 +78,47 @@ def test_the_real_legacy_client(live, llama_host, legacy_python):
     assert out["embedding"]["n"] == 2 and out["embedding"]["dims"] == 384
     assert out["edit"]["object"] == "edit" and out["edit"]["text"]
     assert out["error"]["status"] == 400 and out["error"]["param"] == "messages"
+
+
+def test_engine_embeddings_are_the_embeddings_of_the_input(live):
+    inputs = ["hello world", "goodbye"]
+    r = httpx.post(f"{live.url}/engines/text-embedding-ada-002/embeddings", json={"input": inputs}, timeout=120)
+    assert r.status_code == 200, r.text
+    assert_valid("CreateEmbeddingResponse", r.json())
+    data = r.json()["data"]
+    assert [d["index"] for d in data] == [0, 1] and len(data[0]["embedding"]) == 384
+    # the same vectors the modern route gives for the same input
+    modern = httpx.post(f"{live.url}/embeddings", json={"input": inputs, "model": "x"}, timeout=120).json()["data"]
+    assert [d["embedding"] for d in data] == [d["embedding"] for d in modern]
+    # an engine id with a slash reaches the route too
+    r = httpx.post(f"{live.url}/engines/org/embedder/embeddings", json={"input": "hi"}, timeout=120)
+    assert r.status_code == 200 and len(r.json()["data"]) == 1
+
+
+def test_engine_edits(live):
+    for engine in ("text-davinci-edit-001", "org/editor"):
+        r = httpx.post(f"{live.url}/engines/{engine}/edits", timeout=60,
+                       json={"input": "I has a apple.", "instruction": "Fix the grammar.", "temperature": 0})
+        body = r.json()
+        assert r.status_code == 200 and body["object"] == "edit", (engine, body)
+        assert body["choices"][0]["text"] and body["usage"]["completion_tokens"] > 0
+    bad = httpx.post(f"{live.url}/engines/x/edits", json={"input": "no instruction"})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "instruction"
+
+
+def test_edits_in_extension_mode_go_through_the_hosts_instruction_template(host_modules, make_server):
+    from openai_ext.hosts.textgen import TextgenHost
+
+    server = make_server(TextgenHost(host_modules))
+    r = httpx.post(f"{server.url}/edits", timeout=30,
+                   json={"model": "text-davinci-edit-001", "input": "I has a apple.",
+                         "instruction": "Fix the grammar."})
+    assert r.status_code == 200, r.text
+    assert r.json()["object"] == "edit" and r.json()["choices"][0]["text"] == "Hello, world!"
+    # one user turn, instruction then input, rendered by the host's own prompt builder ...
+    user_input, state = host_modules.chat.CALLS[-1]
+    assert user_input == "Fix the grammar.\n\nI has a apple."
+    assert state["instruction_template_str"] == host_modules.shared.settings["instruction_template_str"]
+    # ... into the prompt the host generated from
+    question = host_modules.text_generation.CALLS[-1][0]
+    assert question == "<|im_start|>user\nFix the grammar.\n\nI has a apple.<|im_end|>\n<|im_start|>assistant\n"

@@ -1,6 +1,9 @@
 """Test double of modules.utils: what the host finds in its models and loras folders."""
 
-AVAILABLE_MODELS = ["Double-Model-1B-Instruct.Q4_K_M.gguf", "Other-Model-3B-Instruct.Q5_K_M.gguf"]
+# As the host lists them: GGUF files by their path under the models folder (a subfolder's with
+# "/"), then model folders.
+AVAILABLE_MODELS = ["Double-Model-1B-Instruct.Q4_K_M.gguf", "Other-Model-3B-Instruct.Q5_K_M.gguf",
+                    "Qwen2.5-GGUF/qwen2.5-0.5b-instruct-q4_k_m.gguf"]
 AVAILABLE_LORAS = ["style-lora", "facts-lora"]
 
 
