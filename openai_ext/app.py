@@ -16,6 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
 from sse_starlette import EventSourceResponse
+from sse_starlette.sse import SendTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from . import __version__, chat, completions, models, tunnel
@@ -93,8 +94,37 @@ async def sse_stream(chunks: AsyncIterator[dict[str, Any]], *, done: bool = True
         yield DONE
 
 
-def event_stream(chunks: AsyncIterator[dict[str, Any]]) -> EventSourceResponse:
-    return EventSourceResponse(sse_stream(chunks), sep="\n", ping=15)
+class GenerationStream(EventSourceResponse):
+    """An event stream (a generation's, a transcription's) that gives up on a client that
+    stopped reading.
+
+    Such a client fills the socket's buffers, the send then waits, and the work waits with
+    it, holding the queue's lock or the model's turn: everyone else would wait for a client
+    that may never read again. After ``send_timeout`` seconds without progress the stream is closed, which
+    stops the generation and frees the lock; the server then drops the connection."""
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        except BaseException as e:
+            if not _only_send_timeouts(e):
+                raise
+            log.warning("a client read nothing of its stream for %g s: the stream was dropped and its "
+                        "work stopped (stream_send_timeout)", self.send_timeout)
+
+
+def _only_send_timeouts(error: BaseException) -> bool:
+    # sse-starlette raises the timeout bare (3.1+) or inside its task group's exception group
+    # (a builtin from Python 3.11, anyio's backport before: both hold .exceptions)
+    inner = getattr(error, "exceptions", None)
+    if isinstance(inner, (list, tuple)) and inner:
+        return all(_only_send_timeouts(e) for e in inner)
+    return isinstance(error, SendTimeoutError)
+
+
+def event_stream(chunks: AsyncIterator[dict[str, Any]], send_timeout: float | None = None, *,
+                 done: bool = True) -> EventSourceResponse:
+    return GenerationStream(sse_stream(chunks, done=done), sep="\n", ping=15, send_timeout=send_timeout)
 
 
 async def until_disconnect(request: Request, work: Awaitable[Any]) -> Any:
@@ -179,13 +209,19 @@ async def generate(request: Request, service: Any, body: Any):
     if not state.host.loaded:
         raise ServiceUnavailableError("No model is loaded. Load one in the web UI, or with POST "
                                       "/v1/internal/model/load.", code="model_not_loaded")
-    # Every 400 happens here, before anything is queued. Rendering and tokenizing a long prompt
-    # is real work: it runs on a worker thread, one request at a time (a tokenizer may not be
-    # safe to share between threads), so the event loop keeps serving.
-    job = await anyio.to_thread.run_sync(service.prepare, state, body, limiter=state.limiter("prepare"))
-    ticket = state.queue.admit()         # 429 at once when the queue is full
+    # The place in the queue is taken first: when the queue is full, the 429 comes at once, not
+    # after every earlier request's prepare below. A request that fails there gives it back.
+    ticket = state.queue.admit()
+    try:
+        # Every 400 happens here, before anything runs. Rendering and tokenizing a long prompt
+        # is real work: it runs on a worker thread, one request at a time (a tokenizer may not
+        # be safe to share between threads), so the event loop keeps serving.
+        job = await anyio.to_thread.run_sync(service.prepare, state, body, limiter=state.limiter("prepare"))
+    except BaseException:
+        ticket.release()
+        raise
     if job.plan.stream:
-        return event_stream(service.stream(state, job, ticket))
+        return event_stream(service.stream(state, job, ticket), send_timeout=state.settings.stream_send_timeout)
     return await until_disconnect(request, service.complete(state, job, ticket))
 
 
@@ -197,6 +233,8 @@ def create_app(settings: Settings, host: Host, manager: Any = None) -> FastAPI:
     async def lifespan(_: FastAPI):
         yield
         state.queue.close()
+        if tunnel.opens(settings):
+            tunnel.stop()
 
     app = FastAPI(title="OpenAI-compatible API for local models", version=__version__,
                   docs_url=None, redoc_url=None, lifespan=lifespan)

@@ -12,6 +12,7 @@ from typing import Any
 
 from fastapi import Request
 
+from . import tunnel
 from .errors import AuthenticationError, PermissionDeniedError
 from .guards import Receive, Scope, Send, header, send_error
 
@@ -46,16 +47,21 @@ class KeyGuard:
 
 
 def require_admin(request: Request) -> None:
-    """Model management and other internal routes: the admin_key, which defaults to the api_key.
+    """Model and LoRA management and stop-generation: the admin_key, which defaults to the api_key.
 
     With no key at all, a local user manages models freely, as in the web UI; but a request from
     a web page (browsers always send Origin with a cross-site POST, and CORS lets any origin call
-    the API) is refused, so no site the user visits can load or unload models."""
+    the API) is refused, so no site the user visits can load or unload models. With an open
+    public tunnel every request may come from the internet (through 127.0.0.1), so all are refused."""
     settings = request.app.state.api.settings
     key = settings.admin_key or settings.api_key
     if key:
         if not _matches(_bearer(request.headers.get("authorization")), key):
             raise AuthenticationError("This route needs the admin key: send 'Authorization: Bearer <admin_key>'.")
+    elif tunnel.opens(settings):
+        raise PermissionDeniedError("This route is closed while the public tunnel is open without a key: anyone on "
+                                    "the internet could use it. Set admin_key (or api_key) and send it as "
+                                    "'Authorization: Bearer <key>'.", code="admin_key_required")
     elif request.headers.get("origin"):
         raise PermissionDeniedError("Model management from a web page needs an admin key: set admin_key (or "
                                     "api_key) and send it as 'Authorization: Bearer <key>'.", code="admin_key_required")

@@ -17,7 +17,7 @@ import time
 import uvicorn
 from fastapi import FastAPI
 
-from .config import Settings
+from .config import Settings, SettingsError
 
 log = logging.getLogger(__name__)
 
@@ -29,15 +29,24 @@ class PortInUse(RuntimeError):
     pass
 
 
+# Addresses whose socket answers on 127.0.0.1 ("::" alone is bound dual-stack, see bind_all).
+REACHES_LOOPBACK = ("127.0.0.1", "0.0.0.0", "::", "localhost")
+
+
 def bind_addresses(settings: Settings) -> list[str]:
-    """127.0.0.1 unless listening is turned on; with ipv6, its IPv6 counterpart as well."""
+    """127.0.0.1 unless listening is turned on; with ipv6, its IPv6 counterpart as well.
+
+    The public tunnel always forwards to 127.0.0.1 (flask-cloudflared's fixed target), so with
+    the tunnel on that address is bound too when listen_host would leave it out."""
     addresses = [settings.listen_host if settings.listen else "127.0.0.1"]
     if settings.ipv6 and ":" not in addresses[0]:   # an IPv6 listen_host already is the IPv6 socket
         addresses.append("::" if settings.listen else "::1")
+    if settings.public_api and not any(a in REACHES_LOOPBACK for a in addresses):
+        addresses.append("127.0.0.1")
     return addresses
 
 
-def bind_socket(host: str, port: int) -> socket.socket:
+def bind_socket(host: str, port: int, dual_stack: bool = False) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # proto must say TCP: asyncio turns Nagle's algorithm off (TCP_NODELAY) only on sockets that
     # do, and with it on, each small stream chunk would wait for the client's delayed ACK.
@@ -49,7 +58,9 @@ def bind_socket(host: str, port: int) -> socket.socket:
     # With it, the stream's backpressure reaches the generation, which then pauses.
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
     if family == socket.AF_INET6:
-        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)  # the IPv4 socket serves IPv4
+        # Set either way, as the system default varies: dual-stack when no IPv4 socket is bound
+        # beside it ("::" then answers IPv4 clients too), else IPv6 only, so both can share the port.
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0 if dual_stack else 1)
     try:
         sock.bind((host, port))
     except OSError as e:
@@ -68,11 +79,13 @@ def bind_all(settings: Settings) -> list[socket.socket]:
     """The listening sockets for the settings (PortInUse if the port is taken). Standalone mode
     binds them before loading the model, so a taken port is reported at once."""
     sockets: list[socket.socket] = []
+    addresses = bind_addresses(settings)
+    dual_stack = all(":" in address for address in addresses)
     try:
-        for address in bind_addresses(settings):
+        for address in addresses:
             # every address on the same port; port 0 takes the first socket's free port
             port = sockets[0].getsockname()[1] if sockets else settings.port
-            sockets.append(bind_socket(address, port))
+            sockets.append(bind_socket(address, port, dual_stack))
     except BaseException:
         for sock in sockets:
             sock.close()
@@ -126,10 +139,10 @@ def _tls(settings: Settings) -> dict[str, str]:
     if not (settings.cert_path or settings.key_path):
         return {}
     if not (settings.cert_path and settings.key_path):
-        raise SystemExit("HTTPS needs both cert_path and key_path (OPENEDAI_CERT_PATH / OPENEDAI_KEY_PATH).")
+        raise SettingsError("HTTPS needs both cert_path and key_path (OPENEDAI_CERT_PATH / OPENEDAI_KEY_PATH).")
     for path in (settings.cert_path, settings.key_path):
         if not os.path.isfile(path):
-            raise SystemExit(f"HTTPS: no such file {path}")
+            raise SettingsError(f"HTTPS: no such file {path}; fix cert_path / key_path.")
     return {"ssl_certfile": settings.cert_path, "ssl_keyfile": settings.key_path}
 
 

@@ -34,10 +34,15 @@ def refusal(settings: Settings, scheme: str) -> str | None:
     return None
 
 
+def opens(settings: Settings) -> bool:
+    """Whether the settings open the public tunnel (it may still fail to start)."""
+    return settings.public_api and refusal(settings, scheme_of(settings)) is None
+
+
 def host_suffixes(settings: Settings) -> tuple[str, ...]:
     """Host names the Host check lets in for the tunnel: a TryCloudflare tunnel's requests carry
     its random *.trycloudflare.com name. A named tunnel's own hostname goes in allowed_hosts."""
-    if settings.public_api and not settings.public_api_id and refusal(settings, scheme_of(settings)) is None:
+    if opens(settings) and not settings.public_api_id:
         return (TRYCLOUDFLARE,)
     return ()
 
@@ -58,22 +63,32 @@ def start(settings: Settings, port: int, scheme: str = "http") -> threading.Thre
     return thread
 
 
+class NoAddress(RuntimeError):
+    pass
+
+
+def stop() -> None:
+    """Ends the cloudflared process, if one runs. flask-cloudflared ends it at exit, but uvicorn
+    ends the process by raising its stop signal again, so that exit handler never runs."""
+    module = sys.modules.get("flask_cloudflared")
+    if module is not None:
+        with contextlib.suppress(Exception):
+            module._cleanup_existing_cloudflared()
+
+
 def _open(settings: Settings, port: int) -> None:
     try:
-        from flask_cloudflared import _run_cloudflared
+        import flask_cloudflared
     except ImportError:
         log.error("The public tunnel needs flask-cloudflared: pip install flask-cloudflared")
         return
     error: Exception | None = None
     for attempt in range(ATTEMPTS):
         try:
+            # each attempt first ends the cloudflared process a failed attempt left running
             with _prints_to_debug_log():
-                url = _run_cloudflared(port, _free_port(), tunnel_id=settings.public_api_id or None)
-            if str(url).startswith("http"):
-                where = f"{url}/v1"
-            else:
-                where = (f"the hostname of tunnel {settings.public_api_id} (add that name to the allowed_hosts "
-                         "setting, or the Host check refuses its requests)")
+                url = flask_cloudflared._run_cloudflared(port, _free_port(), tunnel_id=settings.public_api_id or None)
+            where = _where(settings, url)
             print(f"Public API at {where}  (OPENAI_BASE_URL for remote apps; the api_key is required)",
                   file=sys.stderr, flush=True)
             return
@@ -81,9 +96,22 @@ def _open(settings: Settings, port: int) -> None:
             error = e
             if attempt + 1 < ATTEMPTS:
                 time.sleep(2 * (attempt + 1))
+    stop()   # no tunnel left half open
     reason = str(error).splitlines()[0] if str(error) else ""
     log.error("The public tunnel could not start (%s: %s); the API keeps serving locally.",
               type(error).__name__, reason if len(reason) <= 300 else reason[:300] + "...")
+
+
+def _where(settings: Settings, url: Any) -> str:
+    """Where the tunnel answers, from what flask-cloudflared returned."""
+    if settings.public_api_id:
+        return (f"the hostname of tunnel {settings.public_api_id} (add that name to the allowed_hosts "
+                "setting, or the Host check refuses its requests)")
+    if not str(url).startswith("http"):
+        # flask-cloudflared gives None when cloudflared's metrics name no trycloudflare.com
+        # address, as when its request for a quick tunnel failed: nothing would be reachable.
+        raise NoAddress("cloudflared reported no trycloudflare.com address")
+    return f"{url}/v1"
 
 
 class _ThreadFilter:

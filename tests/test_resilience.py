@@ -28,16 +28,37 @@ def idle(server, host, timeout=10.0) -> bool:
     return False
 
 
-def test_fifty_streams_cut_at_random_points(live, llama_host):
+@pytest.fixture
+def produced(llama_host, monkeypatch):
+    """When the real host produced each piece."""
+    times: list[float] = []
+    real = llama_host.generate
+
+    def generate(prompt, settings, stop_event):
+        for piece in real(prompt, settings, stop_event):
+            times.append(time.monotonic())
+            yield piece
+    monkeypatch.setattr(llama_host, "generate", generate)
+    return times
+
+
+def test_fifty_streams_cut_at_random_points(live, llama_host, produced):
     rng = random.Random(50)
     threads_before = threading.active_count()
+    late = []
     for _ in range(50):
         body = {"model": "x", "messages": STORY, "max_tokens": 400, "stream": True, "temperature": 0.7}
         with httpx.stream("POST", f"{live.url}/chat/completions", json=body, timeout=60) as r:
+            assert r.status_code == 200
             lines = r.iter_lines()
             for _ in range(rng.randint(0, 40)):
                 next(lines)
-    assert idle(live, llama_host), "a cut stream left its generation running or the lock held"
+        cut = time.monotonic()
+        assert idle(live, llama_host), "a cut stream left its generation running or the lock held"
+        late.append(sum(1 for t in produced if t > cut))
+    # each generation stopped within a token or two of its client leaving
+    assert max(late) <= 2, late
+    assert len(produced) < 50 * 400 / 2, "the cut streams were generated to the end"
     assert threading.active_count() <= threads_before + 4, "threads leaked"
     r = httpx.post(f"{live.url}/chat/completions", json={"messages": STORY, "max_tokens": 5}, timeout=60)
     assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 5
@@ -56,6 +77,24 @@ def failing_host(llama_host, monkeypatch):
             yield piece
     monkeypatch.setattr(llama_host, "generate", generate)
     return plan
+
+
+@pytest.mark.parametrize("method", ["chat_prompt", "tokenize"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_host_failure_before_generation_is_a_500_error_object(live, llama_host, monkeypatch, method, stream):
+    """The host failing while the prompt is rendered or tokenized, before anything is generated."""
+    def broken(*args, **kwargs):
+        raise RuntimeError("simulated failure inside the host")
+    monkeypatch.setattr(llama_host, method, broken)
+    r = httpx.post(f"{live.url}/chat/completions", timeout=60,
+                   json={"messages": STORY, "max_tokens": 5, "stream": stream})
+    assert r.status_code == 500 and r.headers["content-type"].startswith("application/json")
+    assert_valid("ErrorResponse", r.json())
+    assert r.json()["error"]["type"] == "server_error" and "simulated" not in r.json()["error"]["message"]
+    assert idle(live, llama_host), "the failed request kept its place in the queue"
+    monkeypatch.undo()
+    r = httpx.post(f"{live.url}/chat/completions", json={"messages": STORY, "max_tokens": 3}, timeout=60)
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 3
 
 
 @pytest.mark.parametrize("after", [0, 3])
@@ -143,6 +182,54 @@ def test_a_slow_reader_pauses_the_generation_instead_of_buffering_it(live, llama
     assert len(produced) < max_tokens
 
 
+def stalled_stream(port: int, body: dict) -> socket.socket:
+    """A client that sends a streaming request, then reads nothing while keeping its socket open."""
+    data = json.dumps(body).encode()
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", port))
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: " + str(len(data)).encode() + b"\r\n\r\n" + data)
+    return sock
+
+
+def test_a_client_that_stops_reading_is_dropped_and_frees_the_queue(llama_host, make_server, monkeypatch):
+    from openai_ext.config import Settings
+
+    assert Settings().stream_send_timeout == 60
+    server = make_server(llama_host, stream_send_timeout=2)
+    produced = []
+    real = llama_host.generate
+
+    def counting(prompt, settings, stop_event):
+        for piece in real(prompt, settings, stop_event):
+            produced.append(time.monotonic())
+            yield piece
+    monkeypatch.setattr(llama_host, "generate", counting)
+    max_tokens = 1800
+    sock = stalled_stream(server.port, {"messages": STORY, "max_tokens": max_tokens, "stream": True,
+                                        "temperature": 0, "ban_eos_token": True})
+    try:
+        # a second client waits in the queue behind the stalled one
+        start = time.monotonic()
+        r = httpx.post(f"{server.url}/chat/completions", json={"messages": STORY, "max_tokens": 3}, timeout=90)
+        waited = time.monotonic() - start
+        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 3
+        assert len(produced) < max_tokens, "the stalled stream was generated to the end"
+        assert waited < 40, f"the queue waited {waited:.0f} s on a client that reads nothing"
+        # the stalled stream's generation stopped for good, though its socket is still open
+        assert idle(server, llama_host)
+        count = len(produced)
+        time.sleep(1)
+        assert len(produced) == count
+        # and the server dropped the connection: what is left to read ends
+        sock.settimeout(10)
+        while sock.recv(65536):
+            pass
+    finally:
+        sock.close()
+
+
 @pytest.mark.parametrize("body, content_type", [
     (b'{"messages": [', "application/json"),                                  # malformed JSON
     (b'{"messages": "hi"}', "application/json"),                              # wrong type
@@ -165,9 +252,14 @@ def test_garbage_gets_a_4xx_openai_error(live, body, content_type):
     assert_valid("ErrorResponse", r.json())
 
 
-def test_unknown_fields_are_accepted(live):
+def test_unknown_fields_get_a_400_naming_them(live, llama_host):
     r = httpx.post(f"{live.url}/chat/completions", timeout=60, json={
         "messages": STORY, "max_tokens": 2, "frobnicate": True, "mode": "instruct"})
+    assert r.status_code == 400 and "frobnicate" in r.json()["error"]["message"]
+    assert_valid("ErrorResponse", r.json())
+    assert idle(live, llama_host)
+    r = httpx.post(f"{live.url}/chat/completions", timeout=60, json={   # the web UI's own fields pass
+        "messages": STORY, "max_tokens": 2, "mode": "instruct"})
     assert r.status_code == 200
 
 
@@ -177,8 +269,27 @@ def test_huge_max_tokens_is_clamped_not_an_error(live, llama_host):
     assert r.status_code == 200
 
 
-def test_overload_is_served_or_refused_never_hung(llama_host, make_server):
+def timed(fn):
+    def run(*args):
+        start = time.monotonic()
+        result = fn(*args)
+        return result, time.monotonic() - start
+    return run
+
+
+PREPARE_SECONDS = 0.2
+
+
+def test_overload_is_served_or_refused_never_hung(llama_host, make_server, monkeypatch):
     server = make_server(llama_host, max_queue=8)
+    real_chat_prompt = llama_host.chat_prompt
+    prepared = []
+
+    def slow_chat_prompt(*args, **kwargs):   # a long prompt takes this long to render and tokenize
+        prepared.append(1)
+        time.sleep(PREPARE_SECONDS)
+        return real_chat_prompt(*args, **kwargs)
+    monkeypatch.setattr(llama_host, "chat_prompt", slow_chat_prompt)
 
     def ask(i):
         try:
@@ -189,14 +300,20 @@ def test_overload_is_served_or_refused_never_hung(llama_host, make_server):
         return (r.status_code, r.headers.get("retry-after"), r.json())
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=100) as pool:
-        results = list(pool.map(ask, range(100)))
-    codes = [r[0] for r in results]
+        results = list(pool.map(timed(ask), range(100)))
+    codes = [r[0] for r, _ in results]
     assert set(codes) <= {200, 429}, codes
     assert 9 <= codes.count(200) < 100
-    for status, retry_after, body in results:
+    for (status, retry_after, body), _ in results:
         assert_valid("ErrorResponse" if status == 429 else "CreateChatCompletionResponse", body)
         if status == 429:
             assert retry_after and body["error"]["type"] == "rate_limit_error"
+    # "at once": a refused request is refused before its prompt is prepared, so it never waits
+    # while the requests ahead of it are prepared, one at a time, PREPARE_SECONDS each
+    assert len(prepared) == codes.count(200)
+    refused = sorted(seconds for (status, *_), seconds in results if status == 429)
+    served = sorted(seconds for (status, *_), seconds in results if status == 200)
+    assert refused[len(refused) // 2] < served[len(served) // 2], (refused, served)
     assert idle(server, llama_host)
     r = httpx.post(f"{server.url}/chat/completions", json={"messages": STORY, "max_tokens": 3}, timeout=60)
     assert r.status_code == 200
