@@ -17,8 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from . import token_ids
 from .engines import Lazy
-from .engines.embedding import ENGINES, Batcher, configured_model_id, load_batcher, to_base64
-from .errors import InvalidRequestError
+from .engines.embedding import Batcher, configured_model_id, load_batcher, model_available, to_base64
+from .errors import InvalidRequestError, refuse_unknown_fields
 from .models import card
 from .state import ApiState
 
@@ -29,11 +29,11 @@ MAX_INPUT_TOKENS = 8192  # OpenAI's limit on one input given as token ids
 ENGINE_KEY = "embeddings"
 TOKENS_KEY = "cl100k_base"
 RENDER_INLINE = 16       # responses with more vectors than this are rendered on a worker thread
+WATCH_FROM = 16          # requests with more inputs than this are stopped when their client leaves
 
 
 class EmbeddingRequest(BaseModel):
-    # Extra fields are accepted and ignored, as on the other routes: many clients send extras.
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow")   # kept to be named in the 400 (refuse_unknown_fields)
 
     input: Any                  # checked by parse_input, for errors that say what is wrong
     model: str | None = None    # any name is served by the configured model
@@ -52,16 +52,24 @@ def embedder(state: ApiState) -> Lazy[Batcher]:
 
 
 def model_cards(state: ApiState) -> list[dict[str, Any]]:
-    import importlib.util
-
-    engine = state.settings.embedding_engine
-    if engine not in ENGINES or (engine == "sentence-transformers" and
-                                 importlib.util.find_spec("sentence_transformers") is None):
+    if not model_available(state.settings):
         return []   # nothing to serve it with: listing it would promise what a request cannot get
     lazy = state.engines.get(ENGINE_KEY)
     model_id = lazy.get_blocking().engine.model_id if lazy is not None and lazy.loaded \
         else configured_model_id(state.settings)
     return [card(model_id, state.started, "local")]
+
+
+@router.get("/internal/embeddings/stats", include_in_schema=False)
+async def batch_stats(request: Request) -> dict[str, Any]:
+    """How the dynamic batcher has grouped requests so far (for tuning and benchmarks)."""
+    state: ApiState = request.app.state.api
+    lazy = state.engines.get(ENGINE_KEY)
+    if lazy is None or not lazy.loaded:
+        return {"loaded": False}
+    batcher = lazy.get_blocking()
+    return {"loaded": True, "model": batcher.engine.model_id, "window_ms": batcher.window_s * 1000,
+            "gap_ms": batcher.gap_s * 1000, "max_batch": batcher.max_batch, **batcher.stats.as_dict()}
 
 
 def _is_int(x: Any) -> bool:
@@ -139,19 +147,28 @@ async def create_embeddings(body: EmbeddingRequest, request: Request) -> Respons
     from .app import until_disconnect
 
     state: ApiState = request.app.state.api
+    refuse_unknown_fields(body, state.settings.allow_unknown_fields)
     texts = await texts_of(state, body.input)          # every 400 about the input comes before loading
-    batcher = await embedder(state).get()
-    engine = batcher.engine
-    if body.dimensions is not None and body.dimensions > engine.dimension:
-        raise InvalidRequestError(
-            f"'dimensions' is {body.dimensions}, but {engine.model_id} makes {engine.dimension}-dimensional "
-            f"embeddings. Ask for {engine.dimension} or fewer, or leave 'dimensions' out.", param="dimensions")
+    lazy = embedder(state)
 
     async def work() -> Response:
+        # the first request waits here for the model to load; a client that leaves meanwhile
+        # stops waiting without disturbing the load the others wait for
+        batcher = await lazy.get()
+        engine = batcher.engine
+        if body.dimensions is not None and body.dimensions > engine.dimension:
+            raise InvalidRequestError(
+                f"'dimensions' is {body.dimensions}, but {engine.model_id} makes {engine.dimension}-dimensional "
+                f"embeddings. Ask for {engine.dimension} or fewer, or leave 'dimensions' out.", param="dimensions")
         vectors, counts = await batcher.embed(texts, body.dimensions)
         args = (engine.model_id, vectors, counts, body.encoding_format or "float")
         # a few vectors render in microseconds; thousands take long enough to stall other requests
         content = render(*args) if len(texts) <= RENDER_INLINE else await anyio.to_thread.run_sync(render, *args)
         return Response(content, media_type="application/json")
 
+    if lazy.loaded and len(texts) <= WATCH_FROM:
+        # A small request on a loaded model is one share of one batch, answered in milliseconds:
+        # watching for its client to leave (two more tasks on the event loop) would cost more
+        # than stopping it could save, and under load that cost is paid by every request.
+        return await work()
     return await until_disconnect(request, work())

