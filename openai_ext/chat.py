@@ -17,7 +17,8 @@ from .state import ApiState
 def _text_of(message: ChatMessage, i: int) -> str:
     content = message.content
     if content is None:
-        if message.role == "assistant" and message.tool_calls:
+        calls = message.tool_calls or message.function_call
+        if (message.role == "assistant" and calls) or message.role == "function":
             return ""
         raise InvalidRequestError(f"messages[{i}].content is missing; {message.role} messages need content.",
                                   param=f"messages[{i}].content")
@@ -39,20 +40,33 @@ def _text_of(message: ChatMessage, i: int) -> str:
 
 def normalize_messages(req: ChatCompletionRequest) -> list[dict[str, Any]]:
     """OpenAI messages as plain dicts the chat templates understand: string content, and the
-    developer role (OpenAI's newer name for system) as system."""
+    developer role (OpenAI's newer name for system) as system. The legacy function calling turns
+    become tool turns: an assistant function_call is a tool call with a made-up id, and a
+    'function' message is the tool result for the latest call of that name."""
     out = []
+    legacy_ids: dict[str, str] = {}   # function name -> id given to its latest legacy call
     for i, m in enumerate(req.messages):
-        if m.role == "function":
-            raise InvalidRequestError("The legacy 'function' role is not supported; send tool results as "
-                                      "role 'tool' with a tool_call_id.", param=f"messages[{i}].role")
-        msg: dict[str, Any] = {"role": "system" if m.role == "developer" else m.role, "content": _text_of(m, i)}
+        role = {"developer": "system", "function": "tool"}.get(m.role, m.role)
+        msg: dict[str, Any] = {"role": role, "content": _text_of(m, i)}
         if m.name:
             msg["name"] = m.name
-        if m.role == "tool":
+        if m.role == "function":
+            if not m.name:
+                raise InvalidRequestError(f"messages[{i}] has the legacy role 'function' but no name; give the name "
+                                          "of the function whose result it holds.", param=f"messages[{i}].name")
+            msg["tool_call_id"] = legacy_ids.get(m.name) or f"call_legacy_{i}"
+        elif m.role == "tool":
             if not m.tool_call_id:
                 raise InvalidRequestError(f"messages[{i}] has role 'tool' but no tool_call_id.",
                                           param=f"messages[{i}].tool_call_id")
             msg["tool_call_id"] = m.tool_call_id
+        if m.function_call is not None and m.role == "assistant":
+            if m.tool_calls:
+                raise InvalidRequestError(f"messages[{i}] has both tool_calls and the legacy function_call; send "
+                                          "one of them.", param=f"messages[{i}].function_call")
+            legacy_ids[m.function_call.name] = f"call_legacy_{i}"
+            msg["tool_calls"] = [{"id": f"call_legacy_{i}", "type": "function",
+                                  "function": m.function_call.model_dump()}]
         if m.tool_calls:
             msg["tool_calls"] = [tc.model_dump() for tc in m.tool_calls]
         out.append(msg)
@@ -69,10 +83,22 @@ def prepare(state: ApiState, req: ChatCompletionRequest) -> Job:
     requested = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     prompt = fit_prompt(host, prompt, requested=requested, truncate=state.settings.truncate_prompt, param="messages")
     plan = params.plan(req, abilities=host.abilities, room=host.context_length() - len(prompt.tokens),
-                       max_n=state.settings.max_n, toolset=toolset)
+                       max_n=state.settings.max_n, toolset=toolset,
+                       allow_unknown=state.settings.allow_unknown_fields)
+    _check_grammar(host, plan.settings.get("grammar_string"), toolset)
     job = new_job("chatcmpl", [prompt], plan, host)
     job.tools = toolset if toolset is not None and toolset.calling else None
     return job
+
+
+def _check_grammar(host, gbnf: str | None, toolset: tools.ToolSet | None) -> None:
+    """A grammar the host cannot parse is refused now, not found out while generating."""
+    check = getattr(host, "check_grammar", None)
+    if not gbnf or check is None or check(gbnf):
+        return
+    param = toolset.param if toolset is not None and toolset.calling else "response_format"
+    raise InvalidRequestError(f"The grammar built from {param} could not be parsed by llama.cpp; simplify the "
+                              "schema (patterns especially).", param=param)
 
 
 class _Choice:
@@ -82,6 +108,7 @@ class _Choice:
         self.calls = tools.ToolCallStream(job.tools, incremental=incremental) if job.tools else None
         self.legacy = bool(job.tools and job.tools.legacy)
         self.content: list[str] = []
+        self.opened = False   # the role has been sent
 
     def events(self, text: str, *, final: bool = False) -> list[tools.Content | tools.CallDelta]:
         if self.calls is None:
@@ -98,7 +125,19 @@ class _Choice:
             return "function_call" if self.legacy else "tool_calls"
         return reason
 
-    def delta(self, event: tools.Content | tools.CallDelta) -> dict[str, Any]:
+    def delta(self, event: tools.Content | tools.CallDelta | None) -> dict[str, Any]:
+        """The delta for ``event`` (None: no event); the first delta of a choice carries its role,
+        with content null when the answer starts with a call, as OpenAI sends it."""
+        out = self._delta(event)
+        if self.opened:
+            return out
+        self.opened = True
+        return {"role": "assistant", "content": None if isinstance(event, tools.CallDelta) else "",
+                "refusal": None, **out}
+
+    def _delta(self, event: tools.Content | tools.CallDelta | None) -> dict[str, Any]:
+        if event is None:
+            return {}
         if isinstance(event, tools.Content):
             return {"content": event.text}
         if self.legacy:
@@ -145,9 +184,9 @@ async def stream(state: ApiState, job: Job, ticket: Ticket) -> AsyncIterator[dic
     plan, fp = job.plan, state.fingerprint
     include_usage = plan.include_usage
     want_lp = plan.logprobs is not None
-    # Calls stream as they are generated when a grammar guarantees them; otherwise each is held
-    # until it is complete and validated.
-    incremental = bool(job.tools and job.tools.forced and state.host.abilities.grammar)
+    # Calls stream as they are generated when a grammar guarantees them (every grammar of a job
+    # with tools covers its calls); otherwise each is held until it is complete and validated.
+    incremental = bool(job.tools and plan.settings.get("grammar_string"))
     open_choices: dict[int, _Choice] = {}
     pending_lp: dict[int, list[TokenLogprob]] = {}
     completion_tokens = 0
@@ -166,7 +205,8 @@ async def stream(state: ApiState, job: Job, ticket: Ticket) -> AsyncIterator[dic
             choice = open_choices.get(ev.index)
             if choice is None:
                 choice = open_choices[ev.index] = _Choice(job, incremental=incremental)
-                yield chunk(ev.index, {"role": "assistant", "content": "", "refusal": None})
+                if choice.calls is None:  # with tools, the role waits for the first event
+                    yield chunk(ev.index, choice.delta(None))
             if ev.delta is not None:
                 pending_lp.setdefault(ev.index, []).extend(ev.delta.logprobs)
                 for event in choice.events(ev.delta.text):
@@ -174,6 +214,8 @@ async def stream(state: ApiState, job: Job, ticket: Ticket) -> AsyncIterator[dic
             elif ev.result is not None:
                 for event in choice.events("", final=True):
                     yield chunk(ev.index, choice.delta(event))
+                if not choice.opened:
+                    yield chunk(ev.index, choice.delta(None))
                 completion_tokens += ev.result.tokens
                 yield chunk(ev.index, {}, finish=choice.finish_reason(ev.result.finish_reason))
     if include_usage:

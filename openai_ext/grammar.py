@@ -4,9 +4,17 @@ The converter ships with llama-cpp-python as a pure-Python module (``llama_cpp/l
 llama.cpp's json_schema_to_grammar). It is loaded by file path, so the llama.cpp library itself is
 not loaded: in extension mode only the grammar text is needed, and the web UI applies it.
 
-The converter silently ignores keywords it does not implement. A grammar that ignored, say,
-``minimum`` could produce output that fails the schema, so every keyword is checked first and an
-unsupported one gets a 400 that names where it is.
+The converter silently ignores what it does not implement: keywords such as ``minimum``, but also
+keywords it knows in combinations it does not handle (``enum`` under a list of types, ``required``
+names missing from ``properties``, ``minItems`` without ``items``, siblings of ``anyOf`` or
+``$ref`` ...). A grammar that ignored part of a schema could produce output that fails it. So every
+schema is first rewritten (``prepare``) into the plain shapes the converter does handle exactly:
+``allOf`` and the siblings of ``anyOf``/``oneOf``/``$ref`` are merged in, type lists become
+``anyOf`` with the keywords of each type, enum values are kept only when they satisfy the rest of
+the schema, and references are renamed so several schemas can share one grammar. What cannot be
+rewritten gets a 400 naming where it is. Patterns, arrays and literals get grammar rules of our
+own (below): the converter's would let a pattern break the JSON string it sits in, ignore the
+bounds of tuples, and garble literals that hold a backslash.
 """
 
 from __future__ import annotations
@@ -14,25 +22,39 @@ from __future__ import annotations
 import functools
 import importlib.util
 import json
+import re
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
+from urllib.parse import unquote
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
 
 from .errors import InvalidRequestError
 
-# Keywords the converter turns into grammar rules.
-_ENFORCED = {"type", "properties", "required", "additionalProperties", "items", "prefixItems", "minItems",
-             "maxItems", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "pattern", "minLength",
-             "maxLength", "format"}
+_STRING_KW = {"minLength", "maxLength", "pattern", "format"}
+_ARRAY_KW = {"items", "prefixItems", "minItems", "maxItems"}
+_OBJECT_KW = {"properties", "required", "additionalProperties"}
+# Keywords the grammar enforces.
+_ENFORCED = _STRING_KW | _ARRAY_KW | _OBJECT_KW | {"type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref"}
 # Keywords that describe and do not constrain, or that only hold definitions.
 _ANNOTATIONS = {"title", "description", "default", "examples", "$comment", "$schema", "$id", "deprecated",
                 "readOnly", "writeOnly", "$defs", "definitions", "strict", "contentMediaType",
                 "contentEncoding"}
-# Formats with a grammar of their own; other formats are annotations in JSON Schema 2020-12.
 _TYPES = {"object", "array", "string", "number", "integer", "boolean", "null"}
+# Formats with a grammar of their own; other formats are annotations in JSON Schema 2020-12.
+_FORMATS = {"date", "time", "date-time", "uuid"}
+_MAX_INLINE = 32          # references merged into their siblings, one inside the other
+_MAX_REPEAT = 1000        # llama.cpp writes out every repetition of a {m,n} as a rule
 
 
 class SchemaNotSupported(InvalidRequestError):
     pass
+
+
+class _Unsatisfiable(SchemaNotSupported):
+    """No value satisfies this part. Inside anyOf/oneOf, that branch is dropped instead."""
 
 
 @functools.cache
@@ -51,8 +73,13 @@ def _converter_module() -> ModuleType | None:
         return None
     # This converter's string character rule lets raw control characters (a newline, say) into
     # strings, which JSON forbids; llama.cpp's current converter excludes them, and so does ours.
+    # \u escapes of UTF-16 surrogates are left out too: a pair decodes to one character, which
+    # would make a string shorter than the minLength the grammar counted.
+    # (Repetitions are written out: the web UI's Transformers grammar knows no {m,n}.)
+    hex_ = "[0-9a-fA-F]"
     module.PRIMITIVE_RULES["char"] = module.BuiltinRule(
-        r'[^"\\\x7F\x00-\x1F] | [\\] (["\\/bfnrt] | "u" [0-9a-fA-F]{4})', [])
+        r'[^"\\\x7F\x00-\x1F] | [\\] (["\\/bfnrt] | "u" ([0-9a-cA-Ce-fE-F] ' + f"{hex_} {hex_} {hex_}"
+        + f" | [dD] [0-7] {hex_} {hex_}))", [])
     return module
 
 
@@ -60,81 +87,723 @@ def available() -> bool:
     return _converter_module() is not None
 
 
-def check_supported(schema: Any, where: str) -> None:
-    """Raises a 400 naming the first part of ``schema`` the grammar could not enforce."""
-    if isinstance(schema, bool):
-        if schema is False:
-            raise SchemaNotSupported(f"{where} is the schema false, which no output can satisfy.", param=where)
-        return
-    if not isinstance(schema, dict):
-        raise SchemaNotSupported(f"{where} must be a JSON Schema object.", param=where)
-    for key, value in schema.items():
-        here = f"{where}.{key}"
-        if key in _ANNOTATIONS:
-            if key in ("$defs", "definitions") and isinstance(value, dict):
-                for name, sub in value.items():
-                    check_supported(sub, f"{here}.{name}")
-            continue
-        if key not in _ENFORCED:
-            raise SchemaNotSupported(
-                f"{here}: the keyword '{key}' cannot be enforced while generating. Remove it from the schema "
-                f"(supported: {', '.join(sorted(_ENFORCED))}).", param=here)
-        if key == "type":
-            kinds = value if isinstance(value, list) else [value]
-            bad = [k for k in kinds if k not in _TYPES]
-            if bad:
-                raise SchemaNotSupported(f"{here}: unknown type {bad[0]!r}.", param=here)
-        elif key == "properties":
-            if not isinstance(value, dict):
-                raise SchemaNotSupported(f"{here} must be an object.", param=here)
-            for name, sub in value.items():
-                check_supported(sub, f"{here}.{name}")
-        elif key in ("items", "additionalProperties") and isinstance(value, (dict, bool)):
-            if key == "items" or isinstance(value, dict):
-                check_supported(value, here)
-        elif key in ("anyOf", "oneOf", "allOf", "prefixItems"):
-            if not isinstance(value, list) or not value:
-                raise SchemaNotSupported(f"{here} must be a non-empty list of schemas.", param=here)
-            for i, sub in enumerate(value):
-                check_supported(sub, f"{here}[{i}]")
-            if key == "allOf" and not all(isinstance(s, dict) and ("properties" in s or "$ref" in s) for s in value):
-                raise SchemaNotSupported(f"{here}: allOf is supported only for merging object properties.",
-                                         param=here)
-        elif key == "$ref" and not (isinstance(value, str) and value.startswith("#")):
-            raise SchemaNotSupported(f"{here}: only local references (#/...) are supported.", param=here)
+# --- schema rewriting -----------------------------------------------------------------------
+
+@dataclass
+class Prepared:
+    """A schema in the shapes the converter handles exactly; its references point into ``defs``."""
+    schema: Any
+    defs: dict[str, Any]
 
 
-def schema_to_gbnf(schema: Any, *, where: str, rule: str = "") -> str:
-    """The GBNF grammar for ``schema``; its top rule is ``root``, or ``rule`` when given."""
+def prepare(schema: Any, where: str, *, prefix: str = "") -> Prepared:
+    """Checks ``schema`` and rewrites it for the converter; a 400 names what cannot be enforced.
+    ``prefix`` keeps the names of its definitions apart from those of other schemas."""
+    if isinstance(schema, (dict, bool)):
+        try:
+            Draft202012Validator.check_schema(schema)
+        except SchemaError as e:
+            here = _join(where, e.absolute_path)
+            raise SchemaNotSupported(f"{here} is not a valid JSON Schema: {e.message}", param=here) from None
+    rewriter = _Rewriter(schema, where, prefix)
+    try:
+        return Prepared(rewriter.run(), rewriter.defs)
+    except RecursionError:
+        raise SchemaNotSupported(f"{where} nests too deeply to be turned into a grammar.", param=where) from None
+
+
+def _join(where: str, parts) -> str:
+    return where + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """JSON equality: 1 equals 1.0, but true is not 1."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def _type_meet(a: Any, b: Any) -> list[str]:
+    left, right = set(a if isinstance(a, list) else [a]), set(b if isinstance(b, list) else [b])
+    out = left & right
+    if ("integer" in left and "number" in right) or ("number" in left and "integer" in right):
+        out.add("integer")
+    return sorted(out)
+
+
+class _Rewriter:
+    def __init__(self, root: Any, where: str, prefix: str):
+        self.root, self.where, self.prefix = root, where, prefix
+        self.validator = Draft202012Validator(root if isinstance(root, (dict, bool)) else {})
+        self.defs: dict[str, Any] = {}
+        self._names: dict[str, str] = {}            # JSON pointer -> name in defs
+        self._todo: list[tuple[str, Any, str]] = []
+
+    def run(self) -> Any:
+        out = self.node(self.root, self.where)
+        while self._todo:
+            name, target, path = self._todo.pop()
+            self.defs[name] = self.node(target, path)
+        return out
+
+    # a node and its combinators --------------------------------------------------------------
+    def node(self, n: Any, path: str, depth: int = 0) -> Any:
+        if depth > _MAX_INLINE:
+            raise SchemaNotSupported(f"{path}: its references and allOf parts nest too deeply (or loop) to be "
+                                     "merged.", param=path)
+        n = self._plain(n, path)
+        if "$ref" in n:
+            rest = {k: v for k, v in n.items() if k != "$ref"}
+            pointer, target_path, target = self._resolve(n["$ref"], path)
+            if not rest:  # kept as a reference, so recursive schemas stay finite
+                return {"$ref": self._def(pointer, target, target_path)}
+            merged = self._merge(self._inline(target, target_path, depth + 1), rest, path)
+            return self.node(merged, path, depth + 1)
+        if "allOf" in n:
+            merged = {k: v for k, v in n.items() if k != "allOf"}
+            for i, part in enumerate(n["allOf"]):
+                here = f"{path}.allOf[{i}]"
+                merged = self._merge(merged, self._inline(part, here, depth + 1), here)
+            return self.node(merged, path, depth + 1)
+        if "anyOf" in n and "oneOf" in n:
+            raise SchemaNotSupported(f"{path}: anyOf and oneOf side by side cannot be enforced; keep one of them.",
+                                     param=f"{path}.oneOf")
+        for key in ("anyOf", "oneOf"):
+            if key in n:
+                return self._union(n, key, path, depth)
+        return self._leaf(n, path)
+
+    def _plain(self, n: Any, path: str) -> dict[str, Any]:
+        """``n`` as a dict of enforced keywords (a 400 for any other keyword)."""
+        if n is True:
+            return {}
+        if n is False:
+            raise _Unsatisfiable(f"{path} is the schema false, which no value satisfies.", param=path)
+        if not isinstance(n, dict):
+            raise SchemaNotSupported(f"{path} must be a JSON Schema object.", param=path)
+        for key, value in n.items():
+            here = f"{path}.{key}"
+            if key in _ANNOTATIONS:
+                continue
+            if key not in _ENFORCED:
+                raise SchemaNotSupported(
+                    f"{here}: the keyword '{key}' cannot be enforced while generating. Remove it from the schema "
+                    f"(supported: {', '.join(sorted(_ENFORCED))}).", param=here)
+            if key == "type":
+                bad = [k for k in (value if isinstance(value, list) else [value]) if k not in _TYPES]
+                if bad:
+                    raise SchemaNotSupported(f"{here}: unknown type {bad[0]!r}.", param=here)
+        return {k: v for k, v in n.items() if k not in _ANNOTATIONS}
+
+    def _inline(self, n: Any, path: str, depth: int) -> dict[str, Any]:
+        """``n`` with its own reference (if any) merged in, ready to be merged with siblings."""
+        if depth > _MAX_INLINE:
+            raise SchemaNotSupported(f"{path}: its references nest too deeply (or loop) to be merged.", param=path)
+        n = self._plain(n, path)
+        if "$ref" not in n:
+            return n
+        _, target_path, target = self._resolve(n["$ref"], path)
+        rest = {k: v for k, v in n.items() if k != "$ref"}
+        return self._merge(self._inline(target, target_path, depth + 1), rest, path)
+
+    def _union(self, n: dict[str, Any], key: str, path: str, depth: int) -> Any:
+        # Siblings of anyOf/oneOf hold for every branch: each branch gets them merged in.
+        # (oneOf is enforced as anyOf: the grammar cannot rule out a value that fits two branches.)
+        rest = {k: v for k, v in n.items() if k != key}
+        branches, last_error = [], None
+        for i, branch in enumerate(n[key]):
+            here = f"{path}.{key}[{i}]"
+            try:
+                merged = self._merge(rest, self._inline(branch, here, depth + 1), here) if rest else branch
+                branches.append(self.node(merged, here, depth + 1))
+            except _Unsatisfiable as e:
+                last_error = e
+        if not branches:
+            raise last_error or _Unsatisfiable(f"{path}.{key}: no branch can be satisfied.", param=f"{path}.{key}")
+        return branches[0] if len(branches) == 1 else {"anyOf": branches}
+
+    def _merge(self, a: dict[str, Any], b: dict[str, Any], path: str) -> dict[str, Any]:
+        """A schema for values that satisfy both ``a`` and ``b`` (both without $ref)."""
+        out = dict(a)
+        objects = bool(_OBJECT_KW & a.keys() and _OBJECT_KW & b.keys())
+        if objects:
+            out = {k: v for k, v in out.items() if k not in _OBJECT_KW}
+            out.update(self._merge_objects(a, b))
+        for key, value in b.items():
+            if objects and key in _OBJECT_KW:
+                continue  # merged above
+            if key not in out or _same(out[key], value):
+                out[key] = value
+            elif key == "type":
+                out[key] = _type_meet(out[key], value)
+                if not out[key]:
+                    raise _Unsatisfiable(f"{path}.type: no type satisfies every part of the schema.",
+                                         param=f"{path}.type")
+            elif key == "enum":
+                out[key] = [v for v in out[key] if any(_same(v, w) for w in value)]
+                if not out[key]:
+                    raise _Unsatisfiable(f"{path}.enum: no value is in every enum.", param=f"{path}.enum")
+            elif key == "const":
+                raise _Unsatisfiable(f"{path}.const: two different constants.", param=f"{path}.const")
+            elif key in ("minLength", "minItems"):
+                out[key] = max(out[key], value)
+            elif key in ("maxLength", "maxItems"):
+                out[key] = min(out[key], value)
+            elif key == "items":
+                out[key] = {"allOf": [out[key], value]}
+            elif key == "allOf":
+                out[key] = [*out[key], *value]
+            else:
+                raise SchemaNotSupported(f"{path}.{key}: parts of this schema give different '{key}' values, which "
+                                         "cannot be combined while generating.", param=f"{path}.{key}")
+        return out
+
+    @staticmethod
+    def _merge_objects(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+        # A name outside one side's properties is governed by that side's additionalProperties.
+        pa, pb = a.get("properties") or {}, b.get("properties") or {}
+        xa, xb = a.get("additionalProperties", True), b.get("additionalProperties", True)
+        props: dict[str, Any] = {}
+        for name in {**pa, **pb}:
+            sa, sb = pa.get(name, xa), pb.get(name, xb)
+            if sa is False or sb is False:
+                props[name] = False
+            elif sa is True or sa == {} or _same(sa, sb):
+                props[name] = sb
+            elif sb is True or sb == {}:
+                props[name] = sa
+            else:
+                props[name] = {"allOf": [sa, sb]}
+        out: dict[str, Any] = {"properties": props,
+                               "required": list(dict.fromkeys([*a.get("required", []), *b.get("required", [])]))}
+        if xa is False or xb is False:
+            out["additionalProperties"] = False
+        elif xa is not True and xb is not True:
+            out["additionalProperties"] = xa if _same(xa, xb) else {"allOf": [xa, xb]}
+        elif xa is not True or xb is not True:
+            out["additionalProperties"] = xb if xa is True else xa
+        return out
+
+    # references ------------------------------------------------------------------------------
+    def _resolve(self, ref: Any, path: str) -> tuple[str, str, Any]:
+        here = f"{path}.$ref"
+        if not isinstance(ref, str) or not ref.startswith("#"):
+            raise SchemaNotSupported(f"{here}: only references inside the schema (#/$defs/Name) are supported; "
+                                     f"{ref!r} points outside it. Put the definition under $defs.", param=here)
+        pointer = unquote(ref[1:])
+        if pointer and not pointer.startswith("/"):
+            raise SchemaNotSupported(f"{here}: {ref!r} names an anchor; refer to definitions by their path "
+                                     "(#/$defs/Name).", param=here)
+        target, target_path = self.root, self.where
+        for raw in pointer.split("/")[1:]:
+            part = raw.replace("~1", "/").replace("~0", "~")
+            if isinstance(target, dict) and part in target:
+                target, target_path = target[part], f"{target_path}.{part}"
+            elif isinstance(target, list) and part.isdigit() and int(part) < len(target):
+                target, target_path = target[int(part)], f"{target_path}[{part}]"
+            else:
+                raise SchemaNotSupported(f"{here}: {ref!r} does not point to a part of the schema.", param=here)
+        return pointer, target_path, target
+
+    def _def(self, pointer: str, target: Any, target_path: str) -> str:
+        name = self._names.get(pointer)
+        if name is None:
+            base = self.prefix + (re.sub(r"[^a-zA-Z0-9]+", "-", pointer.rsplit("/", 1)[-1]).strip("-") or "root")
+            name, i = base, 1
+            while name in self._names.values():
+                name, i = f"{base}-{i}", i + 1
+            self._names[pointer] = name
+            self._todo.append((name, target, target_path))
+        return f"#/$defs/{name}"
+
+    # leaves ----------------------------------------------------------------------------------
+    def _valid(self, value: Any, n: dict[str, Any]) -> bool:
+        return self.validator.evolve(schema=n).is_valid(value)
+
+    def _leaf(self, n: dict[str, Any], path: str) -> Any:
+        if "const" in n:
+            if not self._valid(n["const"], n):
+                raise _Unsatisfiable(f"{path}.const: the constant does not satisfy the rest of the schema.",
+                                     param=f"{path}.const")
+            return {"const": n["const"]}
+        if "enum" in n:
+            # The converter writes enum values as they are: keep those the rest of the schema allows.
+            values = [v for v in n["enum"] if self._valid(v, n)]
+            if not values:
+                raise _Unsatisfiable(f"{path}.enum: no value of the enum satisfies the rest of the schema.",
+                                     param=f"{path}.enum")
+            return {"enum": values}
+        if "type" in n:
+            types = list(dict.fromkeys(n["type"] if isinstance(n["type"], list) else [n["type"]]))
+            if "number" in types and "integer" in types:
+                types.remove("integer")
+        else:  # no type: the keywords say which kinds of value they constrain
+            types = [t for t, kws in (("string", _STRING_KW), ("array", _ARRAY_KW), ("object", _OBJECT_KW))
+                     if kws & n.keys()]
+        if not types:
+            return {}
+        variants = [self._typed(n, t, path) for t in types]
+        return variants[0] if len(variants) == 1 else {"anyOf": variants}
+
+    def _typed(self, n: dict[str, Any], kind: str, path: str) -> dict[str, Any]:
+        """The part of ``n`` that applies to values of type ``kind`` (other keywords do not)."""
+        if kind == "string":
+            return self._string(n, path)
+        if kind == "array":
+            return self._array(n, path)
+        if kind == "object":
+            return self._object(n, path)
+        return {"type": kind}
+
+    def _string(self, n: dict[str, Any], path: str) -> dict[str, Any]:
+        lo, hi, fmt = n.get("minLength"), n.get("maxLength"), n.get("format")
+        if lo is not None and hi is not None and lo > hi:
+            raise _Unsatisfiable(f"{path}: minLength is above maxLength.", param=f"{path}.minLength")
+        bounded = lo is not None or hi is not None
+        if "pattern" in n:
+            if bounded or fmt in _FORMATS:
+                raise SchemaNotSupported(f"{path}.pattern: a pattern cannot be combined with minLength, maxLength or "
+                                         "format while generating; put the length into the pattern "
+                                         "(e.g. ^[a-z]{1,20}$).", param=f"{path}.pattern")
+            return {"type": "string", "x-pattern": pattern_gbnf(n["pattern"], f"{path}.pattern")}
+        if fmt in _FORMATS:
+            if bounded:
+                raise SchemaNotSupported(f"{path}.format: format {fmt!r} fixes the text, so it cannot be combined "
+                                         "with minLength or maxLength while generating.", param=f"{path}.format")
+            return {"type": "string", "format": fmt}
+        out: dict[str, Any] = {"type": "string"}
+        if lo:
+            out["minLength"] = lo
+        if hi is not None:
+            out["maxLength"] = hi
+        return out
+
+    def _array(self, n: dict[str, Any], path: str) -> dict[str, Any]:
+        items, prefix = n.get("items"), n.get("prefixItems") or []
+        lo, hi = n.get("minItems", 0), n.get("maxItems")
+        if isinstance(items, list):
+            raise SchemaNotSupported(f"{path}.items: items must be one schema; for a tuple, use prefixItems.",
+                                     param=f"{path}.items")
+        if items is None and not prefix and lo == 0 and hi is None:
+            return {"type": "array"}
+        head = []
+        for i, sub in enumerate(prefix):
+            if sub is False:  # nothing may stand at position i: the array is shorter
+                hi = i if hi is None else min(hi, i)
+                break
+            head.append(self.node(sub, f"{path}.prefixItems[{i}]"))
+        if hi is not None:
+            head = head[:hi]
+        more_lo = max(0, lo - len(head))
+        more_hi = None if hi is None else hi - len(head)
+        if items is False or (items is None and prefix):
+            more_hi = more_lo if items is None else 0  # without items, extras are allowed, not needed
+        if more_hi is not None and more_lo > more_hi:
+            raise _Unsatisfiable(f"{path}: no array satisfies minItems, maxItems and items together.",
+                                 param=f"{path}.minItems")
+        item = self.node(items, f"{path}.items") if isinstance(items, dict) else {}
+        return {"type": "array", "x-array": {"prefix": head, "item": item, "min": more_lo, "max": more_hi}}
+
+    def _object(self, n: dict[str, Any], path: str) -> dict[str, Any]:
+        props, required = n.get("properties") or {}, list(dict.fromkeys(n.get("required") or []))
+        extra = n.get("additionalProperties")
+        out: dict[str, Any] = {}
+        for name, sub in props.items():
+            if sub is False:
+                if name in required:
+                    raise _Unsatisfiable(f"{path}.properties.{name}: the property is required but its schema is "
+                                         "false.", param=f"{path}.properties.{name}")
+                continue  # never written
+            out[name] = self.node(sub, f"{path}.properties.{name}")
+        for name in required:
+            if name not in props:
+                if extra is False:
+                    raise _Unsatisfiable(f"{path}.required: {name!r} is required, but it is not among the properties "
+                                         "and additionalProperties is false.", param=f"{path}.required")
+                # the converter would leave a required name without a property out of the output
+                out[name] = self.node(extra, f"{path}.additionalProperties") if isinstance(extra, dict) else {}
+        if not out:
+            if isinstance(extra, dict):
+                return {"type": "object", "additionalProperties": self.node(extra, f"{path}.additionalProperties")}
+            if extra is False:
+                return {"type": "object", "properties": {}, "additionalProperties": False}
+            return {"type": "object"}
+        # Extra properties are allowed, never needed: leaving them out keeps every output valid,
+        # and keeps the converter from writing an extra key that repeats a declared one.
+        return {"type": "object", "properties": out, "required": [r for r in required if r in out]}
+
+
+# --- patterns -------------------------------------------------------------------------------
+# A pattern constrains the decoded string; the grammar writes its JSON text. Literal characters
+# are written with their JSON escapes. Character classes and '.' keep only characters a JSON
+# string holds unescaped (no '"', '\\' or control characters): fewer strings, all matching.
+
+def _norm(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for lo, hi in sorted(ranges):
+        if out and lo <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return out
+
+
+def _minus(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out, b = [], _norm(b)
+    for lo, hi in _norm(a):
+        for blo, bhi in b:
+            if bhi < lo or blo > hi:
+                continue
+            if blo > lo:
+                out.append((lo, blo - 1))
+            lo = bhi + 1
+            if lo > hi:
+                break
+        if lo <= hi:
+            out.append((lo, hi))
+    return out
+
+
+_UNSAFE = [(0x00, 0x1F), (0x22, 0x22), (0x5C, 0x5C), (0x7F, 0x7F), (0xD800, 0xDFFF)]
+_SAFE = _minus([(0, 0x10FFFF)], _UNSAFE)
+_ASCII = [(0x20, 0x7E)]
+_DIGIT = [(0x30, 0x39)]
+_WORD = [(0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A)]
+_SPACE = [(0x20, 0x20)]
+# Python's \d, \w and \s match more than ASCII, so these are their ASCII parts (exact within
+# printable ASCII), and the negated ones stay within printable ASCII.
+_SHORTHANDS = {"d": _DIGIT, "w": _WORD, "s": _SPACE, "D": _minus(_ASCII, _DIGIT), "W": _minus(_ASCII, _WORD),
+               "S": _minus(_ASCII, _SPACE)}
+_CHAR_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "f": "\f", "v": "\v", "a": "\a"}
+
+
+def _repeat(item: str, lo: int, hi: int | None) -> str:
+    """``item`` lo to hi times (None: no limit), written out as llama.cpp would expand {lo,hi}."""
+    if (lo, hi) in ((0, None), (1, None), (0, 1)):
+        return item + {(0, None): "*", (1, None): "+", (0, 1): "?"}[(lo, hi)]
+    out = [item] * lo
+    if hi is None:
+        out.append(item + "*")
+    else:
+        optional = ""
+        for _ in range(hi - lo):
+            optional = f"({item} {optional})?" if optional else f"({item})?"
+        out.append(optional)
+    return " ".join(filter(None, out)) or '""'
+
+
+def _gbnf_char(cp: int) -> str:
+    ch = chr(cp)
+    if ch.isascii() and ch.isalnum():
+        return ch
+    return f"\\x{cp:02X}" if cp < 0x100 else f"\\u{cp:04X}" if cp < 0x10000 else f"\\U{cp:08X}"
+
+
+_LITERAL_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def gbnf_literal(text: str) -> str:
+    """``text`` as a GBNF string literal that matches exactly it."""
+    return '"' + "".join(_LITERAL_ESCAPES.get(ch) or (ch if 0x20 <= ord(ch) < 0x7F else _gbnf_char(ord(ch)))
+                         for ch in text) + '"'
+
+
+def _gbnf_class(ranges: list[tuple[int, int]]) -> str:
+    return "[" + "".join(_gbnf_char(lo) if lo == hi else f"{_gbnf_char(lo)}-{_gbnf_char(hi)}"
+                         for lo, hi in ranges) + "]"
+
+
+@dataclass
+class _Frag:
+    gbnf: str
+    text: str | None = None     # a literal character's JSON text, to be merged with its neighbours
+    caret: bool = False         # holds a ^ (so it must not repeat)
+    dollar: bool = False        # ends with a $ (so nothing may follow)
+
+
+def pattern_gbnf(pattern: Any, where: str) -> str:
+    """GBNF for the JSON text (between the quotes) of strings that match ``pattern``."""
+    if not isinstance(pattern, str):
+        raise SchemaNotSupported(f"{where} must be a string.", param=where)
+    try:
+        re.compile(pattern)
+    except re.error as e:
+        raise SchemaNotSupported(f"{where}: {pattern!r} is not a valid regular expression ({e}).",
+                                 param=where) from None
+    return _Pattern(pattern, where).translate()
+
+
+class _Pattern:
+    """Regular expressions of the usual kind: literals, escapes, classes, '.', groups, '|',
+    quantifiers, and ^/$ where they hold trivially. Outputs match in full, so they match as
+    JSON Schema asks (anywhere in the string) too."""
+
+    def __init__(self, src: str, where: str):
+        self.src, self.where, self.i = src, where, 0
+
+    def fail(self, what: str):
+        raise SchemaNotSupported(f"{self.where}: {what} in the pattern {self.src!r} cannot be enforced while "
+                                 "generating; rewrite the pattern without it.", param=self.where)
+
+    def peek(self, k: int = 0) -> str:
+        return self.src[self.i + k] if self.i + k < len(self.src) else ""
+
+    def translate(self) -> str:
+        frag = self.alternation(at_start=True)
+        if self.i != len(self.src):  # re.compile accepted it, so this is an unbalanced ')'
+            self.fail("an unbalanced ')'")
+        return frag.gbnf
+
+    def alternation(self, at_start: bool) -> _Frag:
+        branches = [self.sequence(at_start)]
+        while self.peek() == "|":
+            self.i += 1
+            branches.append(self.sequence(at_start))
+        if len(branches) == 1:
+            return branches[0]
+        return _Frag("(" + " | ".join(b.gbnf for b in branches) + ")", caret=any(b.caret for b in branches),
+                     dollar=any(b.dollar for b in branches))
+
+    def sequence(self, at_start: bool) -> _Frag:
+        parts: list[str] = []
+        text = ""
+        caret = dollar = False
+        while self.peek() and self.peek() not in "|)":
+            c = self.peek()
+            if c == "$":
+                self.i += 1
+                dollar = True
+                continue
+            if dollar:
+                self.fail("text after '$'")
+            if c == "^":
+                self.i += 1
+                if not at_start or parts or text:
+                    self.fail("'^' after the start")
+                caret = True
+                continue
+            frag = self.atom(at_start and not parts and not text)
+            quantifier = self.quantifier()
+            if quantifier and (frag.caret or frag.dollar):
+                self.fail("a repeated '^' or '$'")
+            caret, dollar = caret or frag.caret, dollar or frag.dollar
+            if frag.text is not None and not quantifier:
+                text += frag.text
+                continue
+            if text:
+                parts.append(gbnf_literal(text))
+                text = ""
+            parts.append(_repeat(f"({frag.gbnf})", *quantifier) if quantifier else frag.gbnf)
+        if text:
+            parts.append(gbnf_literal(text))
+        return _Frag(" ".join(parts) or '""', caret=caret, dollar=dollar)
+
+    def quantifier(self) -> tuple[int, int | None] | None:
+        c = self.peek()
+        if c in ("*", "+", "?"):
+            self.i += 1
+            q = {"*": (0, None), "+": (1, None), "?": (0, 1)}[c]
+        elif c == "{":
+            m = re.compile(r"\{(\d*)(,?)(\d*)\}").match(self.src, self.i)
+            if not m or not (m.group(1) or m.group(3)) or (m.group(3) and not m.group(2)):
+                return None  # Python reads this '{' as a literal character
+            lo = int(m.group(1) or 0)
+            hi = None if m.group(2) and not m.group(3) else int(m.group(3) or lo)
+            if max(lo, hi or 0) > _MAX_REPEAT:
+                self.fail(f"a repeat count above {_MAX_REPEAT}")
+            self.i = m.end()
+            q = (lo, hi)
+        else:
+            return None
+        if self.peek() == "?":
+            self.i += 1  # lazy: the same strings match
+        elif self.peek() == "+":
+            self.fail("a possessive quantifier")
+        return q
+
+    def atom(self, at_start: bool) -> _Frag:
+        c = self.peek()
+        if c == "(":
+            self.i += 1
+            if self.src.startswith("?:", self.i):
+                self.i += 2
+            elif self.src.startswith("?P<", self.i) or (self.src.startswith("?<", self.i)
+                                                          and self.peek(2) not in ("=", "!")):
+                self.i = self.src.index(">", self.i) + 1
+            elif self.peek() == "?":
+                self.fail(f"the group '(?{self.peek(1)}'")
+            inner = self.alternation(at_start)
+            self.i += 1  # ')'
+            return _Frag(f"({inner.gbnf})", caret=inner.caret, dollar=inner.dollar)
+        if c == "[":
+            return _Frag(self.char_class())
+        if c == ".":
+            self.i += 1
+            return _Frag(_gbnf_class(_SAFE))
+        if c == "\\":
+            kind, value = self.escape(in_class=False)
+            if kind == "set":
+                return _Frag(_gbnf_class(_minus(value, _UNSAFE)))
+            return self.literal(value)
+        self.i += 1
+        return self.literal(ord(c))
+
+    def literal(self, cp: int) -> _Frag:
+        text = json.dumps(chr(cp), ensure_ascii=False)[1:-1]  # as the JSON string writes it
+        return _Frag(gbnf_literal(text), text=text)
+
+    def escape(self, *, in_class: bool) -> tuple[str, Any]:
+        """An escape at self.i: ("set", ranges) or ("char", code point)."""
+        e = self.peek(1)
+        self.i += 2
+        if e in _SHORTHANDS:
+            return "set", _SHORTHANDS[e]
+        if e == "b" and in_class:
+            return "char", 0x08
+        if e in _CHAR_ESCAPES:
+            return "char", ord(_CHAR_ESCAPES[e])
+        if e == "0" and not self.peek().isdigit():
+            return "char", 0
+        if e in "xuU":
+            width = {"x": 2, "u": 4, "U": 8}[e]
+            digits = self.src[self.i:self.i + width]
+            self.i += width
+            return "char", int(digits, 16)
+        if e.isdigit():
+            self.fail("a back-reference")
+        if e.isalnum():
+            self.fail(f"'\\{e}'")
+        return "char", ord(e)
+
+    def char_class(self) -> str:
+        self.i += 1  # '['
+        negate = self.peek() == "^"
+        if negate:
+            self.i += 1
+        ranges: list[tuple[int, int]] = []
+        shorthand, first = False, True
+        while not (self.peek() == "]" and not first):
+            first = False
+            kind, lo = self.class_item()
+            if kind == "set":
+                ranges += lo
+                shorthand = True
+                continue
+            if self.peek() == "-" and self.peek(1) not in ("]", ""):
+                self.i += 1
+                kind, hi = self.class_item()
+                if kind == "set":
+                    self.fail("a range that ends in a class escape")
+                ranges.append((lo, hi))
+            else:
+                ranges.append((lo, lo))
+        self.i += 1  # ']'
+        if negate:
+            # The shorthands are exact within printable ASCII only: outside it, the complement
+            # of their ASCII part would take in characters Python counts as digits or spaces.
+            allowed = _minus(_minus(_ASCII, _UNSAFE) if shorthand else _SAFE, ranges)
+        else:
+            allowed = _minus(ranges, _UNSAFE)
+        if not allowed:
+            self.fail("a character class with no character a JSON string holds unescaped")
+        return _gbnf_class(allowed)
+
+    def class_item(self) -> tuple[str, Any]:
+        if self.peek() == "\\":
+            return self.escape(in_class=True)
+        self.i += 1
+        return "char", ord(self.src[self.i - 1])
+
+
+# --- grammar --------------------------------------------------------------------------------
+
+@functools.cache
+def _converter_class(module: ModuleType) -> type:
+    class Converter(module.SchemaConverter):
+        """llama.cpp's converter, fed prepared schemas, with three rules of our own: patterns,
+        arrays, and literals escaped in full (its own escaping breaks on '\\')."""
+
+        def __init__(self, defs: dict[str, Any]):
+            super().__init__(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
+            self._refs = {f"#/$defs/{name}": schema for name, schema in defs.items()}
+            self._ref_rules: dict[str, str] = {}
+
+        def _format_literal(self, literal: str) -> str:
+            return gbnf_literal(literal)
+
+        def _resolve_ref(self, ref: str) -> str:
+            # A rule of its own for each definition (the converter names them by the last part
+            # of the path only, so two definitions of the same name would share one rule).
+            name = self._ref_rules.get(ref)
+            if name is None:
+                base = "ref-" + module.INVALID_RULE_CHARS_RE.sub("-", ref.rsplit("/", 1)[-1])
+                name, i = base, 1
+                while name in self._rules or name in self._ref_rules.values():
+                    name, i = f"{base}{i}", i + 1
+                self._ref_rules[ref] = name
+                self.named(self._refs[ref], name)
+            return name
+
+        def named(self, schema: Any, name: str) -> str:
+            """Visits ``schema`` so that a rule called ``name`` stands for it."""
+            got = self.visit(schema, "" if name == "root" else name)
+            if got != name:
+                self._add_rule(name, got)
+            return name
+
+        def visit(self, schema: Any, name: str) -> str:
+            rule_name = name + "-" if name in module.RESERVED_NAMES else name or "root"
+            if "x-pattern" in schema:
+                return self._add_rule(rule_name, f'"\\"" {schema["x-pattern"]} "\\"" space')
+            if "x-array" in schema:
+                return self._add_rule(rule_name, self._array(schema["x-array"], name))
+            return super().visit(schema, name)
+
+        def _array(self, spec: dict[str, Any], name: str) -> str:
+            sub = f"{name}{'-' if name else ''}"
+            head = [self.visit(s, f"{sub}tuple-{i}") for i, s in enumerate(spec["prefix"])]
+            body = ' "," space '.join(head)
+            if spec["max"] != 0:
+                item = self.visit(spec["item"], f"{sub}item")
+                if head:
+                    more = module._build_repetition(f'("," space {item})', spec["min"], spec["max"])
+                else:
+                    more = module._build_repetition(item, spec["min"], spec["max"], separator_rule='"," space')
+                body = f"{body} {more}".strip()
+            return f'"[" space {body} "]" space'
+
+    return Converter
+
+
+def _require_converter(where: str) -> ModuleType:
     module = _converter_module()
     if module is None:
         raise InvalidRequestError(
             "Structured output needs llama.cpp's JSON-schema converter, which comes with llama-cpp-python: "
             "pip install llama-cpp-python (in the web UI's environment).", param=where)
-    check_supported(schema, where)
-    schema = _anchor_patterns(json.loads(json.dumps(schema)))
-    converter = module.SchemaConverter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
+    return module
+
+
+def gbnf(rules: dict[str, Any], defs: dict[str, Any], *, where: str) -> str:
+    """GBNF in which each name of ``rules`` is a rule for its prepared schema ("" is root)."""
+    converter = _converter_class(_require_converter(where))(defs)
     try:
-        schema = converter.resolve_refs(schema, "request")
-        converter.visit(schema, rule)
+        for name, schema in rules.items():
+            converter.named(schema, name or "root")
         return converter.format_grammar()
     except (AssertionError, ValueError, KeyError, TypeError, RecursionError) as e:
         raise SchemaNotSupported(f"{where} cannot be turned into a grammar: {e}", param=where) from None
 
 
-def _anchor_patterns(node: Any) -> Any:
-    """JSON Schema patterns match anywhere; the converter wants ^...$. Any string matching the
-    anchored form also matches the original, so anchoring keeps outputs valid."""
-    if isinstance(node, dict):
-        out = {k: _anchor_patterns(v) for k, v in node.items()}
-        pattern = out.get("pattern")
-        if isinstance(pattern, str) and not (pattern.startswith("^") and pattern.endswith("$")):
-            core = pattern.removeprefix("^").removesuffix("$")
-            out["pattern"] = f"^({core})$"
-        return out
-    if isinstance(node, list):
-        return [_anchor_patterns(v) for v in node]
-    return node
+def schema_to_gbnf(schema: Any, *, where: str) -> str:
+    """The GBNF grammar for ``schema``; its top rule is ``root``."""
+    _require_converter(where)
+    prepared = prepare(schema, where)
+    return gbnf({"root": prepared.schema}, prepared.defs, where=where)
 
 
 JSON_OBJECT_SCHEMA = {"type": "object"}

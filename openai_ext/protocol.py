@@ -3,8 +3,9 @@
 A field left out (or sent as null) stays ``None`` here; the defaults OpenAI documents are
 applied in ``params.py``, next to the rest of the mapping, so there is one place to read them.
 Ranges follow OpenAI's spec, so an out-of-range value gets a 400 naming the parameter.
-Unknown fields are kept (``extra="allow"``) because many clients send extras; ``params.py``
-maps the known host samplers among them and logs the rest as ignored.
+Unknown fields are kept (``extra="allow"``) for ``params.py`` to sort out: the host's samplers
+among them are mapped, the web UI's own fields ignored, and anything else refused with a 400
+that names it (unless the allow_unknown_fields setting is on).
 """
 
 from __future__ import annotations
@@ -88,6 +89,7 @@ class ChatMessage(_Open):
     name: str | None = None
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
+    function_call: ToolCallFunction | None = None   # legacy: an assistant's call of a function
 
     @field_validator("tool_calls")
     @classmethod

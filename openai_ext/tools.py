@@ -12,16 +12,22 @@ template gets the documented fallback: the tool list and this format are describ
 message, earlier calls are written into assistant messages in this format, and tool results are
 given back as user messages wrapped in ``<tool_response>``.
 
+Only templates that contain the ``<tool_call>`` marker count as knowing this format; a template
+that renders tools in another format (Llama 3's JSON, Mistral's [TOOL_CALLS] ...) gets the
+fallback, so the model is always taught the one format parsed here.
+
 Guarantees. With ``tool_choice`` "required" or a named function, decoding follows a grammar built
 from the functions' parameter schemas, so every call is well-formed and valid. With "auto", the
-embedded host applies the same grammar lazily, from the moment the model opens a call; any call
-is then parsed and validated against its schema, and text that is not a valid call is returned
-as content, never as a broken call.
+embedded host applies the same grammar from the moment the model writes the opening marker
+(``grammar_triggers``); any call is then parsed and validated against its schema, and text that is
+not a valid call is returned as content, never as a broken call. With ``parallel_tool_calls``
+false, whatever follows the first call is dropped.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import re
 import uuid
 from dataclasses import dataclass, field
@@ -33,10 +39,9 @@ from jsonschema.exceptions import SchemaError
 from . import grammar
 from .errors import InvalidRequestError
 
+log = logging.getLogger(__name__)
+
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
-# The lazy grammar starts at the first call opening; llama.cpp matches the pattern against the
-# whole output so far and constrains from its first group on.
-LAZY_TRIGGER = r"[\s\S]*?(" + re.escape(CALL_OPEN) + r"[\s\S]*)"
 _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _NO_PARAMETERS = {"type": "object", "properties": {}}
 
@@ -47,6 +52,7 @@ class Tool:
     description: str
     parameters: dict[str, Any]
     validator: Draft202012Validator
+    param_path: str              # where the parameters are in the request, for errors
 
     def as_openai(self) -> dict[str, Any]:
         return {"type": "function", "function": {"name": self.name, "description": self.description,
@@ -73,6 +79,10 @@ class ToolSet:
     def forced(self) -> bool:
         return self.choice == "required"
 
+    @property
+    def param(self) -> str:
+        return "functions" if self.legacy else "tools"
+
 
 def _bad(param: str, message: str) -> InvalidRequestError:
     return InvalidRequestError(message, param=param)
@@ -84,6 +94,11 @@ def parse(req) -> ToolSet | None:
     legacy = bool(req.functions)
     if legacy and req.tools:
         raise _bad("functions", "Send either tools or the legacy functions, not both.")
+    if req.parallel_tool_calls is not None and not req.tools:
+        raise _bad("parallel_tool_calls", "parallel_tool_calls is only allowed when tools are specified.")
+    if legacy and req.tool_choice is not None:
+        raise _bad("tool_choice", "tool_choice goes with tools; with the legacy functions, use function_call "
+                                  "(or send tools instead of functions).")
     if legacy:
         raw_tools = [{"type": "function", "function": f} for f in req.functions]
         choice_raw, choice_param, tools_param = req.function_call, "function_call", "functions"
@@ -118,10 +133,11 @@ def parse(req) -> ToolSet | None:
             validator = Draft202012Validator(params)
             Draft202012Validator.check_schema(params)
         except SchemaError as e:
-            raise _bad(ppath, f"{ppath} is not a valid JSON Schema: {e.message}") from None
+            here = ppath + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in e.absolute_path)
+            raise _bad(here, f"{here} is not a valid JSON Schema: {e.message}") from None
         if any(t.name == name for t in tools):
             raise _bad(where, f"Two functions are named {name!r}; names must be unique.")
-        tools.append(Tool(name, str(fn.get("description") or ""), params, validator))
+        tools.append(Tool(name, str(fn.get("description") or ""), params, validator, ppath))
 
     names = [t.name for t in tools]
     choice, allowed = "auto", names
@@ -156,7 +172,8 @@ def parse(req) -> ToolSet | None:
 # --- prompt ---------------------------------------------------------------------------------
 
 def template_is_native(template: str | None) -> bool:
-    """A template that renders tools and writes calls in the <tool_call> format itself."""
+    """A template that renders tools and writes calls in the <tool_call> format itself. Templates
+    with a tool format of their own are not recognised: they get the fallback."""
     return bool(template) and "tools" in template and CALL_OPEN in template
 
 
@@ -229,19 +246,41 @@ def _loads_or_keep(arguments: str) -> Any:
 
 # --- grammar --------------------------------------------------------------------------------
 
-def call_grammar(ts: ToolSet) -> str:
-    """GBNF for one call block (or several, with parallel calls) of the allowed functions."""
-    schemas = []
+def call_grammar(ts: ToolSet, *, response: tuple[Any, str] | None = None, lazy: bool = False) -> str:
+    """GBNF for one call block (or several, with parallel calls) of the allowed functions.
+
+    ``lazy``: the grammar of what follows an opening marker the model wrote itself (the host
+    applies it from CALL_OPEN on). ``response``: (schema, where it is in the request): the answer
+    may instead be JSON of that schema (response_format next to tool_choice "auto").
+    """
+    defs: dict[str, Any] = {}
+    calls = []
     for i, t in enumerate(ts.tools):
         if t.name in ts.allowed:
-            grammar.check_supported(t.parameters, f"tools[{i}].function.parameters")
-            schemas.append({"type": "object", "properties": {"name": {"const": t.name}, "arguments": t.parameters},
-                            "required": ["name", "arguments"], "additionalProperties": False})
-    schema = schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
-    body = grammar.schema_to_gbnf(schema, where="tools", rule="tool-call")
-    block = f'tool-call-block ::= "{CALL_OPEN}\\n" tool-call "\\n{CALL_CLOSE}"'
-    root = 'root ::= tool-call-block ("\\n" tool-call-block)*' if ts.parallel else "root ::= tool-call-block"
-    return "\n".join([root, block, body])
+            # Each function's schema keeps its own definitions: its references are renamed apart.
+            prepared = grammar.prepare(t.parameters, t.param_path, prefix=f"fn{i}-")
+            defs.update(prepared.defs)
+            calls.append({"type": "object", "properties": {"name": {"const": t.name}, "arguments": prepared.schema},
+                          "required": ["name", "arguments"]})
+    rules: dict[str, Any] = {"tool-call": calls[0] if len(calls) == 1 else {"anyOf": calls}}
+    if response is not None:
+        prepared = grammar.prepare(response[0], response[1], prefix="answer-")
+        defs.update(prepared.defs)
+        rules["response"] = prepared.schema
+    body = grammar.gbnf(rules, defs, where=ts.param)
+    more = " (tool-ws tool-call-block)*" if ts.parallel else ""
+    if lazy:
+        root = f"root ::= tool-call-rest{more}"
+    else:
+        root = f"root ::= tool-call-block{more}" + (" | response" if response is not None else "")
+    # The whitespace around a call is loose: the model may write the marker and the JSON in one
+    # line, or with a blank line between.
+    return "\n".join([
+        root,
+        f"tool-call-block ::= {grammar.gbnf_literal(CALL_OPEN)} tool-call-rest",
+        f"tool-call-rest ::= tool-ws tool-call tool-ws {grammar.gbnf_literal(CALL_CLOSE)}",
+        "tool-ws ::= ([ \\t\\n] ([ \\t\\n] [ \\t\\n]?)?)?",
+        body])
 
 
 # --- output ---------------------------------------------------------------------------------
@@ -265,7 +304,8 @@ class ToolCallStream:
 
     ``incremental``: stream each call's arguments while they are generated (used when a grammar
     guarantees the calls). Otherwise each call is held until it is complete, then validated, and
-    sent as a call only if valid; anything else is sent as content.
+    sent as a call only if valid; anything else is sent as content. Without parallel calls,
+    whatever follows the first call is dropped.
     """
 
     def __init__(self, ts: ToolSet, *, incremental: bool):
@@ -299,10 +339,18 @@ class ToolCallStream:
                 out.append(item)
         return out
 
+    @property
+    def _done(self) -> bool:
+        """No more may follow: one call was made, and calls are not parallel."""
+        return bool(self.calls) and not self.ts.parallel
+
     def _feed(self, text: str) -> list[Content | CallDelta]:
         out: list[Content | CallDelta] = []
         self._buf += text
         while self._buf:
+            if self._done:
+                self._buf = ""
+                break
             if not self._in_call:
                 i = self._buf.find(CALL_OPEN)
                 if i == -1:
@@ -365,7 +413,7 @@ class ToolCallStream:
         parsed = self._parse(self._call)
         if parsed is None:
             if self.incremental and self._started is not None:
-                return []  # unreachable under a grammar; nothing more to send for it
+                return self._finish_started()
             return [Content(CALL_OPEN + self._call + CALL_CLOSE)]
         name, args = parsed
         arguments = json.dumps(args, ensure_ascii=False) if not self.incremental else self._arguments_text()
@@ -375,6 +423,16 @@ class ToolCallStream:
         if self.incremental:
             return list(self._stream_arguments(final=True))
         return [CallDelta(index, "", id=call_id, name=name), *(CallDelta(index, part) for part in _fragments(arguments))]
+
+    def _finish_started(self) -> list[Content | CallDelta]:
+        """A streamed call that does not validate (a grammar rules this out). Its id, name and
+        first arguments are out already, so it is finished as written rather than dropped, which
+        would leave the client a half call and give its index to the next one."""
+        assert self._started is not None
+        log.warning("a streamed call to %s does not match its schema", self._started.name)
+        self.calls.append({"id": self._started.id, "type": "function",
+                           "function": {"name": self._started.name, "arguments": self._arguments_text()}})
+        return list(self._stream_arguments(final=True))
 
     # incremental streaming of a call the grammar guarantees ------------------------------------
     _HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"(?:arguments|parameters)"\s*:\s*')

@@ -6,7 +6,9 @@ import json
 
 import pytest
 
-from openai_ext import tools
+from jsonschema import Draft202012Validator
+
+from openai_ext import grammar, tools
 from openai_ext.errors import InvalidRequestError
 from openai_ext.protocol import ChatCompletionRequest
 
@@ -14,6 +16,7 @@ WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Weather in a city",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"enum": ["C", "F"]}},
                    "required": ["city"], "additionalProperties": False}}}
+WEATHER_VALIDATOR = Draft202012Validator(WEATHER["function"]["parameters"])
 TIME = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}
 MSG = [{"role": "user", "content": "hi"}]
 
@@ -118,8 +121,11 @@ def test_legacy_functions_map_onto_tools():
     (dict(tool_choice="required"), "tool_choice"),
     (dict(tools=[WEATHER], tool_choice="sometimes"), "tool_choice"),
     (dict(tools=[{"type": "function", "function": {"name": "f", "parameters": {"type": 5}}}]),
-     "tools[0].function.parameters"),
+     "tools[0].function.parameters.type"),
     (dict(tools=[WEATHER], functions=[WEATHER["function"]]), "functions"),
+    (dict(parallel_tool_calls=True), "parallel_tool_calls"),                  # OpenAI: only with tools
+    (dict(functions=[WEATHER["function"]], parallel_tool_calls=False), "parallel_tool_calls"),
+    (dict(functions=[WEATHER["function"]], tool_choice="auto"), "tool_choice"),  # functions take function_call
 ])
 def test_bad_declarations(kw, param):
     with pytest.raises(InvalidRequestError) as e:
@@ -161,3 +167,173 @@ def test_call_grammar_names_unsupported_parameter_keywords():
     with pytest.raises(InvalidRequestError) as e:
         tools.call_grammar(ts)
     assert e.value.param == "tools[1].function.parameters.properties.n.minimum"
+
+
+def test_legacy_error_paths_name_functions():
+    bad = {"name": "f", "parameters": {"type": "object", "properties": {"n": {"type": "integer", "minimum": 1}}}}
+    ts = tools.parse(ChatCompletionRequest(messages=MSG, functions=[WEATHER["function"], bad], function_call="auto"))
+    with pytest.raises(InvalidRequestError) as e:
+        tools.call_grammar(ts)
+    assert e.value.param == "functions[1].parameters.properties.n.minimum"
+
+
+def test_without_parallel_calls_whatever_follows_the_first_call_is_dropped():
+    second = '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>'
+    for incremental in (False, True):
+        s = tools.ToolCallStream(toolset(parallel_tool_calls=False), incremental=incremental)
+        content, calls = summarize(run(s, CALL + "\n" + second + " and some text", [30, len(CALL) + 3]))
+        assert [c["name"] for c in calls] == ["get_weather"] and content == "" and len(s.calls) == 1
+
+
+def test_a_streamed_call_that_fails_its_schema_is_finished_not_dropped():
+    """Under a grammar this cannot happen; if it did, the id and name are out already, so the
+    call must be completed and the next call must get the next index."""
+    bad = '<tool_call>\n{"name": "get_weather", "arguments": {"town": "Oslo"}}\n</tool_call>'
+    good = '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>'
+    s = tools.ToolCallStream(toolset(), incremental=True)
+    content, calls = summarize(run(s, bad + "\n" + good, list(range(5, len(bad) + len(good), 7))))
+    assert [c["name"] for c in calls] == ["get_weather", "get_time"] and content == ""
+    assert json.loads(calls[0]["arguments"]) == {"town": "Oslo"}
+    assert [c["id"] for c in calls] == [c["id"] for c in s.calls]
+
+
+# --- schemas the converter would have misread ---------------------------------------------------
+
+def prepared(schema):
+    return grammar.prepare(schema, "s").schema
+
+
+def test_a_nullable_enum_keeps_its_values():
+    # OpenAI's strict nullable pattern: the converter alone would allow any string here
+    assert prepared({"type": ["string", "null"], "enum": ["a", "b", None, 3]}) == {"enum": ["a", "b", None]}
+    assert prepared({"type": ["string", "null"], "maxLength": 3}) == {
+        "anyOf": [{"type": "string", "maxLength": 3}, {"type": "null"}]}
+
+
+def test_required_names_without_a_property_are_written():
+    assert prepared({"type": "object", "required": ["x"]}) == {"type": "object", "properties": {"x": {}},
+                                                               "required": ["x"]}
+    with pytest.raises(InvalidRequestError) as e:
+        prepared({"type": "object", "required": ["x"], "additionalProperties": False})
+    assert e.value.param == "s.required"
+
+
+def test_array_bounds_hold_without_items_and_with_prefix_items():
+    assert prepared({"type": "array", "minItems": 2})["x-array"] == {"prefix": [], "item": {}, "min": 2, "max": None}
+    tup = prepared({"type": "array", "prefixItems": [{"type": "integer"}], "items": {"type": "string"},
+                    "minItems": 2, "maxItems": 3})["x-array"]
+    assert tup == {"prefix": [{"type": "integer"}], "item": {"type": "string"}, "min": 1, "max": 2}
+    assert prepared({"type": "array", "prefixItems": [{"type": "integer"}], "items": False})["x-array"]["max"] == 0
+    with pytest.raises(InvalidRequestError) as e:
+        prepared({"type": "array", "items": [{"type": "integer"}]})
+    assert e.value.param == "s.items"
+
+
+def test_siblings_of_any_of_and_ref_are_merged_in():
+    out = prepared({"type": "object", "properties": {"a": {"type": "string"}},
+                    "anyOf": [{"required": ["a"]}, {"properties": {"b": {"type": "integer"}}, "required": ["b"]}]})
+    assert [sorted(b["properties"]) for b in out["anyOf"]] == [["a"], ["a", "b"]]
+    assert [b["required"] for b in out["anyOf"]] == [["a"], ["b"]]
+    out = prepared({"$defs": {"S": {"type": "string"}}, "properties": {"x": {"$ref": "#/$defs/S", "maxLength": 2}}})
+    assert out["properties"]["x"] == {"type": "string", "maxLength": 2}
+
+
+@pytest.mark.parametrize("schema, param", [
+    ({"$ref": "https://example.com/s.json"}, "s.$ref"),
+    ({"properties": {"a": {"$ref": "#/$defs/Missing"}}}, "s.properties.a.$ref"),
+    ({"type": "string", "pattern": "(?=a)b"}, "s.pattern"),
+    ({"type": "string", "pattern": "\\bword"}, "s.pattern"),
+    ({"type": "string", "pattern": "^[a-z]+$", "maxLength": 5}, "s.pattern"),
+    ({"type": "string", "pattern": '["\\\\]'}, "s.pattern"),          # nothing left that is safe in JSON
+    ({"type": "string", "pattern": "(a"}, "s.pattern"),
+])
+def test_unsupported_parts_are_named(schema, param):
+    with pytest.raises(InvalidRequestError) as e:
+        grammar.prepare(schema, "s")
+    assert e.value.param == param, e.value.message
+
+
+def test_functions_with_definitions_of_the_same_name_keep_them_apart():
+    def fn(name, inner):
+        return {"type": "function", "function": {"name": name, "parameters": {
+            "$defs": {"Item": inner}, "type": "object", "properties": {"item": {"$ref": "#/$defs/Item"}},
+            "required": ["item"], "additionalProperties": False}}}
+    ts = tools.parse(ChatCompletionRequest(messages=MSG, tool_choice="required", tools=[
+        fn("a", {"type": "integer"}), fn("b", {"type": "object", "properties": {"x": {"type": "boolean"}}})]))
+    g = tools.call_grammar(ts)
+    rules = dict(line.split(" ::= ", 1) for line in g.splitlines())
+    assert rules["ref-fn0-Item"] == "integer" and rules["ref-fn1-Item"].startswith('"{"')
+
+
+# --- the grammar on the real model ------------------------------------------------------------
+
+GREEDY = {"max_new_tokens": 60, "temperature": 0.0, "do_sample": False, "top_p": 1.0, "top_k": 1,
+          "presence_penalty": 0.0, "frequency_penalty": 0.0, "seed": 1}
+PATTERNS = ["^\\d{5}$", "^[^@ ]{1,12}@x\\.com$", "^(?:ab|cd)+$", "^a$|^b\\.$", "[\\w.-]{2,8}", "^\\D\\W\\S$", "^[^\\d\\s]{3}$",
+            "^x{2,4}(y|z)?$", "^\\\\\\\"q$", "^\\n\\t$", "^[^a-z]{1,6}$", "^.{1,10}$", "^é{1,3}ü?$", "^(?P<n>a)b{,2}$"]
+
+
+def generate(host, prompt_text, settings):
+    import threading
+
+    from openai_ext.hosts.base import Prompt
+    return list(host.generate(Prompt(prompt_text, host.tokenize(prompt_text)), settings, threading.Event()))
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_patterns_give_json_strings_that_match(llama_host, pattern):
+    import re
+
+    g = grammar.schema_to_gbnf({"type": "string", "pattern": pattern}, where="p")
+    assert llama_host.check_grammar(g)
+    prompt = llama_host.chat_prompt([{"role": "user", "content": "Write something."}], {}).text
+    finished = 0
+    for seed in (1, 2, 3):
+        pieces = generate(llama_host, prompt, {**GREEDY, "temperature": 1.0, "do_sample": True, "top_k": 0,
+                                               "seed": seed, "grammar_string": g})
+        if pieces[-1].finish_reason == "length":
+            continue
+        finished += 1
+        value = json.loads("".join(p.text for p in pieces))
+        assert re.search(pattern, value), (pattern, value)
+    assert finished
+
+
+def test_host_refuses_a_grammar_llama_cpp_cannot_parse(llama_host):
+    assert not llama_host.check_grammar('root ::= "\\q"')
+    assert llama_host.check_grammar('root ::= "a"')
+
+
+def test_a_trigger_that_ends_inside_a_token_does_not_crash(llama_host):
+    """llama.cpp's own lazy grammar aborts the process when the token completing the trigger
+    carries text its grammar rejects: here the model writes "<tool_call" and then the token "><"."""
+    ts = tools.parse(ChatCompletionRequest(messages=MSG, tools=[WEATHER], parallel_tool_calls=False))
+    prompt = "x<tool_call>< " * 6 + "x"
+    free = "".join(p.text for p in generate(llama_host, prompt, {**GREEDY, "max_new_tokens": 5}))
+    assert free.startswith("<tool_call><")          # what the model writes unconstrained
+    pieces = generate(llama_host, prompt, {**GREEDY, "max_new_tokens": 120, "grammar_string": tools.call_grammar(
+        ts, lazy=True), "grammar_triggers": [tools.CALL_OPEN]})
+    text = "".join(p.text for p in pieces)
+    assert text.startswith("<tool_call>") and pieces[-1].finish_reason == "stop"
+    stream = tools.ToolCallStream(ts, incremental=True)
+    content, calls = summarize(run(stream, text, []))
+    assert content == "" and [c["name"] for c in calls] == ["get_weather"]
+    WEATHER_VALIDATOR.validate(json.loads(calls[0]["arguments"]))
+
+
+def test_a_trigger_inside_a_word_replaces_the_rest_of_the_token(llama_host):
+    prompt = llama_host.chat_prompt([{"role": "user", "content": "Hi!"}], {}).text
+    assert generate(llama_host, prompt, {**GREEDY, "max_new_tokens": 1})[0].text == "Hello"
+    pieces = generate(llama_host, prompt, {**GREEDY, "logprobs": 1, "grammar_string": 'root ::= "p!"',
+                                           "grammar_triggers": ["Hel"]})
+    assert "".join(p.text for p in pieces) == "Help!" and pieces[0].text == "Hel"
+    assert pieces[0].logprob.token == "Hel"       # the log-probability is that of the token put in
+
+
+def test_a_grammar_with_no_token_left_ends_the_answer(llama_host):
+    """The grammar allows only the end of text, which ban_eos_token bans: llama.cpp would throw."""
+    prompt = llama_host.chat_prompt([{"role": "user", "content": "Hi!"}], {}).text
+    for temperature in (0.0, 1.0):
+        pieces = generate(llama_host, prompt, {**GREEDY, "temperature": temperature, "do_sample": temperature > 0,
+                                               "top_k": 0, "grammar_string": 'root ::= "a"', "ban_eos_token": True})
+        assert "".join(p.text for p in pieces) == "a" and pieces[-1].finish_reason == "stop"

@@ -101,6 +101,7 @@ class LlamaCppHost(Host):
         self._lock = threading.Lock()
         self._stop_all = threading.Event()
         self._piece_cache: dict[tuple[int, bool], bytes] = {}
+        self._grammar_ok: dict[str, bool] = {}
         self._add_bos = bool(L.llama_vocab_get_add_bos(self._vocab))
         self._bos = L.llama_vocab_bos(self._vocab)
         self._eog = np.array([L.llama_vocab_is_eog(self._vocab, t) for t in range(self._n_vocab)], dtype=bool)
@@ -175,23 +176,29 @@ class LlamaCppHost(Host):
     def detokenizer(self, special: bool = False) -> "Detokenizer":
         return Detokenizer(lambda t: self._piece(t, special))
 
-    def _sampler(self, s: dict[str, Any]):
-        """Builds llama.cpp's sampler chain for these settings, in llama.cpp's usual order."""
-        L = self._L
-        chain = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
-        add = lambda smpl: L.llama_sampler_chain_add(chain, smpl)  # noqa: E731
-
+    def _bias(self, s: dict[str, Any]) -> dict[int, float]:
+        """Token id -> logit bias, from logit_bias, custom_token_bans and ban_eos_token."""
         bias: dict[int, float] = {int(k): float(v) for k, v in (s.get("logit_bias") or {}).items()}
         for tok in filter(None, (t.strip() for t in str(s.get("custom_token_bans") or "").split(","))):
             bias[int(tok)] = float("-inf")
         if s.get("ban_eos_token"):
             for tok in np.flatnonzero(self._eog):
                 bias[int(tok)] = float("-inf")
-        if bias:
-            arr = (L.llama_logit_bias * len(bias))()
-            for i, (tok, b) in enumerate(bias.items()):
-                arr[i].token, arr[i].bias = tok, (float("-inf") if b <= -100 else b)
-            add(L.llama_sampler_init_logit_bias(self._n_vocab, len(bias), arr))
+        return {tok: float("-inf") if b <= -100 else b for tok, b in bias.items()}
+
+    def _sampler(self, s: dict[str, Any], *, bias: bool = True):
+        """Builds llama.cpp's sampler chain for these settings, in llama.cpp's usual order.
+        A grammar is not part of it (see _Constrained), nor the bias when ``bias`` is false."""
+        L = self._L
+        chain = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
+        add = lambda smpl: L.llama_sampler_chain_add(chain, smpl)  # noqa: E731
+
+        biases = self._bias(s) if bias else {}
+        if biases:
+            arr = (L.llama_logit_bias * len(biases))()
+            for i, (tok, b) in enumerate(biases.items()):
+                arr[i].token, arr[i].bias = tok, b
+            add(L.llama_sampler_init_logit_bias(self._n_vocab, len(biases), arr))
 
         rep, freq, pres = s["repetition_penalty"], s["frequency_penalty"], s["presence_penalty"]
         if rep != 1.0 or freq != 0.0 or pres != 0.0:
@@ -203,8 +210,6 @@ class LlamaCppHost(Host):
             add(L.llama_sampler_init_dry(self._vocab, s["dry_multiplier"], s["dry_base"],
                                          s["dry_allowed_length"], s["repetition_penalty_range"] or -1,
                                          breakers, len(DRY_BREAKERS)))
-        if s.get("grammar_string"):
-            add(self._grammar_sampler(s["grammar_string"], s.get("grammar_triggers")))
 
         seed = s["seed"]
         seed = L.LLAMA_DEFAULT_SEED if seed is None or seed < 0 else seed % 0xFFFFFFFF
@@ -237,18 +242,25 @@ class LlamaCppHost(Host):
             add(L.llama_sampler_init_dist(seed))
         return chain
 
-    def _grammar_sampler(self, gbnf: str, triggers: list[str] | None):
-        L = self._L
-        if triggers:
-            # Lazy: the output is free until a trigger pattern matches, then follows the grammar.
-            patterns = (ctypes.c_char_p * len(triggers))(*[t.encode() for t in triggers])
-            smpl = L.llama_sampler_init_grammar_lazy_patterns(self._vocab, gbnf.encode(), b"root", patterns,
-                                                               len(triggers), None, 0)
-        else:
-            smpl = L.llama_sampler_init_grammar(self._vocab, gbnf.encode(), b"root")
+    def _grammar_sampler(self, gbnf: str):
+        smpl = self._L.llama_sampler_init_grammar(self._vocab, gbnf.encode(), b"root")
         if not smpl:
             raise ValueError("llama.cpp could not parse the grammar built for this request")
         return smpl
+
+    def check_grammar(self, gbnf: str) -> bool:
+        """Whether llama.cpp parses ``gbnf``. Asked while the request is prepared, so a grammar it
+        rejects is the client's 400 rather than a failure in the middle of generating."""
+        ok = self._grammar_ok.get(gbnf)
+        if ok is None:
+            smpl = self._L.llama_sampler_init_grammar(self._vocab, gbnf.encode(), b"root")
+            ok = bool(smpl)
+            if smpl:
+                self._L.llama_sampler_free(smpl)
+            if len(self._grammar_ok) >= 64:
+                self._grammar_ok.clear()
+            self._grammar_ok[gbnf] = ok
+        return ok
 
     def _logprob(self, output: int, token: int, top: int) -> TokenLogprob:
         """The log-probability of ``token`` under the logits of decoder output ``output``,
@@ -295,28 +307,40 @@ class LlamaCppHost(Host):
             if max_new <= 0:
                 yield Piece("", tokens=0, finish_reason="length")
                 return
-            sampler = self._sampler(s)
+            constrained = bool(s.get("grammar_string"))
+            sampler = self._sampler(s, bias=not constrained)
             text_of = self.detokenizer(special)
+            guide = _Constrained(self, s, sampler, special) if constrained else None
             try:
                 self._prepare(prompt.tokens)
                 produced = 0
                 while True:
                     if stop_event.is_set() or self._stop_all.is_set():
                         return
-                    token = self._L.llama_sampler_sample(sampler, self._ctx, -1)
-                    if self._eog[token]:
+                    token = self._L.llama_sampler_sample(sampler, self._ctx, -1) if guide is None else guide.sample()
+                    if token is None or self._eog[token]:
+                        # (None: the grammar allows no token that the request did not ban)
                         yield Piece(text_of.flush(), tokens=0, finish_reason="stop")
                         return
-                    lp = self._logprob(-1, token, top) if top is not None else None
-                    produced += 1
                     text = text_of.push(token)
-                    if produced >= max_new:
-                        yield Piece(text + text_of.flush(), logprob=lp, finish_reason="length")
-                        return
-                    yield Piece(text, logprob=lp)
-                    self.llm.eval([token])
+                    tokens = [token]
+                    cut = guide.watch(token, text) if guide is not None else None
+                    if cut is not None:  # the trigger ended inside this token: it is replaced
+                        text, tokens = cut
+                        text_of.flush()
+                    for i, tok in enumerate(tokens):
+                        lp = self._logprob(-1, tok, top) if top is not None else None
+                        produced += 1
+                        part = text if i == 0 else ""
+                        if produced >= max_new:
+                            yield Piece(part + text_of.flush(), logprob=lp, finish_reason="length")
+                            return
+                        yield Piece(part, logprob=lp)
+                        self.llm.eval([tok])
             finally:
                 self._L.llama_sampler_free(sampler)
+                if guide is not None:
+                    guide.close()
 
     def prompt_logprobs(self, tokens: list[int], top: int) -> list[TokenLogprob]:
         """Log-probabilities of the prompt's tokens, each given the ones before it (for echo).
@@ -368,3 +392,75 @@ class LlamaCppHost(Host):
         # The file's name, not its path: the folder layout of the machine is not the client's business.
         return {"model_name": self.model_id, "lora_names": [], "loader": "llama.cpp", "file": self.path.name,
                 "n_ctx": self.context_length(), "chat_template": self.has_chat_template}
+
+
+class _Constrained:
+    """Sampling under a grammar, one step at a time in Python.
+
+    llama.cpp throws a C++ exception, which ends the process, when a grammar is handed a token
+    it rejects. Inside llama_sampler_sample that happens when no token is left (the grammar
+    allows only the end of text and ban_eos_token bans it, say), and with llama.cpp's lazy
+    grammars whenever the token that completes the trigger carries more text than the marker
+    (SmolLM2 has tokens such as "><" and ">,"). So here the bias and the grammar are applied to
+    the logits, a step with no token left ends the generation, and a trigger (``grammar_triggers``:
+    literal texts, after which the grammar applies) that ends inside a token is handled by
+    replacing that token with the tokens of the text up to the marker's end.
+    """
+
+    def __init__(self, host: LlamaCppHost, s: dict[str, Any], chain, special: bool):
+        from llama_cpp._internals import LlamaTokenDataArray
+
+        self.h, self.chain, self.special = host, chain, special
+        self.gbnf = s["grammar_string"]
+        self.triggers = [t.encode() for t in s.get("grammar_triggers") or []]
+        self.grammar = None if self.triggers else host._grammar_sampler(self.gbnf)
+        self.cur = LlamaTokenDataArray(n_vocab=host._n_vocab)
+        bias = host._bias(s)
+        self.bias_ids = np.fromiter(bias.keys(), dtype=np.intc, count=len(bias))
+        self.bias = np.fromiter(bias.values(), dtype=np.single, count=len(bias))
+        self.tail = b""   # the end of the output so far, to find a trigger split across tokens
+
+    def sample(self) -> int | None:
+        L, cur = self.h._L, self.cur
+        logits = np.ctypeslib.as_array(L.llama_get_logits_ith(self.h._ctx, -1), shape=(self.h._n_vocab,))
+        cur.copy_logits(logits)
+        cur.candidates.data = cur.candidates_data.ctypes.data_as(L.llama_token_data_p)
+        if self.bias_ids.size:
+            cur.candidates_data.logit[self.bias_ids] += self.bias
+        ref = ctypes.byref(cur.candidates)
+        if self.grammar is not None:
+            L.llama_sampler_apply(self.grammar, ref)
+        if not np.isfinite(cur.candidates_data.logit).any():
+            return None
+        L.llama_sampler_apply(self.chain, ref)
+        token = int(cur.candidates.data[cur.candidates.selected].id)
+        if self.grammar is not None:
+            L.llama_sampler_accept(self.grammar, token)
+        L.llama_sampler_accept(self.chain, token)
+        return token
+
+    def watch(self, token: int, text: str) -> tuple[str, list[int]] | None:
+        """Starts the grammar once a trigger is complete. When it ends inside ``token``, returns
+        the text and tokens that replace the token: the output up to the end of the marker."""
+        if self.grammar is not None or not self.triggers:
+            return None
+        piece = self.h._piece(token, self.special)
+        seen = self.tail + piece
+        hits = [(seen.find(t), t) for t in self.triggers if t in seen]
+        if not hits:
+            self.tail = seen[-max(len(t) for t in self.triggers):]
+            return None
+        at, trigger = min(hits)
+        self.grammar = self.h._grammar_sampler(self.gbnf)
+        keep = at + len(trigger) - len(self.tail)   # bytes of this token up to the marker's end
+        if keep >= len(piece):
+            return None
+        # The rest of the token starts right after the marker's last (ASCII) character, so a
+        # fresh decoder turns it into exactly the end of ``text`` that goes.
+        dropped = codecs.getincrementaldecoder("utf-8")(errors="replace").decode(piece[keep:])
+        return text[:len(text) - len(dropped)], self.h.llm.tokenize(piece[:keep], add_bos=False, special=False)
+
+    def close(self) -> None:
+        if self.grammar is not None:
+            self.h._L.llama_sampler_free(self.grammar)
+            self.grammar = None
