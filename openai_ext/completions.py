@@ -50,7 +50,8 @@ def prepare(state: ApiState, req: CompletionRequest) -> Job:
     prompts = [fit_prompt(host, p, requested=req.max_tokens, truncate=state.settings.truncate_prompt, param="prompt")
                for p in _prompts(host, req)]
     room = host.context_length() - max(len(p.tokens) for p in prompts)
-    plan = params.plan(req, abilities=host.abilities, room=room, max_n=state.settings.max_n)
+    plan = params.plan(req, abilities=host.abilities, room=room, max_n=state.settings.max_n,
+                       allow_unknown=state.settings.allow_unknown_fields)
     job = new_job("cmpl", prompts, plan, host)
     if plan.echo:
         job.echo = [p.text for p in prompts]

@@ -91,6 +91,20 @@ class ServiceUnavailableError(OpenAIError):
     type = "server_error"
 
 
+def unrecognized(name: str, hint: str = "") -> InvalidRequestError:
+    """A request field this server does not know, worded as OpenAI words it."""
+    return InvalidRequestError(f"Unrecognized request argument supplied: {name}.{hint} Remove it or correct its "
+                               "spelling; README.md lists the parameters.", param=name, code="unknown_parameter")
+
+
+def refuse_unknown_fields(body: Any, allow: bool) -> None:
+    """A 400 for the first field of a request model (pydantic, extra="allow") that it does not
+    declare, unless the allow_unknown_fields setting (``allow``) is on."""
+    extra = sorted(getattr(body, "model_extra", None) or {})
+    if extra and not allow:
+        raise unrecognized(extra[0])
+
+
 def internal_error(exc: BaseException) -> ServerError:
     """The error for an unexpected exception: it names the exception class, never its arguments,
     which could hold prompt text or secrets."""
@@ -164,6 +178,8 @@ def from_validation_errors(errors: list[dict[str, Any]]) -> InvalidRequestError:
                                    f"{first.get('ctx', {}).get('error', 'invalid JSON')}. Send valid JSON "
                                    "with 'Content-Type: application/json'.")
     param = _param_path(tuple(first.get("loc", ())))
+    if first.get("type") == "extra_forbidden" and param is not None:
+        return unrecognized(param)
     if first.get("type") == "missing":
         if param is None:
             return InvalidRequestError("The request needs a JSON body.")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import logging
 import threading
 import time
@@ -185,7 +186,10 @@ async def run_choice(host: Host, prompt: Prompt, settings: dict[str, Any], stops
     if tail:
         yield tail
     if not asm.tokens_known:
-        asm.tokens = len(host.tokenize(asm.text, add_bos=False)) if asm.text else 0
+        # The host reported text, not tokens: count them with its tokenizer, on the generation
+        # thread, where tokenizing a long answer does not hold up the event loop.
+        asm.tokens = len(await queue.run(functools.partial(host.tokenize, asm.text, add_bos=False))) \
+            if asm.text else 0
     result.text, result.finish_reason, result.tokens = asm.text, asm.finish_reason or "stop", asm.tokens
     result.logprobs = asm.logprobs
 
@@ -268,6 +272,11 @@ async def run_job(state: Any, job: Job, ticket: Ticket) -> AsyncIterator[Event]:
 
 
 def best_of(results: list[ChoiceResult], n: int) -> list[ChoiceResult]:
-    """The n candidates with the highest total log-probability, renumbered in order."""
-    ranked = sorted(results, key=lambda r: sum(e.logprob for e in r.logprobs), reverse=True)[:n]
-    return ranked
+    """The n candidates with the highest log-probability per token, best first, as OpenAI
+    ranks them. A total would favour short candidates; an empty one has nothing to score and
+    comes last."""
+
+    def score(r: ChoiceResult) -> float:
+        return sum(e.logprob for e in r.logprobs) / len(r.logprobs) if r.logprobs else float("-inf")
+
+    return sorted(results, key=score, reverse=True)[:n]

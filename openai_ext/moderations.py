@@ -59,7 +59,7 @@ from pydantic import BaseModel, ConfigDict
 from .embeddings import MAX_INPUTS, embedder
 from .engines import Lazy
 from .engines.embedding import DEFAULT_MODEL_ID, Batcher, configured_model_id, load_batcher
-from .errors import InvalidRequestError
+from .errors import InvalidRequestError, refuse_unknown_fields
 from .models import card
 from .state import ApiState
 
@@ -524,7 +524,7 @@ def model_cards(state: ApiState) -> list[dict[str, Any]]:
 # --- the route ---------------------------------------------------------------------------------
 
 class ModerationRequest(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow")   # kept to be named in the 400 (refuse_unknown_fields)
 
     input: Any
     model: str | None = None     # any name is served by this classifier
@@ -582,6 +582,7 @@ async def create_moderation(body: ModerationRequest, request: Request) -> Respon
     from .app import until_disconnect
 
     state: ApiState = request.app.state.api
+    refuse_unknown_fields(body, state.settings.allow_unknown_fields)
     texts = parse_input(body.input)
     big = sum(len(t) for t in texts) > INLINE_CHARS
     # splitting long texts takes real time: off the event loop; too many pieces is a 400 before loading

@@ -9,12 +9,13 @@ the server itself, ignored by design, or rejected; the README's table is generat
 
 from __future__ import annotations
 
+import difflib
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from . import grammar, tools
-from .errors import InvalidRequestError
+from .errors import InvalidRequestError, unrecognized
 from .protocol import ChatCompletionRequest, CompletionRequest
 from .tools import ToolSet
 
@@ -49,17 +50,17 @@ RULES: tuple[Rule, ...] = (
     Rule("logprobs", BOTH, "mapped", "logprobs", "Completions: 0-5 alternatives per token. Chat: true/false. 400 if the host cannot report log-probabilities."),
     Rule("top_logprobs", CHAT, "mapped", "logprobs", "0-20 alternatives per token; needs logprobs: true."),
     Rule("n", BOTH, "server", "-", "Choices are generated one after another, each with its own index, streaming included. At most the max_n setting."),
-    Rule("best_of", COMPLETIONS, "server", "-", "Generates best_of candidates and returns the n with the highest log-probability. Not with stream. Needs a host with log-probabilities."),
+    Rule("best_of", COMPLETIONS, "server", "-", "Generates best_of candidates and returns the n with the highest mean log-probability per token. Not with stream. Needs a host with log-probabilities."),
     Rule("echo", COMPLETIONS, "server", "-", "Prepends the prompt to each choice's text (and its token log-probabilities when logprobs is set)."),
     Rule("suffix", COMPLETIONS, "server", "-", "Fill-in-the-middle with the model's own FIM tokens; 400 for models that have none."),
     Rule("stream", BOTH, "server", "-", "Server-sent events, data: {json} chunks, then data: [DONE]."),
     Rule("stream_options", BOTH, "server", "-", "include_usage adds a last chunk with usage and empty choices; other chat chunks carry usage: null (completions chunks carry no usage key, as the spec has it)."),
     Rule("user", BOTH, "ignored", "-", "Accepted; nothing to do locally."),
-    Rule("response_format", CHAT, "mapped", "grammar_string", "text; json_object (any JSON object); json_schema (output follows the schema). Enforced by a grammar built with llama.cpp's JSON-schema converter; a schema keyword the grammar cannot enforce gets a 400 naming it."),
-    Rule("tools", CHAT, "mapped", "grammar_string, prompt", "Function tools, rendered by the model's template when it knows the <tool_call> format, else by the documented fallback. Calls come back in message.tool_calls."),
-    Rule("tool_choice", CHAT, "mapped", "grammar_string", "none, auto, required, a named function, or allowed_tools. required and named: decoding is constrained to valid calls. auto: the embedded host constrains a call once the model opens one; calls are always validated."),
-    Rule("parallel_tool_calls", CHAT, "mapped", "grammar_string", "Default true: several calls may follow one another. false: at most one call."),
-    Rule("functions", CHAT, "mapped", "grammar_string, prompt", "Legacy function calling, mapped onto tools; the answer uses the legacy message.function_call and finish_reason function_call."),
+    Rule("response_format", CHAT, "mapped", "grammar_string", "text; json_object (any JSON object); json_schema (output follows the schema). Enforced by a grammar built with llama.cpp's JSON-schema converter; a schema keyword the grammar cannot enforce gets a 400 naming it. With tools and tool_choice auto, the answer is either calls or this JSON."),
+    Rule("tools", CHAT, "mapped", "grammar_string, prompt", "Function tools, rendered by the model's template when it knows the <tool_call> format (its source contains <tool_call>), else by the documented fallback. Calls come back in message.tool_calls."),
+    Rule("tool_choice", CHAT, "mapped", "grammar_string", "none, auto, required, a named function, or allowed_tools. required and named: decoding is constrained to valid calls. auto: the embedded host constrains a call once the model writes <tool_call>; calls are always validated."),
+    Rule("parallel_tool_calls", CHAT, "mapped", "grammar_string", "Default true: several calls may follow one another. false: at most one call; what follows it is dropped. Without tools: 400, as at OpenAI."),
+    Rule("functions", CHAT, "mapped", "grammar_string, prompt", "Legacy function calling, mapped onto tools; the answer uses the legacy message.function_call and finish_reason function_call. In the history, an assistant function_call and a role function message (with name) become a tool call and its result. tool_choice next to functions: 400 (use function_call)."),
     Rule("function_call", CHAT, "mapped", "grammar_string", "Legacy: none, auto, or {\"name\": ...}, mapped onto tool_choice."),
     Rule("modalities", CHAT, "server", "-", "['text'] only; 'audio' gets a 400."),
     Rule("audio", CHAT, "rejected", "-", "Audio output is not produced by a text model: 400."),
@@ -75,6 +76,7 @@ RULES: tuple[Rule, ...] = (
     Rule("prompt_cache_options", CHAT, "ignored", "-", "As prompt_cache_key."),
     Rule("safety_identifier", CHAT, "ignored", "-", "Accepted; nothing to do locally."),
     Rule("moderation", CHAT, "ignored", "-", "Outputs are not moderated; call /v1/moderations yourself."),
+    Rule("web UI fields", BOTH, "ignored", "-", "Fields of the web UI's own API that mean nothing here (mode, character, instruction_template, preset, truncation_length ...; see WEB_UI_FIELDS) are accepted and ignored. Any other unknown field gets a 400 naming it, as at OpenAI, unless the allow_unknown_fields setting is on."),
     Rule("host samplers", BOTH, "mapped", "same name", "Extra fields named after the host's own samplers: " + ", ".join(
         ("top_k", "min_p", "typical_p", "repetition_penalty", "...")) + " (see HOST_SAMPLERS). 400 if the host lacks one."),
 )
@@ -96,8 +98,9 @@ HOST_SAMPLERS: dict[str, type] = {
     "custom_token_bans": str,
 }
 
-# Request fields of the web UI's own API that make no sense through this one.
-_KNOWN_FOREIGN = {"mode", "character", "instruction_template", "instruction_template_str", "preset",
+# Request fields of the web UI's own API that make no sense through this one: accepted from
+# clients written for that API, and ignored.
+WEB_UI_FIELDS = {"mode", "character", "instruction_template", "instruction_template_str", "preset",
                   "name1", "name2", "context", "greeting", "chat_template_str", "user_bio",
                   "continue_", "truncation_length", "auto_max_new_tokens", "max_tokens_second"}
 
@@ -142,11 +145,13 @@ def _reject(param: str, message: str) -> InvalidRequestError:
 
 
 def plan(req: CompletionRequest | ChatCompletionRequest, *, abilities: HostAbilities, room: int,
-         max_n: int, toolset: ToolSet | None = None) -> Plan:
+         max_n: int, toolset: ToolSet | None = None, allow_unknown: bool = False) -> Plan:
     """Maps one request onto host settings.
 
     ``room`` is how many tokens the context has left after the prompt; ``max_n`` is the largest
-    ``n`` the server allows; ``toolset`` is the request's tools, already read by tools.parse().
+    ``n`` the server allows; ``toolset`` is the request's tools, already read by tools.parse();
+    ``allow_unknown`` (the allow_unknown_fields setting) ignores unknown fields instead of
+    refusing them.
     """
     chat = isinstance(req, ChatCompletionRequest)
     sent = req.model_fields_set
@@ -214,6 +219,10 @@ def plan(req: CompletionRequest | ChatCompletionRequest, *, abilities: HostAbili
                 raise _reject("best_of", "best_of above n cannot be streamed; set stream to false.")
             if not abilities.logprobs:
                 raise _reject("best_of", "best_of above n needs log-probabilities, which this backend cannot report.")
+            # Candidates are ranked by their log-probabilities, so the host must compute them
+            # even when the client did not ask to see them (plan.logprobs stays None then).
+            if logprobs is None:
+                settings["logprobs"] = 0
         if req.suffix and not abilities.fim:
             raise _reject("suffix", "The loaded model has no fill-in-the-middle tokens, so suffix cannot be used; remove it.")
 
@@ -229,6 +238,7 @@ def plan(req: CompletionRequest | ChatCompletionRequest, *, abilities: HostAbili
         settings.update(_constraints(req, toolset, abilities))
 
     # --- the host's own samplers, sent as extra fields ----------------------------------
+    endpoint = CHAT if chat else COMPLETIONS
     ignored = [name for name in sent if _RULES_BY_NAME.get(name) and _RULES_BY_NAME[name].action == "ignored"]
     for name, value in (req.model_extra or {}).items():
         if name in HOST_SAMPLERS:
@@ -237,8 +247,23 @@ def plan(req: CompletionRequest | ChatCompletionRequest, *, abilities: HostAbili
             settings[name] = _coerce(name, value, HOST_SAMPLERS[name])
             if name == "custom_token_bans":
                 settings[name] = _token_bans(value, abilities)
-        else:
+        elif name in ignored:
+            pass  # an OpenAI parameter that only has a rule, already listed
+        elif name in WEB_UI_FIELDS or allow_unknown:
             ignored.append(name)
+        else:
+            # OpenAI refuses what it does not know, and so do we: a misspelt parameter
+            # (max_token, top_kk) silently ignored would give the wrong answer.
+            other = next((r for r in RULES if r.name == name and r.endpoint in (CHAT, COMPLETIONS)
+                          and r.endpoint != endpoint), None)
+            if other:
+                hint = f" It is a parameter of /v1/{'chat/completions' if other.endpoint == CHAT else 'completions'}."
+            else:
+                known = [*type(req).model_fields, *HOST_SAMPLERS,
+                         *(r.name for r in RULES if r.endpoint in (BOTH, endpoint))]
+                close = difflib.get_close_matches(name, known, n=1)
+                hint = f" Did you mean '{close[0]}'?" if close else ""
+            raise unrecognized(name, hint)
     if ignored:
         log.debug("ignored request fields: %s", ", ".join(sorted(ignored)))
 
@@ -278,26 +303,29 @@ def _response_schema(rf: dict[str, Any] | None) -> Any | None:
 def _constraints(req: ChatCompletionRequest, ts: ToolSet | None, abilities: HostAbilities) -> dict[str, Any]:
     """Grammar settings for response_format and tool_choice."""
     schema = _response_schema(req.response_format)
+    where = "response_format.json_schema.schema" if schema is not None and \
+        req.response_format.get("type") == "json_schema" else "response_format"
     calling = ts is not None and ts.calling
-    if schema is not None and calling and not ts.forced:
-        raise _reject("response_format", "response_format json_object/json_schema cannot be combined with "
-                                         "tool_choice 'auto'; use 'none' or 'required'.")
-    if calling and (ts.forced or abilities.lazy_grammar):
+    if calling and ts.forced:
         if not abilities.grammar:
-            if ts.forced:
-                raise _reject("tool_choice", "The loaded model's backend cannot constrain output with a grammar, "
-                                             "so tool_choice 'required' or a named function cannot be guaranteed.")
+            raise _reject("tool_choice", "The loaded model's backend cannot constrain output with a grammar, "
+                                         "so tool_choice 'required' or a named function cannot be guaranteed.")
+        return {"grammar_string": tools.call_grammar(ts)}
+    if calling and schema is not None:
+        # auto with a response format: one grammar allows either calls or the JSON answer
+        if not abilities.grammar:
+            raise _reject("response_format", "The loaded model's backend cannot constrain output with a grammar, "
+                                             "so JSON output cannot be guaranteed; remove response_format.")
+        return {"grammar_string": tools.call_grammar(ts, response=(schema, where))}
+    if calling:
+        if not abilities.lazy_grammar:
             return {}
-        out = {"grammar_string": tools.call_grammar(ts)}
-        if not ts.forced:
-            out["grammar_triggers"] = [tools.LAZY_TRIGGER]
-        return out
+        # The host writes freely until the model opens a call, then follows the grammar.
+        return {"grammar_string": tools.call_grammar(ts, lazy=True), "grammar_triggers": [tools.CALL_OPEN]}
     if schema is not None:
         if not abilities.grammar:
             raise _reject("response_format", "The loaded model's backend cannot constrain output with a grammar, "
                                              "so JSON output cannot be guaranteed; remove response_format.")
-        where = "response_format.json_schema.schema" if req.response_format.get("type") == "json_schema" \
-            else "response_format"
         return {"grammar_string": grammar.schema_to_gbnf(schema, where=where)}
     return {}
 

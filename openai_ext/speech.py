@@ -16,6 +16,7 @@ import logging
 import math
 import re
 import shutil
+import time
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable, Union
 
@@ -27,8 +28,8 @@ from pydantic import BaseModel, ConfigDict, StrictStr
 from .app import sse_stream, until_disconnect
 from .audio_encode import FORMATS, StreamEncoder, content_type
 from .engines import Lazy
-from .engines.tts import MODEL_NAMES, TtsEngine, engine_key, load_engine
-from .errors import InvalidRequestError, NotFoundError, ServerError
+from .engines.tts import MODEL_NAMES, VOICES_BEFORE_LOADING, TtsEngine, engine_key, load_engine
+from .errors import InvalidRequestError, NotFoundError, ServerError, refuse_unknown_fields
 from .models import card
 from .state import ApiState
 
@@ -59,7 +60,8 @@ class VoiceRef(BaseModel):
 
 
 class SpeechRequest(BaseModel):
-    # Extra fields are accepted and ignored, as on the other routes: many clients send extras.
+    # Extra fields are kept so that refuse_unknown_fields() can name them (or let them pass when
+    # the allow_unknown_fields setting is on).
     model_config = ConfigDict(extra="allow")
 
     model: StrictStr
@@ -79,6 +81,7 @@ class SpeechJob:
     speed: float
     fmt: str
     sse: bool
+    first_synthesis_s: float = 0.0   # the engine's time for the first piece, sent as Server-Timing
 
 
 # --- sentences -----------------------------------------------------------------------------
@@ -169,6 +172,25 @@ def check_request(state: ApiState, body: SpeechRequest) -> tuple[str, float, boo
     return fmt, speed, stream_format == "sse"
 
 
+def _unknown_voice(name: str, valid: list[str]) -> InvalidRequestError:
+    return InvalidRequestError(f"Unknown voice '{name}'. Valid voices: {', '.join(dict.fromkeys(valid))}.",
+                               param="voice")
+
+
+def check_voice(state: ApiState, voice: Union[str, VoiceRef]) -> None:
+    """An unknown voice is a 400 before the engine loads, where the engine's voices are known
+    without loading it: a typo costs no model load, and gets its 400 even where the engine is
+    missing. resolve_voice() checks again against the loaded engine."""
+    name = voice.id if isinstance(voice, VoiceRef) else voice
+    table = state.settings.tts_voices
+    listing = VOICES_BEFORE_LOADING.get(engine_key(state.settings))
+    if name in OPENAI_VOICES or name in table or listing is None:
+        return
+    listed = listing(state.settings)
+    if name not in listed:
+        raise _unknown_voice(name, [*OPENAI_VOICES, *table, *listed])
+
+
 def resolve_voice(state: ApiState, tts: TtsEngine, voice: Union[str, VoiceRef]) -> str:
     """The engine's voice for a request's voice: through the tts_voices table, by the engine's
     own name, or, for an OpenAI voice the table leaves out, the engine's default voice."""
@@ -184,8 +206,7 @@ def resolve_voice(state: ApiState, tts: TtsEngine, voice: Union[str, VoiceRef]) 
         return name
     if name in OPENAI_VOICES:
         return tts.default_voice
-    valid = list(dict.fromkeys([*OPENAI_VOICES, *table, *tts.voices()]))
-    raise InvalidRequestError(f"Unknown voice '{name}'. Valid voices: {', '.join(valid)}.", param="voice")
+    raise _unknown_voice(name, [*OPENAI_VOICES, *table, *tts.voices()])
 
 
 # --- synthesis -----------------------------------------------------------------------------
@@ -202,8 +223,10 @@ async def encoded_audio(tts: TtsEngine, job: SpeechJob, turns: anyio.CapacityLim
     client to take the bytes, so a client that has gone stops it."""
     try:
         for n, piece in enumerate(job.pieces):
+            started = time.perf_counter()
             pcm, rate = await anyio.to_thread.run_sync(tts.speak, piece, job.voice, job.speed, limiter=turns)
             if n == 0:
+                job.first_synthesis_s = time.perf_counter() - started
                 # The opening of the first piece is encoded and sent alone: playback can start
                 # while the rest of the piece is still being encoded.
                 head = int(rate * HEAD_SECONDS)
@@ -293,7 +316,9 @@ async def _first(stream: AsyncIterator[bytes]) -> bytes:
 @router.post("/audio/speech")
 async def create_speech(body: SpeechRequest, request: Request):
     state: ApiState = request.app.state.api
+    refuse_unknown_fields(body, state.settings.allow_unknown_fields)
     fmt, speed, sse = check_request(state, body)
+    check_voice(state, body.voice)
     tts = await engine(state).get()
     voice = resolve_voice(state, tts, body.voice)
     if body.instructions:
@@ -306,11 +331,14 @@ async def create_speech(body: SpeechRequest, request: Request):
         await audio.aclose()
         encoder.close()               # the generator may never have started, so its finally did not run
         return first
+    # How long the engine took for the first piece (the rest of the wait for the first byte is
+    # this server's), so that clients and the benchmark can tell the two apart.
+    timing = {"Server-Timing": f'synthesis;dur={job.first_synthesis_s * 1000:.1f};desc="first piece"'}
     if sse:
         return StreamingResponse(sse_stream(_events(state, job, encoder, _then(first, audio)), done=False),
                                  media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-    return StreamingResponse(_raw(_then(first, audio)), media_type=content_type(fmt))
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **timing})
+    return StreamingResponse(_raw(_then(first, audio)), media_type=content_type(fmt), headers=timing)
 
 
 def model_cards(state: ApiState) -> list[dict[str, Any]]:

@@ -22,16 +22,15 @@ from typing import Any, AsyncIterator
 import anyio
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
-from sse_starlette import EventSourceResponse
 from starlette.datastructures import FormData, UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from . import audio_decode
-from .app import api, sse_stream, until_disconnect
+from .app import api, event_stream, until_disconnect
 from .engines import Lazy
 from .engines import stt
 from .errors import (InvalidRequestError, NotFoundError, OpenAIError, RateLimitError, RequestTooLargeError,
-                     ServiceUnavailableError)
+                     ServiceUnavailableError, unrecognized)
 from .models import card
 from .state import ApiState
 
@@ -45,7 +44,8 @@ MODEL_ALIASES = ("whisper-1", "gpt-4o-transcribe", "gpt-4o-mini-transcribe")
 LISTED_ALIASES = MODEL_ALIASES
 GRANULARITIES = ("word", "segment")
 TEXT_TYPE = "text/plain; charset=utf-8"
-# Fields this module reads; others are accepted and ignored (logged), as elsewhere in the API.
+# Fields this module reads; others get a 400 naming them, as elsewhere in the API (unless the
+# allow_unknown_fields setting is on).
 KNOWN_FIELDS = {"file", "model", "language", "languages", "prompt", "keywords", "response_format", "temperature",
                 "timestamp_granularities", "stream", "include", "chunking_strategy", "known_speaker_names",
                 "known_speaker_references", "user"}
@@ -227,8 +227,11 @@ def _language(value: str, param: str) -> str:
     return code
 
 
-def parse(form: Form, task: str) -> Job:
+def parse(form: Form, task: str, allow_unknown: bool = False) -> Job:
     """Every check of the request's fields: a bad one raises a 400 naming it."""
+    unknown = sorted(form.names() - KNOWN_FIELDS)
+    if unknown and not allow_unknown:
+        raise unrecognized(unknown[0])
     model = form.text("model")
     if not model:
         raise InvalidRequestError("Missing required parameter: 'model'. Send model=whisper-1, for example.",
@@ -296,9 +299,8 @@ def parse(form: Form, task: str) -> Job:
 
     job.vad = _chunking(form.object("chunking_strategy"))
 
-    ignored = form.names() - KNOWN_FIELDS
-    if ignored:
-        log.debug("ignoring unknown fields: %s", ", ".join(sorted(ignored)))
+    if unknown:
+        log.debug("ignoring unknown fields: %s", ", ".join(unknown))
     return job
 
 
@@ -465,7 +467,7 @@ async def _serve(request: Request, task: str):
     state = api(request)
     settings = state.settings
     async with _form(request) as form:
-        job = parse(Form(form), task)
+        job = parse(Form(form), task, allow_unknown=settings.allow_unknown_fields)
         check_model(state, job.model)
         data = await _file_bytes(form, int(settings.max_upload_mb * 2 ** 20))
     _turns(state).check()             # a full queue is a 429 before anything starts
@@ -478,7 +480,9 @@ async def _serve(request: Request, task: str):
     engine = await _engine(state, job)
     if job.stream:
         # no [DONE] line: OpenAI's transcription streams end with transcript.text.done
-        return EventSourceResponse(sse_stream(_events(state, engine, audio, job), done=False), sep="\n", ping=15)
+        # a client that stops reading would hold the model's turn: it is dropped after
+        # stream_send_timeout, as generation streams are
+        return event_stream(_events(state, engine, audio, job), settings.stream_send_timeout, done=False)
     return await until_disconnect(request, _complete(state, engine, audio, job))
 
 

@@ -177,10 +177,56 @@ def test_logit_bias_bans_a_token(client, llama_host):
     assert resp.choices[0].logprobs.content[0].token != first.token
 
 
+STORY = [{"role": "user", "content": "Tell me a story about a fox."}]
+
+
+def _samples(client, seeds=range(4), **kw) -> set[str]:
+    return {raw_chat(client, messages=STORY, temperature=1.5, max_tokens=12, seed=s, **kw)[0]
+            .choices[0].message.content for s in seeds}
+
+
 def test_host_samplers_as_extra_fields(client):
-    resp, _ = raw_chat(client, messages=Q, temperature=0.7, max_tokens=8, seed=5,
-                       extra_body={"top_k": 20, "min_p": 0.05, "repetition_penalty": 1.1})
-    assert resp.choices[0].message.content
+    greedy = raw_chat(client, messages=STORY, temperature=0, max_tokens=12)[0].choices[0].message.content
+    assert len(_samples(client)) > 1                       # hot sampling wanders ...
+    assert _samples(client, extra_body={"top_k": 1}) == {greedy}      # ... top_k 1 keeps the likeliest
+    assert _samples(client, extra_body={"min_p": 1.0}) == {greedy}    # and so does min_p 1
+    # repetition_penalty really reaches the sampler
+    rep, _ = raw_chat(client, messages=STORY, temperature=0, max_tokens=40, extra_body={"repetition_penalty": 1.8})
+    assert rep.choices[0].message.content != raw_chat(client, messages=STORY, temperature=0, max_tokens=40)[0] \
+        .choices[0].message.content
+
+
+def test_top_p_narrows_sampling(client):
+    greedy = raw_chat(client, messages=STORY, temperature=0, max_tokens=12)[0].choices[0].message.content
+    assert _samples(client, top_p=1e-6) == {greedy}
+
+
+def test_models_list_and_retrieve_the_loaded_model(client, llama_host):
+    ids = [m.id for m in client.models.list().data]
+    assert ids[0] == llama_host.model_id                   # the chat model comes first, by its real id
+    model = client.models.retrieve(llama_host.model_id)
+    assert model.id == llama_host.model_id and model.object == "model" and model.owned_by
+    with pytest.raises(openai.NotFoundError) as e:
+        client.models.retrieve("gpt-3.5-turbo")           # served by any name, but not listed as one
+    assert e.value.body["code"] == "model_not_found"
+
+
+def test_sdk_iterates_streams_with_n_and_include_usage(client):
+    """The official client's own stream parsing (strict validation on): two choices, then usage."""
+    stream = client.chat.completions.create(model="gpt-4o", messages=Q, temperature=1.0, max_tokens=6, n=2, seed=3,
+                                            stream=True, stream_options={"include_usage": True})
+    text, finish, usage = {0: "", 1: ""}, {}, None
+    for chunk in stream:
+        if chunk.usage is not None:
+            usage = chunk.usage
+            assert chunk.choices == []
+            continue
+        for c in chunk.choices:
+            text[c.index] += c.delta.content or ""
+            if c.finish_reason:
+                finish[c.index] = c.finish_reason
+    assert finish == {0: "length", 1: "length"} and all(text.values())
+    assert usage.completion_tokens == 12 and usage.total_tokens == usage.prompt_tokens + 12
 
 
 def test_presence_and_frequency_penalties_change_greedy_output(client):

@@ -110,11 +110,43 @@ def test_stream_logprobs_text_offsets_are_absolute(live):
     assert offsets == [sum(len(t) for t in tokens[:i]) for i in range(6)]
 
 
-def test_best_of_returns_the_most_likely_candidates(client):
-    resp, _ = raw_completion(client, prompt=PROMPT, temperature=1.0, max_tokens=6, best_of=3, n=1, seed=11,
-                             logprobs=0)
-    assert len(resp.choices) == 1 and resp.choices[0].index == 0
-    assert resp.usage.completion_tokens == 18   # all three candidates were generated
+def _mean_logprob(choice) -> float:
+    lps = choice.logprobs.token_logprobs
+    return sum(lps) / len(lps)
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_best_of_returns_the_most_likely_candidates(client, n):
+    # The same seeded request with n=3 shows every candidate and its log-probabilities:
+    # candidate i is sampled with seed + i either way.
+    kw = dict(prompt=PROMPT, temperature=1.5, max_tokens=6, seed=11)
+    every, _ = raw_completion(client, n=3, logprobs=0, **kw)
+    ranked = sorted(every.choices, key=_mean_logprob, reverse=True)
+    assert len({c.text for c in every.choices}) == 3   # the candidates really differ
+    # Without logprobs in the request, the ranking still uses them, and none are returned.
+    resp, body = raw_completion(client, best_of=3, n=n, **kw)
+    assert [c.text for c in resp.choices] == [c.text for c in ranked[:n]]
+    assert [c.index for c in resp.choices] == list(range(n))
+    assert all(c["logprobs"] is None for c in body["choices"])
+    assert resp.usage.completion_tokens == every.usage.completion_tokens   # all three were generated
+
+
+def test_stop_string_split_across_tokens_in_a_completion_stream(live, client, llama_host):
+    base, _ = raw_completion(client, prompt=PROMPT, temperature=0, max_tokens=24)
+    text = base.choices[0].text
+    # a stop string that starts inside one token and ends inside the next
+    tokens = [llama_host.detokenize([t]) for t in llama_host.tokenize(PROMPT + text, add_bos=False)]
+    joined, at = "", []
+    for t in tokens:
+        joined += t
+        at.append(len(joined))
+    cut = next(a for a in at if len(PROMPT) + 6 < a < len(PROMPT + text) - 4 and len(tokens[at.index(a)]) >= 2)
+    stop = (PROMPT + text)[cut - 1:cut + 2]
+    assert stop in text
+    chunks = stream(live, prompt=PROMPT, temperature=0, max_tokens=24, stop=[stop])
+    streamed = "".join(c["choices"][0]["text"] for c in chunks if c["choices"])
+    assert streamed == text[:text.find(stop)]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
 
 
 def test_stop_in_completions(client):

@@ -83,10 +83,10 @@ def test_logit_bias_is_checked_and_kept_as_token_id_strings():
 
 
 def test_host_samplers_as_extra_fields():
-    p = plan(ChatCompletionRequest(messages=MSG, top_k=40, min_p=0.1, mode="instruct", foo=1),
+    p = plan(ChatCompletionRequest(messages=MSG, top_k=40, min_p=0.1, mode="instruct"),
              abilities=FULL, room=10, max_n=1)
     assert p.settings["top_k"] == 40 and p.settings["min_p"] == 0.1
-    assert p.ignored == ["foo", "mode"]
+    assert p.ignored == ["mode"]
     with pytest.raises(InvalidRequestError) as e:
         plan(ChatCompletionRequest(messages=MSG, min_p=0.1), abilities=BARE, room=10, max_n=1)
     assert e.value.param == "min_p"
@@ -162,9 +162,12 @@ def test_tool_choice_becomes_a_grammar_lazy_only_for_auto():
     with pytest.raises(InvalidRequestError) as e:
         plan(req, abilities=BARE, room=10, max_n=1, toolset=tools.parse(req))
     assert e.value.param == "tool_choice"
+    # response_format with auto: one grammar, from the start, allows calls or the JSON answer
     req = chat(tools=[fn], response_format={"type": "json_object"})
+    s = plan(req, abilities=GRAMMAR, room=10, max_n=1, toolset=tools.parse(req)).settings
+    assert "| response" in s["grammar_string"] and "grammar_triggers" not in s
     with pytest.raises(InvalidRequestError) as e:
-        plan(req, abilities=GRAMMAR, room=10, max_n=1, toolset=tools.parse(req))
+        plan(req, abilities=BARE, room=10, max_n=1, toolset=tools.parse(req))
     assert e.value.param == "response_format"
 
 
@@ -174,9 +177,45 @@ def test_accepted_no_op_switches():
 
 
 def test_best_of_needs_logprobs_from_the_host():
-    assert plan(comp(best_of=3), abilities=FULL, room=10, max_n=4).best_of == 3
+    p = plan(comp(best_of=3), abilities=FULL, room=10, max_n=4)
+    # the host computes log-probabilities to rank the candidates; the client sees none
+    assert p.best_of == 3 and p.settings["logprobs"] == 0 and p.logprobs is None
+    assert "logprobs" not in plan(comp(best_of=2, n=2), abilities=FULL, room=10, max_n=4).settings
     with pytest.raises(InvalidRequestError):
         plan(comp(best_of=3), abilities=BARE, room=10, max_n=4)
+
+
+@pytest.mark.parametrize("req, param, hint", [
+    (chat(frobnicate=True), "frobnicate", None),
+    (chat(max_token=5), "max_token", "Did you mean 'max_tokens'?"),
+    (comp(top_kk=5), "top_kk", "Did you mean 'top_k'?"),
+    (comp(messages=MSG), "messages", "It is a parameter of /v1/chat/completions."),
+    (chat(echo=True), "echo", "It is a parameter of /v1/completions."),
+])
+def test_unknown_fields_are_refused_by_name(req, param, hint):
+    with pytest.raises(InvalidRequestError) as e:
+        plan(req, abilities=FULL, room=10, max_n=1)
+    assert e.value.param == param and e.value.code == "unknown_parameter"
+    assert e.value.message.startswith(f"Unrecognized request argument supplied: {param}.")
+    assert hint is None or hint in e.value.message
+
+
+def test_web_ui_fields_are_ignored_and_the_setting_allows_unknown_fields():
+    p = plan(chat(mode="instruct", character="Assistant", preset="simple-1"), abilities=FULL, room=10, max_n=1)
+    assert p.ignored == ["character", "mode", "preset"]
+    assert not {"mode", "character", "preset"} & set(p.settings)
+    p = plan(chat(frobnicate=True), abilities=FULL, room=10, max_n=1, allow_unknown=True)
+    assert p.ignored == ["frobnicate"] and "frobnicate" not in p.settings
+
+
+@pytest.mark.parametrize("schema, request_class", [
+    ("CreateChatCompletionRequest", ChatCompletionRequest), ("CreateCompletionRequest", CompletionRequest)])
+def test_every_openai_parameter_is_accepted_on_its_endpoint(schema, request_class):
+    """No parameter of OpenAI's own request schema may be refused as unknown."""
+    endpoint = "chat" if request_class is ChatCompletionRequest else "completions"
+    accepted = set(request_class.model_fields) | {r.name for r in RULES if r.endpoint in ("both", endpoint)}
+    missing = _spec_properties(schema) - accepted
+    assert not missing, f"OpenAI parameters that would be refused as unknown: {sorted(missing)}"
 
 
 def _spec_properties(name: str) -> set[str]:

@@ -78,12 +78,14 @@ class SpeakSpy:
     def __init__(self, tts):
         self.real = tts.speak
         self.finished: list[float] = []
+        self.made: list[tuple[int, int]] = []      # samples and sample rate of each piece
         self.lock = threading.Lock()
 
     def __call__(self, text, voice, speed=1.0):
-        out = self.real(text, voice, speed)
+        pcm, rate = out = self.real(text, voice, speed)
         with self.lock:
             self.finished.append(time.monotonic())
+            self.made.append((len(pcm), rate))
         return out
 
     @property
@@ -144,6 +146,19 @@ def test_every_format_decodes_to_24k_mono_speech(client, fmt, mime):
         head = resp.content.index(b"OpusHead")
         assert struct.unpack("<I", resp.content[head + 12:head + 16])[0] == 24_000
     assert_plausible_speech(pcm, rate, TEXT)
+
+
+def test_pcm_is_raw_24khz_16bit_little_endian_mono(client, spy):
+    # piper speaks at 22050 Hz, and its timing varies from run to run: what it really made for
+    # this request says how many 24 kHz samples the response must hold.
+    data = speak(client, input=TEXT, response_format="pcm")
+    assert len(spy.made) == len(split_sentences(TEXT)) and {rate for _, rate in spy.made} == {22_050}
+    expected = sum(n * 24_000 / rate for n, rate in spy.made)
+    samples = len(data) / 2           # 22050 Hz would be 8% fewer; stereo or 32-bit, twice as many
+    assert abs(samples - expected) <= 0.002 * expected + 100, f"{samples} samples, {expected:.0f} expected"
+    pcm = np.frombuffer(data, "<i2").astype(np.float32) / 32768   # little-endian: big-endian reads as noise
+    assert_plausible_speech(pcm, 24_000, TEXT)
+    assert float(np.mean(np.abs(np.diff(pcm)))) < 0.1, "the samples do not read as little-endian 16-bit"
 
 
 def test_default_format_is_mp3(client):
@@ -225,6 +240,7 @@ def test_unknown_model_is_404_listing_the_models(client):
     ({"model": "tts-1", "input": SHORT}, "voice"), ({"model": "tts-1", "input": SHORT, "voice": 3}, "voice"),
     ({"model": "tts-1", "input": SHORT, "voice": "alloy", "speed": "fast"}, "speed"),
     ({"model": "tts-1", "input": 42, "voice": "alloy"}, "input"),
+    ({"model": "tts-1", "input": SHORT, "voice": "alloy", "sped": 2}, "sped"),
 ])
 def test_missing_or_mistyped_fields(server, body, param):
     r = httpx.post(f"{server.url}/audio/speech", json=body, timeout=60)
@@ -238,7 +254,7 @@ def test_missing_or_mistyped_fields(server, body, param):
 def test_first_chunk_arrives_before_synthesis_ends(client, spy):
     text = " ".join(SENTENCES)
     assert len(split_sentences(text)) == len(SENTENCES)
-    data, first_at = b"", None
+    data, first_at, sent_at = b"", None, time.monotonic()
     with client.audio.speech.with_streaming_response.create(model="tts-1", voice="alloy", input=text,
                                                             response_format="mp3") as resp:
         assert resp.headers["content-type"] == "audio/mpeg"
@@ -248,6 +264,10 @@ def test_first_chunk_arrives_before_synthesis_ends(client, spy):
             data += chunk
     assert spy.calls == len(SENTENCES)
     assert done_then < len(SENTENCES) and first_at < spy.finished[-1]
+    # the engine's time for the first sentence, reported apart from the server's own
+    timing = resp.headers["server-timing"]
+    assert timing.startswith("synthesis;dur=")
+    assert 0 < float(timing.split("dur=")[1].split(";")[0]) / 1000 < first_at - sent_at
     assert_plausible_speech(*decode(data, "mp3")[:2], text)
 
 
@@ -310,6 +330,31 @@ def test_sse_stream_format(client, fmt):
     assert usage["output_tokens"] == pytest.approx(len(pcm) / rate * 20, abs=3)   # 20 tokens a second
 
 
+def test_sse_first_event_arrives_before_synthesis_ends(client, spy):
+    text = " ".join(SENTENCES)
+    raw, first_at = "", None
+    with client.audio.speech.with_streaming_response.create(model="gpt-4o-mini-tts", voice="alloy", input=text,
+                                                            response_format="mp3", stream_format="sse") as resp:
+        for chunk in resp.iter_text():
+            if first_at is None and "speech.audio.delta" in chunk:
+                first_at, done_then = time.monotonic(), spy.calls
+            raw += chunk
+    events = _sse_events(raw)
+    assert spy.calls == len(SENTENCES)
+    assert done_then < len(SENTENCES) and first_at < spy.finished[-1]
+    assert_plausible_speech(*decode(b"".join(base64.b64decode(e["audio"]) for e in events[:-1]), "mp3")[:2], text)
+
+
+def test_sse_client_leaving_stops_synthesis(server, client, spy):
+    text = " ".join(SENTENCES * 20)[:4096]
+    pieces = len(split_sentences(text))
+    with client.audio.speech.with_streaming_response.create(model="gpt-4o-mini-tts", voice="alloy", input=text,
+                                                            response_format="wav", stream_format="sse") as resp:
+        assert "speech.audio.delta" in next(resp.iter_text())
+    wait_idle(server, spy)
+    assert spy.calls <= 3 < pieces, f"{spy.calls} of {pieces} sentences were synthesized after the client left"
+
+
 def test_sse_errors_before_the_stream_are_plain_errors(server):
     r = httpx.post(f"{server.url}/audio/speech", timeout=60,
                    json={"model": "tts-1", "input": SHORT, "voice": "nobody", "stream_format": "sse"})
@@ -326,6 +371,22 @@ def test_models_lists_the_speech_models(client):
 
 
 # --- configuration and missing parts -------------------------------------------------------
+
+def test_the_voice_loads_on_first_use_and_a_bad_voice_loads_nothing(llama_host, make_server, monkeypatch):
+    srv = make_server(llama_host)
+    lazy, c = engine(srv.app.state.api), openai_client(srv)
+    assert "tts-1" in {m.id for m in c.models.list().data}
+    with pytest.raises(openai.BadRequestError) as e:
+        speak(c, voice="nobdy")
+    assert error_of(e)["param"] == "voice" and "en_US-joe-medium" in error_of(e)["message"]
+    assert not lazy.loaded            # neither listing the models nor a typo loaded the voice
+    monkeypatch.setitem(sys.modules, "piper", None)
+    with pytest.raises(openai.BadRequestError):  # the typo is a 400 even where piper is missing
+        speak(c, voice="nobdy")
+    monkeypatch.undo()
+    assert_plausible_speech(*decode(speak(c), "pcm")[:2], SHORT)
+    assert lazy.loaded
+
 
 def test_without_piper_the_endpoint_says_what_to_install_and_recovers(llama_host, make_server, monkeypatch):
     srv = make_server(llama_host)

@@ -271,6 +271,10 @@ ENGINES: dict[str, Callable[[Settings], TtsEngine]] = {
     "espeak": EspeakEngine.load,
     "espeak-ng": EspeakEngine.load,
 }
+# The voices an engine will have, known without loading it (espeak-ng's need the program run).
+VOICES_BEFORE_LOADING: dict[str, Callable[[Settings], list[str]]] = {
+    "piper": lambda settings: list(piper_voice_table(settings)),
+}
 MODEL_NAMES: dict[str, tuple[str, ...]] = {
     "piper": PiperEngine.model_names, "espeak": EspeakEngine.model_names, "espeak-ng": EspeakEngine.model_names}
 
