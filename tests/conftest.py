@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import socket
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -61,6 +62,16 @@ def openai_client(server, **kw):
 @pytest.fixture
 def client(live):
     return openai_client(live)
+
+
+def has_ipv6_loopback() -> bool:
+    """Whether this machine can bind ::1 (some containers have no IPv6)."""
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
 
 
 DOUBLE = Path(__file__).parent / "doubles" / "textgen_webui"

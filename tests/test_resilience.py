@@ -193,19 +193,11 @@ def stalled_stream(port: int, body: dict) -> socket.socket:
     return sock
 
 
-def test_a_client_that_stops_reading_is_dropped_and_frees_the_queue(llama_host, make_server, monkeypatch):
+def test_a_client_that_stops_reading_is_dropped_and_frees_the_queue(llama_host, make_server, produced):
     from openai_ext.config import Settings
 
     assert Settings().stream_send_timeout == 60
     server = make_server(llama_host, stream_send_timeout=2)
-    produced = []
-    real = llama_host.generate
-
-    def counting(prompt, settings, stop_event):
-        for piece in real(prompt, settings, stop_event):
-            produced.append(time.monotonic())
-            yield piece
-    monkeypatch.setattr(llama_host, "generate", counting)
     max_tokens = 1800
     sock = stalled_stream(server.port, {"messages": STORY, "max_tokens": max_tokens, "stream": True,
                                         "temperature": 0, "ban_eos_token": True})

@@ -16,7 +16,7 @@ import httpx
 import openai
 import pytest
 
-from conftest import openai_client
+from conftest import has_ipv6_loopback, openai_client
 from openai_spec import assert_valid
 
 KEY = "sk-local-test-key-123"
@@ -264,16 +264,7 @@ def test_https_with_a_certificate(llama_host, make_server, tmp_path):
         httpx.get(server.url.replace("https://", "http://") + "/models", timeout=5)
 
 
-def _has_ipv6_loopback() -> bool:
-    try:
-        with socket.socket(socket.AF_INET6) as s:
-            s.bind(("::1", 0))
-        return True
-    except OSError:
-        return False
-
-
-@pytest.mark.skipif(not _has_ipv6_loopback(), reason="no IPv6 loopback on this machine")
+@pytest.mark.skipif(not has_ipv6_loopback(), reason="no IPv6 loopback on this machine")
 def test_ipv6(llama_host, make_server):
     server = make_server(llama_host, ipv6=True)
     r = httpx.get(f"http://[::1]:{server.port}/v1/models")
@@ -281,7 +272,7 @@ def test_ipv6(llama_host, make_server):
     assert httpx.get(f"http://127.0.0.1:{server.port}/v1/models").status_code == 200
 
 
-@pytest.mark.skipif(not _has_ipv6_loopback(), reason="no IPv6 loopback on this machine")
+@pytest.mark.skipif(not has_ipv6_loopback(), reason="no IPv6 loopback on this machine")
 def test_listen_host_all_ipv6_addresses_also_answers_ipv4(llama_host, make_server):
     """listen_host "::" is one dual-stack socket: the URL it announces (127.0.0.1) answers."""
     server = make_server(llama_host, listen=True, listen_host="::")

@@ -16,6 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from conftest import has_ipv6_loopback
+
 ROOT = Path(__file__).resolve().parent.parent
 DOUBLE = Path(__file__).parent / "doubles" / "cloudflared" / "cloudflared_double.py"
 
@@ -140,16 +142,7 @@ def test_a_tunnel_that_never_gets_an_address_is_one_error_line(tmp_path, fake_cl
         stop(proc)
 
 
-def _has_ipv6() -> bool:
-    try:
-        with socket.socket(socket.AF_INET6) as s:
-            s.bind(("::1", 0))
-        return True
-    except OSError:
-        return False
-
-
-@pytest.mark.skipif(not _has_ipv6(), reason="no IPv6 on this machine")
+@pytest.mark.skipif(not has_ipv6_loopback(), reason="no IPv6 loopback on this machine")
 @pytest.mark.parametrize("listen_host", ["::", "::1"])
 def test_the_tunnel_forwards_to_an_address_that_is_bound(tmp_path, fake_cloudflared, listen_host):
     proc, base, out = start(["--public-api", "--api-key", "k", "--listen", "--listen-host", listen_host],
