@@ -178,8 +178,6 @@ def from_validation_errors(errors: list[dict[str, Any]]) -> InvalidRequestError:
                                    f"{first.get('ctx', {}).get('error', 'invalid JSON')}. Send valid JSON "
                                    "with 'Content-Type: application/json'.")
     param = _param_path(tuple(first.get("loc", ())))
-    if first.get("type") == "extra_forbidden" and param is not None:
-        return unrecognized(param)
     if first.get("type") == "missing":
         if param is None:
             return InvalidRequestError("The request needs a JSON body.")
