@@ -10,7 +10,7 @@ from pathlib import Path
 # The web UI may load this file by path, outside any package: make openai_ext importable.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from openai_ext.config import Settings, SettingsError, defaults, read_settings_file  # noqa: E402
+from openai_ext.core.config import Settings, SettingsError, defaults, read_settings_file  # noqa: E402
 
 # The web UI's name for this extension: its folder, the prefix of its settings ("<name>-port").
 NAME = Path(__file__).resolve().parent.name

@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 
 import httpx
-
 from serving import free_port, start_api, start_server, stop, wait_up
 
 PROMPTS = [
@@ -59,9 +58,9 @@ def host_in_process(host, prompt: str, max_tokens: int) -> tuple[float, float, i
     HTTP, the queue and the stream assembly."""
     import threading
 
-    from openai_ext import params
     from openai_ext.hosts.base import Prompt
-    from openai_ext.protocol import ChatCompletionRequest
+    from openai_ext.text import params
+    from openai_ext.text.protocol import ChatCompletionRequest
 
     t0 = time.perf_counter()
     messages = [{"role": "user", "content": prompt}]
@@ -118,7 +117,7 @@ def main() -> None:
     from llama_cpp import Llama
     from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-    from openai_ext.model_files import default_gguf
+    from openai_ext.hosts.files import default_gguf
 
     model = str(args.model or default_gguf())
     llm = Llama(model, n_ctx=args.n_ctx, verbose=False)

@@ -32,7 +32,6 @@ import subprocess
 import time
 
 import httpx
-
 from serving import exited, free_port, start_api, stop
 
 TARGET_VS_RAW = 0.8
@@ -147,8 +146,8 @@ async def main() -> None:
     import torch
     from sentence_transformers import SentenceTransformer
 
-    from openai_ext.config import Settings
-    from openai_ext.engines.embedding import locate_model, resolve_device
+    from openai_ext.core.config import Settings
+    from openai_ext.embeddings.engine import locate_model, resolve_device
 
     settings = Settings()
     source, model_id = locate_model(settings.embedding_model)

@@ -27,7 +27,6 @@ import statistics
 import time
 
 import httpx
-
 from serving import free_port, start_api, stop, wait_up
 
 SENTENCES = ["The quick brown fox jumps over the lazy dog near the riverbank.",

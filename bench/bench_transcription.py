@@ -26,7 +26,6 @@ import wave
 
 import httpx
 import numpy as np
-
 from serving import ROOT, free_port, start_api, stop, wait_up
 
 sys.path.insert(0, str(ROOT / "tests"))
@@ -108,8 +107,8 @@ def main() -> None:
 
     from faster_whisper import WhisperModel
 
-    from openai_ext.config import Settings
-    from openai_ext.engines.stt import default_source
+    from openai_ext.audio.stt import default_source
+    from openai_ext.core.config import Settings
 
     pcm, rate, spoken = speech()
     seconds = len(pcm) / rate

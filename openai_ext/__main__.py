@@ -27,7 +27,7 @@ def _flag_type(annotation: typing.Any):
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    from .config import Settings
+    from .core.config import Settings
 
     p = argparse.ArgumentParser(prog="python -m openai_ext", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -43,7 +43,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .config import SettingsError
+    from .core.config import SettingsError
 
     try:
         return serve(parse_args(argv))
@@ -53,19 +53,19 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def serve(args: argparse.Namespace) -> int:
-    from .config import load_settings
+    from .core.config import load_settings
 
     cli = {k: v for k, v in vars(args).items() if k != "settings"}
     settings = load_settings(cli=cli, file=args.settings)
     logging.basicConfig(level=logging.DEBUG if settings.debug else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
-    from . import tunnel
     from .app import create_app
+    from .core import tunnel
+    from .core.server import ApiServer, PortInUse, announce, bind_all
+    from .hosts.files import default_gguf
     from .hosts.llamacpp import LlamaCppHost
-    from .model_files import default_gguf
-    from .model_manager import StandaloneModels
-    from .server import ApiServer, PortInUse, announce, bind_all
+    from .hosts.manager import StandaloneModels
 
     def make_host(path, alias=None):
         return LlamaCppHost(path, alias=alias, n_ctx=settings.n_ctx, n_threads=settings.n_threads,
@@ -92,7 +92,10 @@ def serve(args: argparse.Namespace) -> int:
     announce(server)
     print(f"Serving {host.model_id} (context {host.context_length()} tokens)", file=sys.stderr, flush=True)
     tunnel.start(settings, server.port, server.scheme)
-    server.serve_forever()
+    try:
+        server.serve_forever()
+    finally:
+        server.app.state.api.host.close()   # the model served last (model management may have swapped it)
     return 0
 
 

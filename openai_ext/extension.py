@@ -5,12 +5,12 @@ from __future__ import annotations
 import logging
 from typing import Any, Mapping
 
-from . import tunnel
 from .app import create_app
-from .config import SettingsError, load_settings
+from .core import tunnel
+from .core.config import SettingsError, load_settings
+from .core.server import ApiServer, PortInUse, announce, bind_all
+from .hosts.manager import TextgenModels
 from .hosts.textgen import TextgenHost
-from .model_manager import TextgenModels
-from .server import ApiServer, PortInUse, announce, bind_all
 
 log = logging.getLogger(__name__)
 

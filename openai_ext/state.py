@@ -1,42 +1,64 @@
-"""What the routes share, kept on ``app.state.api`` rather than in module globals."""
+"""ApiState: everything the running server shares, as named, typed fields, one per family.
+
+Each family's service is built once, at start, with what it needs handed in (settings, token
+tables, another family's service); its routes are built over it. Nothing is looked up by a
+string key, and the families never import this module or the app.
+"""
 
 from __future__ import annotations
 
-import hashlib
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
-import anyio
-
-from .config import Settings
-from .generation import GenerationQueue
+from .audio.speech import SpeechService
+from .audio.transcription import TranscriptionService
+from .core.catalog import Catalog
+from .core.config import Settings
+from .core.token_tables import TokenTables
+from .embeddings.service import EmbeddingsService
 from .hosts.base import Host
+from .hosts.manager import ModelManager
+from .images.service import ImagesService
+from .moderations.service import ModerationsService
+from .text.service import TextService
 
 
 @dataclass
 class ApiState:
     settings: Settings
-    host: Host
-    manager: Any = None      # model management (model_manager.StandaloneModels / TextgenModels)
-    queue: GenerationQueue = field(init=False)
+    text: TextService
+    tables: TokenTables
+    embeddings: EmbeddingsService
+    moderations: ModerationsService
+    speech: SpeechService
+    transcription: TranscriptionService
+    images: ImagesService
+    catalog: Catalog
+    manager: ModelManager | None = None   # model management (StandaloneModels / TextgenModels)
     started: int = field(default_factory=lambda: int(time.time()))
-    engines: dict[str, Any] = field(default_factory=dict)   # lazily loaded engines, by family
-    limiters: dict[str, anyio.CapacityLimiter] = field(default_factory=dict)
 
-    def __post_init__(self) -> None:
-        self.queue = GenerationQueue(self.settings.max_queue)
-
-    def limiter(self, key: str, tokens: int = 1) -> anyio.CapacityLimiter:
-        """A capacity limiter kept here by name, made on first use (inside the event loop)."""
-        limiter = self.limiters.get(key)
-        if limiter is None:
-            limiter = self.limiters.setdefault(key, anyio.CapacityLimiter(tokens))
-        return limiter
+    @classmethod
+    def build(cls, settings: Settings, host: Host, manager: ModelManager | None = None) -> "ApiState":
+        started = int(time.time())
+        text = TextService(settings, host, started=started)
+        tables = TokenTables()
+        embeddings = EmbeddingsService(settings, tables, started=started)
+        moderations = ModerationsService(settings, embeddings, started=started)
+        speech = SpeechService(settings, tables, started=started)
+        transcription = TranscriptionService(settings, started=started)
+        # /v1/models lists the text model first, then the other families' models
+        catalog = Catalog([text.model_cards, embeddings.model_cards, moderations.model_cards,
+                           speech.model_cards, transcription.model_cards])
+        return cls(settings, text, tables, embeddings, moderations, speech, transcription,
+                   ImagesService(settings), catalog, manager, started)
 
     @property
-    def fingerprint(self) -> str:
-        """Changes when the model or its backend changes, as OpenAI's system_fingerprint does,
-        so clients can tell when the same seed may give different text."""
-        basis = f"{self.host.model_id}|{type(self.host).__name__}|{self.host.context_length()}"
-        return "fp_" + hashlib.sha256(basis.encode()).hexdigest()[:10]
+    def host(self) -> Host:
+        """The text host that serves now (model management swaps it)."""
+        return self.text.host
+
+    def close(self) -> None:
+        """Closes every family's engines and stops their threads. The text host is closed by
+        whoever made it: in extension mode it is the web UI's own model."""
+        for service in (self.text, self.embeddings, self.moderations, self.speech, self.transcription):
+            service.close()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import socket
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -12,18 +11,22 @@ from types import SimpleNamespace
 import pytest
 
 os.environ["HF_HUB_OFFLINE"] = "1"
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+TESTS = Path(__file__).resolve().parent
+sys.path.insert(0, str(TESTS.parent))
+sys.path.insert(0, str(TESTS))   # the shared helpers: support.*
+
+from support import DOUBLES  # noqa: E402
+from support.servers import openai_client  # noqa: E402
 
 from openai_ext.app import create_app  # noqa: E402
-from openai_ext.config import Settings  # noqa: E402
-from openai_ext.server import ApiServer  # noqa: E402
+from openai_ext.core.config import Settings  # noqa: E402
+from openai_ext.core.server import ApiServer  # noqa: E402
 
 
 @pytest.fixture(scope="session")
 def llama_host():
+    from openai_ext.hosts.files import default_gguf
     from openai_ext.hosts.llamacpp import LlamaCppHost
-    from openai_ext.model_files import default_gguf
 
     host = LlamaCppHost(default_gguf(), n_ctx=2048)
     yield host
@@ -52,29 +55,12 @@ def live(llama_host, make_server):
     return make_server(llama_host)
 
 
-def openai_client(server, **kw):
-    from openai import OpenAI
-
-    return OpenAI(base_url=server.url, api_key=kw.pop("api_key", "dummy"), max_retries=0,
-                  _strict_response_validation=True, timeout=kw.pop("timeout", 120), **kw)
-
-
 @pytest.fixture
 def client(live):
     return openai_client(live)
 
 
-def has_ipv6_loopback() -> bool:
-    """Whether this machine can bind ::1 (some containers have no IPv6)."""
-    try:
-        with socket.socket(socket.AF_INET6) as s:
-            s.bind(("::1", 0))
-        return True
-    except OSError:
-        return False
-
-
-DOUBLE = Path(__file__).parent / "doubles" / "textgen_webui"
+DOUBLE = DOUBLES / "textgen_webui"
 
 
 @pytest.fixture

@@ -10,20 +10,22 @@ are fuzzed too rather than answering "not configured"."""
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
+from support import DOUBLES
+from support.spec import errors
 
-from openai_ext.config import Settings
+from openai_ext.core.config import Settings
 from openai_ext.hosts.llamacpp import LlamaCppHost
-from openai_spec import errors
 
-sys.path.insert(0, str(Path(__file__).parent / "doubles" / "sd_webui"))
+sys.path.insert(0, str(DOUBLES / "sd_webui"))
 from sd_webui_double import SdWebUiDouble  # noqa: E402
+
+pytestmark = pytest.mark.slow
 
 CASES = {GenerationMode.POSITIVE: 25, GenerationMode.NEGATIVE: 25}
 
@@ -72,8 +74,8 @@ def sd():
 
 
 def test_fuzz_extension_mode_server(host_modules, make_server, sd):
+    from openai_ext.hosts.manager import TextgenModels
     from openai_ext.hosts.textgen import TextgenHost
-    from openai_ext.model_manager import TextgenModels
 
     server = make_server(TextgenHost(host_modules), TextgenModels(host_modules), max_n=4, sd_webui_url=sd.url)
     ran = fuzz(server.url, CASES)
@@ -82,7 +84,7 @@ def test_fuzz_extension_mode_server(host_modules, make_server, sd):
 
 @pytest.fixture(scope="module")
 def tiny_host():
-    from openai_ext.model_files import default_gguf
+    from openai_ext.hosts.files import default_gguf
 
     host = LlamaCppHost(default_gguf(), n_ctx=96)
     yield host
@@ -90,7 +92,7 @@ def tiny_host():
 
 
 def test_fuzz_standalone_server_on_the_real_model(tiny_host, make_server, sd, tmp_path):
-    from openai_ext.model_manager import StandaloneModels
+    from openai_ext.hosts.manager import StandaloneModels
 
     settings = Settings(models_dir=str(tmp_path))
     manager = StandaloneModels(settings, lambda path: LlamaCppHost(path, n_ctx=96), extra={tiny_host.path.name: tiny_host.path})

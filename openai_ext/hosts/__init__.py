@@ -1,0 +1,1 @@
+"""Text generation backends: the Host contract, the embedded llama.cpp host and the web UI host."""

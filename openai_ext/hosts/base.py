@@ -2,6 +2,8 @@
 
 Two hosts implement it: ``textgen`` (the web UI that loads this extension) and ``llamacpp``
 (the embedded llama.cpp host of standalone mode). The server never looks past this contract.
+Its vocabulary (pieces, log-probabilities, abilities, the host's sampler names) lives here too,
+so hosts depend on nothing but this module.
 """
 
 from __future__ import annotations
@@ -11,8 +13,58 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from ..assembly import Piece, TokenLogprob
-from ..params import HostAbilities
+
+@dataclass(slots=True)
+class TokenLogprob:
+    """One sampled token with its log-probability and the most likely alternatives."""
+    token: str
+    logprob: float
+    bytes: list[int] | None
+    top: list[tuple[str, float, list[int] | None]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Piece:
+    """What a host yields: a stretch of new text, never a partial UTF-8 character.
+
+    ``tokens`` is how many sampled tokens produced it (None when the host cannot tell; the
+    count is then taken from the tokenizer at the end). ``logprob`` is set by hosts that can
+    report it, one piece per token. ``finish_reason`` is set on the host's last piece.
+    """
+    text: str
+    tokens: int | None = 1
+    logprob: TokenLogprob | None = None
+    finish_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class HostAbilities:
+    """What a host can do, as far as the mapping is concerned."""
+    samplers: frozenset[str]
+    logprobs: bool = False
+    logit_bias: bool = False
+    fim: bool = False
+    vocab_size: int | None = None
+    grammar: bool = False          # applies a GBNF grammar (grammar_string)
+    lazy_grammar: bool = False     # ... from a trigger pattern on (grammar_triggers)
+
+
+# Extra request fields that name the host's own samplers, with their types. The host says which
+# of them it supports; others get a 400 naming them.
+HOST_SAMPLERS: dict[str, type] = {
+    "top_k": int, "min_p": float, "typical_p": float, "top_n_sigma": float,
+    "repetition_penalty": float, "repetition_penalty_range": int,
+    "encoder_repetition_penalty": float, "no_repeat_ngram_size": int,
+    "xtc_threshold": float, "xtc_probability": float,
+    "dry_multiplier": float, "dry_base": float, "dry_allowed_length": int,
+    "mirostat_mode": int, "mirostat_tau": float, "mirostat_eta": float,
+    "dynamic_temperature": bool, "dynatemp_low": float, "dynatemp_high": float, "dynatemp_exponent": float,
+    "smoothing_factor": float, "smoothing_curve": float, "temperature_last": bool,
+    "epsilon_cutoff": float, "eta_cutoff": float, "tfs": float, "top_a": float,
+    "penalty_alpha": float, "guidance_scale": float, "negative_prompt": str,
+    "ban_eos_token": bool, "add_bos_token": bool, "skip_special_tokens": bool,
+    "custom_token_bans": str,
+}
 
 
 @dataclass

@@ -8,19 +8,17 @@ and a stop check between every two tokens, without the layers of ``create_comple
 
 from __future__ import annotations
 
-import codecs
 import ctypes
 import logging
 import os
 import threading
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import numpy as np
 
-from ..assembly import Piece, TokenLogprob
-from ..params import HostAbilities
-from .base import ChatPrompt, Host, Prompt
+from .base import ChatPrompt, Host, HostAbilities, Piece, Prompt, TokenLogprob
+from .llamacpp_sampling import NEUTRAL, SAMPLERS, Constrained, Detokenizer, sampler_chain
 
 log = logging.getLogger(__name__)
 
@@ -30,45 +28,6 @@ FALLBACK_TEMPLATE = (
     "{% endfor %}{% if add_generation_prompt %}Assistant:{% endif %}"
 )
 FALLBACK_STOPS = ["\nUser:", "\nSystem:"]
-
-SAMPLERS = frozenset({
-    "top_k", "min_p", "typical_p", "top_n_sigma", "repetition_penalty", "repetition_penalty_range",
-    "xtc_threshold", "xtc_probability", "dry_multiplier", "dry_base", "dry_allowed_length",
-    "mirostat_mode", "mirostat_tau", "mirostat_eta", "dynamic_temperature", "dynatemp_low",
-    "dynatemp_high", "dynatemp_exponent", "ban_eos_token", "add_bos_token", "skip_special_tokens",
-    "custom_token_bans",
-})
-
-# Neutral values: a sampler the request does not name does nothing.
-NEUTRAL = {
-    "top_k": 0, "min_p": 0.0, "typical_p": 1.0, "top_n_sigma": 0.0, "repetition_penalty": 1.0,
-    "repetition_penalty_range": 0, "xtc_threshold": 0.1, "xtc_probability": 0.0,
-    "dry_multiplier": 0.0, "dry_base": 1.75, "dry_allowed_length": 2, "mirostat_mode": 0,
-    "mirostat_tau": 5.0, "mirostat_eta": 0.1, "dynamic_temperature": False, "dynatemp_low": 1.0,
-    "dynatemp_high": 1.0, "dynatemp_exponent": 1.0, "ban_eos_token": False, "skip_special_tokens": True,
-    "custom_token_bans": "",
-}
-DRY_BREAKERS = ["\n", ":", "\"", "*"]
-
-
-class Detokenizer:
-    """Turns generated tokens into text one at a time. A character whose UTF-8 bytes span several
-    tokens comes out whole, with the token that completes it, never as a partial character.
-    (Bytes that can never form a character still come out as U+FFFD.)"""
-
-    def __init__(self, piece: Callable[[int], bytes]):
-        self._piece = piece
-        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
-
-    def push(self, token: int) -> str:
-        return self._utf8.decode(self._piece(token))
-
-    def flush(self) -> str:
-        """Ends the text. Bytes of a character the last token left unfinished (the generation was
-        cut off mid-character) are dropped rather than sent as a replacement character."""
-        self._utf8.reset()
-        return ""
-
 
 def _lazy_llama():
     try:
@@ -105,7 +64,8 @@ class LlamaCppHost(Host):
         self._add_bos = bool(L.llama_vocab_get_add_bos(self._vocab))
         self._bos = L.llama_vocab_bos(self._vocab)
         self._eog = np.array([L.llama_vocab_is_eog(self._vocab, t) for t in range(self._n_vocab)], dtype=bool)
-        fim = [L.llama_vocab_fim_pre(self._vocab), L.llama_vocab_fim_suf(self._vocab), L.llama_vocab_fim_mid(self._vocab)]
+        v = self._vocab
+        fim = [L.llama_vocab_fim_pre(v), L.llama_vocab_fim_suf(v), L.llama_vocab_fim_mid(v)]
         self._fim = fim if all(t != L.LLAMA_TOKEN_NULL for t in fim) else None
         self._init_chat_template()
         self.abilities = HostAbilities(samplers=SAMPLERS, logprobs=True, logit_bias=True,
@@ -146,7 +106,7 @@ class LlamaCppHost(Host):
         try:
             out = self._formatter(messages=messages, tools=settings.get("tools"))
         except Exception as e:  # the template's own raise_exception(), or a jinja error
-            from ..errors import InvalidRequestError
+            from ..core.errors import InvalidRequestError
             raise InvalidRequestError(f"The model's chat template rejected these messages: {e}",
                                       param="messages") from None
         return ChatPrompt(out.prompt, list(self._template_stops))
@@ -187,60 +147,9 @@ class LlamaCppHost(Host):
         return {tok: float("-inf") if b <= -100 else b for tok, b in bias.items()}
 
     def _sampler(self, s: dict[str, Any], *, bias: bool = True):
-        """Builds llama.cpp's sampler chain for these settings, in llama.cpp's usual order.
-        A grammar is not part of it (see _Constrained), nor the bias when ``bias`` is false."""
-        L = self._L
-        chain = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
-        add = lambda smpl: L.llama_sampler_chain_add(chain, smpl)  # noqa: E731
-
-        biases = self._bias(s) if bias else {}
-        if biases:
-            arr = (L.llama_logit_bias * len(biases))()
-            for i, (tok, b) in enumerate(biases.items()):
-                arr[i].token, arr[i].bias = tok, b
-            add(L.llama_sampler_init_logit_bias(self._n_vocab, len(biases), arr))
-
-        rep, freq, pres = s["repetition_penalty"], s["frequency_penalty"], s["presence_penalty"]
-        if rep != 1.0 or freq != 0.0 or pres != 0.0:
-            # OpenAI's penalties count every token generated so far, so the window is the context.
-            last_n = s["repetition_penalty_range"] or self.context_length()
-            add(L.llama_sampler_init_penalties(self._n_vocab, last_n, rep, freq, pres))
-        if s["dry_multiplier"] > 0:
-            breakers = (ctypes.c_char_p * len(DRY_BREAKERS))(*[b.encode() for b in DRY_BREAKERS])
-            add(L.llama_sampler_init_dry(self._vocab, s["dry_multiplier"], s["dry_base"],
-                                         s["dry_allowed_length"], s["repetition_penalty_range"] or -1,
-                                         breakers, len(DRY_BREAKERS)))
-
-        seed = s["seed"]
-        seed = L.LLAMA_DEFAULT_SEED if seed is None or seed < 0 else seed % 0xFFFFFFFF
-        if not s["do_sample"] or s["temperature"] <= 0:
-            add(L.llama_sampler_init_greedy())
-        elif s["mirostat_mode"] == 1:
-            add(L.llama_sampler_init_temp(s["temperature"]))
-            add(L.llama_sampler_init_mirostat(self._n_vocab, seed, s["mirostat_tau"], s["mirostat_eta"], 100))
-        elif s["mirostat_mode"] == 2:
-            add(L.llama_sampler_init_temp(s["temperature"]))
-            add(L.llama_sampler_init_mirostat_v2(seed, s["mirostat_tau"], s["mirostat_eta"]))
-        else:
-            if s["top_n_sigma"] > 0:
-                add(L.llama_sampler_init_top_n_sigma(s["top_n_sigma"]))
-            if s["top_k"] > 0:
-                add(L.llama_sampler_init_top_k(s["top_k"]))
-            if s["typical_p"] < 1.0:
-                add(L.llama_sampler_init_typical(s["typical_p"], 1))
-            if s["top_p"] < 1.0:
-                add(L.llama_sampler_init_top_p(s["top_p"], 1))
-            if s["min_p"] > 0:
-                add(L.llama_sampler_init_min_p(s["min_p"], 1))
-            if s["xtc_probability"] > 0:
-                add(L.llama_sampler_init_xtc(s["xtc_probability"], s["xtc_threshold"], 1, seed))
-            if s["dynamic_temperature"]:
-                lo, hi = s["dynatemp_low"], s["dynatemp_high"]
-                add(L.llama_sampler_init_temp_ext((lo + hi) / 2, (hi - lo) / 2, s["dynatemp_exponent"]))
-            else:
-                add(L.llama_sampler_init_temp(s["temperature"]))
-            add(L.llama_sampler_init_dist(seed))
-        return chain
+        """llama.cpp's sampler chain for these settings, with the bias unless ``bias`` is false."""
+        return sampler_chain(self._L, self._vocab, self._n_vocab, self.context_length(), s,
+                             self._bias(s) if bias else {})
 
     def _grammar_sampler(self, gbnf: str):
         smpl = self._L.llama_sampler_init_grammar(self._vocab, gbnf.encode(), b"root")
@@ -310,7 +219,7 @@ class LlamaCppHost(Host):
             constrained = bool(s.get("grammar_string"))
             sampler = self._sampler(s, bias=not constrained)
             text_of = self.detokenizer(special)
-            guide = _Constrained(self, s, sampler, special) if constrained else None
+            guide = Constrained(self, s, sampler, special) if constrained else None
             try:
                 self._prepare(prompt.tokens)
                 produced = 0
@@ -392,75 +301,3 @@ class LlamaCppHost(Host):
         # The file's name, not its path: the folder layout of the machine is not the client's business.
         return {"model_name": self.model_id, "lora_names": [], "loader": "llama.cpp", "file": self.path.name,
                 "n_ctx": self.context_length(), "chat_template": self.has_chat_template}
-
-
-class _Constrained:
-    """Sampling under a grammar, one step at a time in Python.
-
-    llama.cpp throws a C++ exception, which ends the process, when a grammar is handed a token
-    it rejects. Inside llama_sampler_sample that happens when no token is left (the grammar
-    allows only the end of text and ban_eos_token bans it, say), and with llama.cpp's lazy
-    grammars whenever the token that completes the trigger carries more text than the marker
-    (SmolLM2 has tokens such as "><" and ">,"). So here the bias and the grammar are applied to
-    the logits, a step with no token left ends the generation, and a trigger (``grammar_triggers``:
-    literal texts, after which the grammar applies) that ends inside a token is handled by
-    replacing that token with the tokens of the text up to the marker's end.
-    """
-
-    def __init__(self, host: LlamaCppHost, s: dict[str, Any], chain, special: bool):
-        from llama_cpp._internals import LlamaTokenDataArray
-
-        self.h, self.chain, self.special = host, chain, special
-        self.gbnf = s["grammar_string"]
-        self.triggers = [t.encode() for t in s.get("grammar_triggers") or []]
-        self.grammar = None if self.triggers else host._grammar_sampler(self.gbnf)
-        self.cur = LlamaTokenDataArray(n_vocab=host._n_vocab)
-        bias = host._bias(s)
-        self.bias_ids = np.fromiter(bias.keys(), dtype=np.intc, count=len(bias))
-        self.bias = np.fromiter(bias.values(), dtype=np.single, count=len(bias))
-        self.tail = b""   # the end of the output so far, to find a trigger split across tokens
-
-    def sample(self) -> int | None:
-        L, cur = self.h._L, self.cur
-        logits = np.ctypeslib.as_array(L.llama_get_logits_ith(self.h._ctx, -1), shape=(self.h._n_vocab,))
-        cur.copy_logits(logits)
-        cur.candidates.data = cur.candidates_data.ctypes.data_as(L.llama_token_data_p)
-        if self.bias_ids.size:
-            cur.candidates_data.logit[self.bias_ids] += self.bias
-        ref = ctypes.byref(cur.candidates)
-        if self.grammar is not None:
-            L.llama_sampler_apply(self.grammar, ref)
-        if not np.isfinite(cur.candidates_data.logit).any():
-            return None
-        L.llama_sampler_apply(self.chain, ref)
-        token = int(cur.candidates.data[cur.candidates.selected].id)
-        if self.grammar is not None:
-            L.llama_sampler_accept(self.grammar, token)
-        L.llama_sampler_accept(self.chain, token)
-        return token
-
-    def watch(self, token: int, text: str) -> tuple[str, list[int]] | None:
-        """Starts the grammar once a trigger is complete. When it ends inside ``token``, returns
-        the text and tokens that replace the token: the output up to the end of the marker."""
-        if self.grammar is not None or not self.triggers:
-            return None
-        piece = self.h._piece(token, self.special)
-        seen = self.tail + piece
-        hits = [(seen.find(t), t) for t in self.triggers if t in seen]
-        if not hits:
-            self.tail = seen[-max(len(t) for t in self.triggers):]
-            return None
-        at, trigger = min(hits)
-        self.grammar = self.h._grammar_sampler(self.gbnf)
-        keep = at + len(trigger) - len(self.tail)   # bytes of this token up to the marker's end
-        if keep >= len(piece):
-            return None
-        # The rest of the token starts right after the marker's last (ASCII) character, so a
-        # fresh decoder turns it into exactly the end of ``text`` that goes.
-        dropped = codecs.getincrementaldecoder("utf-8")(errors="replace").decode(piece[keep:])
-        return text[:len(text) - len(dropped)], self.h.llm.tokenize(piece[:keep], add_bos=False, special=False)
-
-    def close(self) -> None:
-        if self.grammar is not None:
-            self.h._L.llama_sampler_free(self.grammar)
-            self.grammar = None

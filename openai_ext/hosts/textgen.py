@@ -19,11 +19,8 @@ import threading
 from types import SimpleNamespace
 from typing import Any, Iterator
 
-from ..assembly import Piece
-from .. import grammar
-from ..errors import InvalidRequestError, ServiceUnavailableError
-from ..params import HOST_SAMPLERS, HostAbilities
-from .base import ChatPrompt, Host, Prompt
+from ..core.errors import InvalidRequestError, ServiceUnavailableError
+from .base import HOST_SAMPLERS, ChatPrompt, Host, HostAbilities, Piece, Prompt
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +86,7 @@ def _abilities(loader: str | None, samplers: frozenset[str]) -> HostAbilities:
         # The host forwards logit_bias to llama.cpp; its other loaders would ignore it.
         logit_bias=loader == "llama.cpp",
         # These loaders apply the host's grammar_string; none has a lazy (triggered) grammar.
-        grammar=loader in ("llama.cpp", "Transformers", "ExLlamav3_HF") and grammar.available(),
+        grammar=loader in ("llama.cpp", "Transformers", "ExLlamav3_HF"),
     )
 
 

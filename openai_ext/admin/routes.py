@@ -1,0 +1,164 @@
+"""The server's own surface: /v1/models, and /v1/internal/* (tokens, model info and model
+management) in the shapes of the web UI's own API.
+
+Model and LoRA management needs the admin key (admin_key, or the api_key when it is unset)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+from fastapi import APIRouter, Depends
+from pydantic import BaseModel, Field, StrictInt
+
+from ..core.auth import require_admin
+from ..core.catalog import Catalog
+from ..core.errors import (
+    InvalidRequestError,
+    NotImplementedByServer,
+    ServiceUnavailableError,
+)
+from ..hosts.base import Host
+from ..hosts.manager import ModelChangeFailed, ModelManager, NoModel
+from ..text import chat, tools
+from ..text.protocol import ChatCompletionRequest
+from ..text.service import TextService
+
+
+class EncodeRequest(BaseModel):
+    text: str
+
+
+class DecodeRequest(BaseModel):
+    tokens: list[StrictInt]
+
+
+class LoadModelRequest(BaseModel):
+    model_name: str = Field(min_length=1)
+    args: dict[str, Any] | None = None
+
+
+class LoadLorasRequest(BaseModel):
+    lora_names: list[str]
+
+
+def models_router(catalog: Catalog) -> APIRouter:
+    r = APIRouter()
+
+    @r.get("/models")
+    async def list_models():
+        return {"object": "list", "data": catalog.cards()}
+
+    @r.get("/models/{model_id:path}")
+    async def retrieve_model(model_id: str):
+        return catalog.retrieve(model_id)
+
+    return r
+
+
+def internal_router(text: TextService, manager: ModelManager | None) -> APIRouter:
+    r = APIRouter(prefix="/internal")
+    admin = [Depends(require_admin(text.settings))]
+
+    def managed() -> ModelManager:
+        if manager is None:
+            raise NotImplementedByServer("This server was started without model management.")
+        return manager
+
+    def loaded_host() -> Host:
+        """The host, for the tokenizer routes: without a model there is no tokenizer (the web UI's
+        own encode would fail with a 500)."""
+        if not text.host.loaded:
+            raise ServiceUnavailableError("No model is loaded, so there is no tokenizer. Load a model first.",
+                                          code="model_not_loaded")
+        return text.host
+
+    @r.post("/encode")
+    async def encode(body: EncodeRequest):
+        tokens = await text.tokenizer_work(loaded_host().tokenize, body.text)
+        return {"tokens": tokens, "length": len(tokens)}
+
+    @r.post("/decode")
+    async def decode(body: DecodeRequest):
+        host = loaded_host()
+        vocab = host.abilities.vocab_size
+        bad = [t for t in body.tokens if t < 0 or (vocab is not None and t >= vocab)]
+        if bad:
+            raise InvalidRequestError(f"Token id {bad[0]} is not in the loaded model's vocabulary.", param="tokens")
+        return {"text": await text.tokenizer_work(host.detokenize, body.tokens)}
+
+    @r.post("/token-count")
+    async def token_count(body: EncodeRequest):
+        return {"length": len(await text.tokenizer_work(loaded_host().tokenize, body.text))}
+
+    @r.post("/chat-prompt")
+    async def chat_prompt(body: ChatCompletionRequest):
+        """The prompt a chat request would be rendered into, without generating."""
+        host = text.host
+        messages, settings = chat.template_input(host, body, tools.parse(body))
+        rendered = await text.tokenizer_work(host.chat_prompt, messages, settings)
+        return {"prompt": rendered.text}
+
+    @r.post("/stop-generation", dependencies=admin)   # it stops other users' generations too
+    async def stop_generation():
+        text.host.stop_all()
+        return "OK"
+
+    @r.get("/model/info")
+    async def model_info():
+        return text.host.describe()
+
+    @r.get("/model/list", dependencies=admin)
+    async def model_list():
+        return {"model_names": managed().list()}
+
+    async def swap(change) -> str:
+        """Runs a model change while no generation runs (it takes its turn in line) and no prompt
+        is being prepared, then serves with the host it returns.
+
+        While it runs, a placeholder serves: generations and tokenizer routes answer 503 rather than
+        reach a model that is being closed. The change is shielded from cancellation: a client that
+        goes away must not leave the placeholder serving once the load is done."""
+        async with text.queue.admit(), text.prepare_limiter:
+            old = text.host
+            text.host = NoModel(old.describe().get("loader"), code="model_changing",
+                                message="The model is being changed; retry in a moment.")
+            with anyio.CancelScope(shield=True):
+                try:
+                    text.host = await text.run(change, old)
+                except ModelChangeFailed as e:
+                    text.host = e.serving
+                    raise
+                except BaseException:
+                    text.host = old   # refused before anything changed (a bad name or args)
+                    raise
+        return "OK"
+
+    @r.post("/model/load", dependencies=admin)
+    async def model_load(body: LoadModelRequest):
+        m = managed()
+        return await swap(lambda current: m.load(body.model_name, body.args, current))
+
+    @r.post("/model/unload", dependencies=admin)
+    async def model_unload():
+        return await swap(managed().unload)
+
+    @r.get("/lora/list", dependencies=admin)
+    async def lora_list():
+        return {"lora_names": managed().loras()}
+
+    @r.post("/lora/load", dependencies=admin)
+    async def lora_load(body: LoadLorasRequest):
+        m = managed()
+        async with text.queue.admit():
+            await text.run(m.load_loras, body.lora_names)
+        return "OK"
+
+    @r.post("/lora/unload", dependencies=admin)
+    async def lora_unload():
+        m = managed()
+        async with text.queue.admit():
+            await text.run(m.unload_loras)
+        return "OK"
+
+    return r

@@ -1,0 +1,1 @@
+"""The shared core: settings, errors, guards, the server, streaming, admission and loading."""

@@ -1,0 +1,73 @@
+"""API keys. Keys are compared in constant time and never logged.
+
+The api_key is checked by an ASGI guard in front of every route but health, before the body is
+read: a client without the key never gets a body buffered or parsed for it. The admin key is a
+route dependency of the model-management routes.
+"""
+
+from __future__ import annotations
+
+import hmac
+from typing import Any, Callable
+
+from fastapi import Request
+
+from . import tunnel
+from .config import Settings
+from .errors import AuthenticationError, PermissionDeniedError
+from .guards import Receive, Scope, Send, header, send_error
+
+# Health answers without a key, so a supervisor or a load balancer can poll it.
+OPEN_PATHS = frozenset({"/health", "/v1/internal/health"})
+
+
+def _bearer(authorization: str | None) -> str | None:
+    scheme, _, token = (authorization or "").partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else None
+
+
+def _matches(token: str | None, key: str) -> bool:
+    # compare_digest: the time taken must not tell an attacker how much of the key matched
+    return token is not None and hmac.compare_digest(token.encode(), key.encode())
+
+
+class KeyGuard:
+    """Every route but health needs the api_key, when one is set (the admin key also passes)."""
+
+    def __init__(self, app: Any, api_key: str, admin_key: str):
+        self.app = app
+        self.keys = [k for k in (api_key, admin_key) if k]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] != "OPTIONS" and scope["path"] not in OPEN_PATHS:
+            token = _bearer(header(scope, b"authorization"))
+            if not any(_matches(token, key) for key in self.keys):
+                await send_error(send, AuthenticationError())
+                return
+        await self.app(scope, receive, send)
+
+
+def require_admin(settings: Settings) -> Callable[[Request], None]:
+    """The dependency of model and LoRA management and stop-generation: the admin_key, which
+    defaults to the api_key.
+
+    With no key at all, a local user manages models freely, as in the web UI; but a request from
+    a web page (browsers always send Origin with a cross-site POST, and CORS lets any origin call
+    the API) is refused, so no site the user visits can load or unload models. With an open
+    public tunnel every request may come from the internet (through 127.0.0.1), so all are refused."""
+
+    def check(request: Request) -> None:
+        key = settings.admin_key or settings.api_key
+        if key:
+            if not _matches(_bearer(request.headers.get("authorization")), key):
+                raise AuthenticationError("This route needs the admin key: send 'Authorization: Bearer <admin_key>'.")
+        elif tunnel.opens(settings):
+            raise PermissionDeniedError("This route is closed while the public tunnel is open without a key: anyone "
+                                        "on the internet could use it. Set admin_key (or api_key) and send it as "
+                                        "'Authorization: Bearer <key>'.", code="admin_key_required")
+        elif request.headers.get("origin"):
+            raise PermissionDeniedError("Model management from a web page needs an admin key: set admin_key (or "
+                                        "api_key) and send it as 'Authorization: Bearer <key>'.",
+                                        code="admin_key_required")
+
+    return check

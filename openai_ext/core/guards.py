@@ -1,0 +1,152 @@
+"""ASGI guards in front of every route: the Host header check, the request body limit, and the
+catch-all that turns an unexpected exception into a 500 OpenAI error.
+
+They are plain ASGI middleware rather than Starlette's BaseHTTPMiddleware, which would buffer
+streamed responses and add a task per request.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any, Awaitable, Callable
+
+from .errors import (
+    InvalidRequestError,
+    OpenAIError,
+    RequestTooLargeError,
+    internal_error,
+)
+
+log = logging.getLogger(__name__)
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+LOCAL_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+async def send_error(send: Send, err: OpenAIError) -> None:
+    body = json.dumps(err.body()).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    headers += [(k.lower().encode(), v.encode()) for k, v in err.headers.items()]
+    await send({"type": "http.response.start", "status": err.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", []):
+        if key == name:
+            return value.decode("latin-1")
+    return None
+
+
+def host_name(header: str) -> str:
+    """'example.com:5001' -> 'example.com'; '[::1]:5001' -> '::1'."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[1:header.find("]")] if "]" in header else header
+    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+
+
+class HostGuard:
+    """Defends against DNS rebinding: while the API listens on localhost only, a request whose
+    Host is some other name came through a browser tricked into calling it, and is refused."""
+
+    def __init__(self, app: Any, allowed: frozenset[str], allowed_suffixes: tuple[str, ...] = ()):
+        self.app = app
+        self.allowed = allowed
+        self.allowed_suffixes = allowed_suffixes   # e.g. the public tunnel's ".trycloudflare.com"
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            name = host_name(header(scope, b"host") or "")
+            if name not in self.allowed and not (self.allowed_suffixes and name.endswith(self.allowed_suffixes)):
+                await send_error(send, InvalidRequestError(
+                    f"Invalid Host header {name!r}: this server only answers to {', '.join(sorted(self.allowed))}. "
+                    "Add the name to the allowed_hosts setting, or turn listen on."))
+                return
+        await self.app(scope, receive, send)
+
+
+class BodyLimit:
+    """Refuses request bodies over a limit with a 413, before the app reads them. Uploads (audio
+    files) have their own, larger limit."""
+
+    def __init__(self, app: Any, json_limit: int, upload_limit: int, upload_suffixes: tuple[str, ...]):
+        self.app = app
+        self.json_limit = json_limit
+        self.upload_limit = upload_limit
+        self.upload_suffixes = upload_suffixes
+
+    def _limit(self, path: str) -> tuple[int, str]:
+        if path.rstrip("/").endswith(self.upload_suffixes):
+            # multipart adds a little around the file itself
+            return self.upload_limit + 64 * 1024, f"{self.upload_limit / 2 ** 20:g} MB upload limit (max_upload_mb)"
+        return self.json_limit, f"{self.json_limit / 2 ** 20:g} MB body limit (max_body_mb)"
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
+            await self.app(scope, receive, send)
+            return
+        limit, what = self._limit(scope["path"])
+        too_large = RequestTooLargeError(f"The request body is over the {what}. Send less, or raise the setting.",
+                                         code="request_too_large")
+        declared = header(scope, b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            await send_error(send, too_large)
+            return
+        # Read the body up to the limit (chunked bodies declare no length), then replay it to the
+        # app; later receive() calls go to the client connection, so disconnects are still seen.
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                await self.app(scope, _replay([], message, receive), send)
+                return
+            body = message.get("body", b"")
+            size += len(body)
+            if size > limit:
+                await send_error(send, too_large)
+                return
+            chunks.append(body)
+            if not message.get("more_body", False):
+                break
+        await self.app(scope, _replay(chunks, None, receive), send)
+
+
+def _replay(chunks: list[bytes], pending: dict[str, Any] | None, receive: Receive) -> Receive:
+    first = [{"type": "http.request", "body": b"".join(chunks), "more_body": False}] if pending is None else [pending]
+
+    async def replay() -> dict[str, Any]:
+        if first:
+            return first.pop()
+        return await receive()
+    return replay
+
+
+class CatchAll:
+    """An exception that no handler took becomes a 500 OpenAI error here, inside CORS, so that a
+    browser app can read it (Starlette's own last-resort handler sits outside CORS)."""
+
+    def __init__(self, app: Any):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracked(message: dict[str, Any]) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except Exception as exc:  # noqa: BLE001 - this is the last resort
+            log.error("unhandled error", exc_info=exc)
+            if started:
+                raise   # the status line is gone: the server ends the connection
+            await send_error(send, internal_error(exc))

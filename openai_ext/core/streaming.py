@@ -1,0 +1,155 @@
+"""Server-sent events and client disconnects, shared by every family that streams or runs long.
+
+- ``event_stream`` frames chunks as OpenAI does (``data: {json}``, then ``data: [DONE]``); an
+  error after the stream began becomes an error event. ``framing`` lets another API family
+  (Anthropic's named events, say) write its own frames over the same machinery.
+- ``EventStream`` gives up on a client that stopped reading, and runs ``on_close`` once the
+  response is over, however it ended: that is where a stream gives back its place in line
+  (``ClosingStream`` does the same for a plain streamed body).
+- ``until_disconnect`` cancels the work of a non-streamed request whose client went away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any, AsyncIterator, Awaitable, Callable
+
+from fastapi import Request
+from fastapi.responses import Response, StreamingResponse
+from sse_starlette import EventSourceResponse
+from sse_starlette.sse import SendTimeoutError
+
+from .errors import OpenAIError, internal_error_body
+
+log = logging.getLogger(__name__)
+
+DONE = b"data: [DONE]\n\n"
+PING_SECONDS = 15
+
+
+def dumps(obj: Any) -> bytes:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def sse_event(obj: Any) -> bytes:
+    return b"data: " + dumps(obj) + b"\n\n"
+
+
+class OpenAIFraming:
+    """OpenAI's framing: every chunk and error as ``data:``, then ``data: [DONE]`` (OpenAI's
+    audio streams end without it: ``done=False``)."""
+
+    def __init__(self, done: bool = True):
+        self.done = done
+
+    def frame(self, chunk: Any) -> bytes:
+        return sse_event(chunk)
+
+    def error(self, error: OpenAIError | None, exc: BaseException) -> bytes:
+        return sse_event(error.body() if error is not None else internal_error_body(exc))
+
+    def end(self) -> bytes:
+        return DONE if self.done else b""
+
+
+async def sse_stream(chunks: AsyncIterator[Any], framing: Any = None) -> AsyncIterator[bytes]:
+    """Frames ``chunks``. An error after the stream began becomes an error event, and the
+    stream still ends as its framing says."""
+    framing = framing or OpenAIFraming()
+    try:
+        async for chunk in chunks:
+            yield framing.frame(chunk)
+    except OpenAIError as e:
+        yield framing.error(e, e)
+    except Exception as e:  # noqa: BLE001 - the client must get an error object, not a cut stream
+        log.exception("stream failed")
+        yield framing.error(None, e)
+    finally:
+        await chunks.aclose()
+    end = framing.end()
+    if end:
+        yield end
+
+
+class EventStream(EventSourceResponse):
+    """An event stream (a generation's, a transcription's) that gives up on a client that
+    stopped reading, and calls ``on_close`` when it is over.
+
+    Such a client fills the socket's buffers, the send then waits, and the work waits with
+    it, holding its place in line or the model's turn: everyone else would wait for a client
+    that may never read again. After ``send_timeout`` seconds without progress the stream is
+    closed, which stops the work and frees its place; the server then drops the connection."""
+
+    def __init__(self, content: Any, *, on_close: Callable[[], None] | None = None, **kwargs: Any):
+        super().__init__(content, **kwargs)
+        self._on_close = on_close
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        except BaseException as e:
+            if not _only_send_timeouts(e):
+                raise
+            log.warning("a client read nothing of its stream for %g s: the stream was dropped and its "
+                        "work stopped (stream_send_timeout)", self.send_timeout)
+        finally:
+            # A client that left before the first event never started the generator, so its
+            # own cleanup never ran: what it holds is given back here.
+            if self._on_close is not None:
+                self._on_close()
+
+
+class ClosingStream(StreamingResponse):
+    """A streamed body (audio) that calls ``on_close`` once the response is over, however it
+    ended, for the same reason as EventStream."""
+
+    def __init__(self, content: Any, *, on_close: Callable[[], None], **kwargs: Any):
+        super().__init__(content, **kwargs)
+        self._on_close = on_close
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._on_close()
+
+
+def _only_send_timeouts(error: BaseException) -> bool:
+    # sse-starlette raises the timeout bare (3.1+) or inside its task group's exception group
+    # (a builtin from Python 3.11, anyio's backport before: both hold .exceptions)
+    inner = getattr(error, "exceptions", None)
+    if isinstance(inner, (list, tuple)) and inner:
+        return all(_only_send_timeouts(e) for e in inner)
+    return isinstance(error, SendTimeoutError)
+
+
+def event_stream(chunks: AsyncIterator[Any], send_timeout: float | None = None, *, framing: Any = None,
+                 on_close: Callable[[], None] | None = None, ping: int = PING_SECONDS,
+                 headers: dict[str, str] | None = None) -> EventSourceResponse:
+    return EventStream(sse_stream(chunks, framing), sep="\n", ping=ping, send_timeout=send_timeout,
+                       on_close=on_close, headers=headers)
+
+
+async def until_disconnect(request: Request, work: Awaitable[Any]) -> Any:
+    """Runs ``work``; if the client goes away first, cancels it, which stops its generation."""
+    task = asyncio.ensure_future(work)
+
+    async def watch() -> None:
+        while True:
+            message = await request.receive()
+            if message["type"] == "http.disconnect":
+                task.cancel()
+                return
+
+    watcher = asyncio.ensure_future(watch())
+    try:
+        return await task
+    except asyncio.CancelledError:
+        if task.cancelled() and watcher.done():
+            log.info("client disconnected; its work was stopped")
+            return Response(status_code=499)
+        raise
+    finally:
+        watcher.cancel()

@@ -1,0 +1,1 @@
+"""/v1/embeddings: sentence-transformers models with dynamic batching."""

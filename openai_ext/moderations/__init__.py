@@ -1,0 +1,1 @@
+"""/v1/moderations: a small local classifier for OpenAI's categories."""

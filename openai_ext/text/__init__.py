@@ -1,0 +1,1 @@
+"""Chat and completions (and the legacy routes), over a host: the text family."""

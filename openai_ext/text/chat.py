@@ -1,0 +1,230 @@
+"""POST /v1/chat/completions: messages in, a chat completion (or its chunks) out. No HTTP here."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, AsyncIterator
+
+from ..core.admission import Place
+from ..core.errors import InvalidRequestError
+from ..hosts.base import Host, Prompt, TokenLogprob
+from . import params, render, tools
+from .assembly import usage
+from .generation import ChoiceResult, Job, fit_prompt, new_job, run_job
+from .protocol import ChatCompletionRequest, ChatMessage
+from .service import TextService
+
+
+def _text_of(message: ChatMessage, i: int) -> str:
+    content = message.content
+    if content is None:
+        calls = message.tool_calls or message.function_call
+        if (message.role == "assistant" and calls) or message.role == "function":
+            return ""
+        raise InvalidRequestError(f"messages[{i}].content is missing; {message.role} messages need content.",
+                                  param=f"messages[{i}].content")
+    if isinstance(content, str):
+        return content
+    texts = []
+    for j, part in enumerate(content):
+        if part.type == "text":
+            texts.append(part.text)
+        elif part.type == "refusal":
+            texts.append(part.refusal)
+        else:
+            raise InvalidRequestError(
+                f"messages[{i}].content[{j}] is of type '{part.type}', which the loaded text model cannot read. "
+                "Send text parts only.", param=f"messages[{i}].content[{j}].type")
+    # Text parts are separate paragraphs of one message.
+    return "\n".join(texts)
+
+
+def normalize_messages(req: ChatCompletionRequest) -> list[dict[str, Any]]:
+    """OpenAI messages as plain dicts the chat templates understand: string content, and the
+    developer role (OpenAI's newer name for system) as system. The legacy function calling turns
+    become tool turns: an assistant function_call is a tool call with a made-up id, and a
+    'function' message is the tool result for the latest call of that name."""
+    out = []
+    legacy_ids: dict[str, str] = {}   # function name -> id given to its latest legacy call
+    for i, m in enumerate(req.messages):
+        role = {"developer": "system", "function": "tool"}.get(m.role, m.role)
+        msg: dict[str, Any] = {"role": role, "content": _text_of(m, i)}
+        if m.name:
+            msg["name"] = m.name
+        if m.role == "function":
+            if not m.name:
+                raise InvalidRequestError(f"messages[{i}] has the legacy role 'function' but no name; give the name "
+                                          "of the function whose result it holds.", param=f"messages[{i}].name")
+            msg["tool_call_id"] = legacy_ids.get(m.name) or f"call_legacy_{i}"
+        elif m.role == "tool":
+            if not m.tool_call_id:
+                raise InvalidRequestError(f"messages[{i}] has role 'tool' but no tool_call_id.",
+                                          param=f"messages[{i}].tool_call_id")
+            msg["tool_call_id"] = m.tool_call_id
+        if m.function_call is not None and m.role == "assistant":
+            if m.tool_calls:
+                raise InvalidRequestError(f"messages[{i}] has both tool_calls and the legacy function_call; send "
+                                          "one of them.", param=f"messages[{i}].function_call")
+            legacy_ids[m.function_call.name] = f"call_legacy_{i}"
+            msg["tool_calls"] = [{"id": f"call_legacy_{i}", "type": "function",
+                                  "function": m.function_call.model_dump()}]
+        if m.tool_calls:
+            msg["tool_calls"] = [tc.model_dump() for tc in m.tool_calls]
+        out.append(msg)
+    return out
+
+
+def template_input(host: Host, req: ChatCompletionRequest,
+                   toolset: tools.ToolSet | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The messages and settings the host's chat template renders for this request."""
+    native = tools.template_is_native(host.chat_template)
+    messages, tools_arg = tools.for_template(normalize_messages(req), toolset, native=native)
+    return messages, ({"tools": tools_arg} if tools_arg else {})
+
+
+def prepare(text: TextService, req: ChatCompletionRequest) -> Job:
+    host = text.host
+    toolset = tools.parse(req)
+    rendered = host.chat_prompt(*template_input(host, req, toolset))
+    prompt = Prompt(rendered.text, host.tokenize(rendered.text), rendered.stops)
+    requested = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+    prompt = fit_prompt(host, prompt, requested=requested, truncate=text.settings.truncate_prompt, param="messages")
+    plan = params.plan(req, abilities=host.abilities, room=host.context_length() - len(prompt.tokens),
+                       max_n=text.settings.max_n, toolset=toolset,
+                       allow_unknown=text.settings.allow_unknown_fields)
+    _check_grammar(host, plan.settings.get("grammar_string"), toolset)
+    job = new_job("chatcmpl", [prompt], plan, host)
+    job.tools = toolset if toolset is not None and toolset.calling else None
+    return job
+
+
+def _check_grammar(host, gbnf: str | None, toolset: tools.ToolSet | None) -> None:
+    """A grammar the host cannot parse is refused now, not found out while generating."""
+    check = getattr(host, "check_grammar", None)
+    if not gbnf or check is None or check(gbnf):
+        return
+    param = toolset.param if toolset is not None and toolset.calling else "response_format"
+    raise InvalidRequestError(f"The grammar built from {param} could not be parsed by llama.cpp; simplify the "
+                              "schema (patterns especially).", param=param)
+
+
+class _Choice:
+    """One choice on its way out: its text split into content and tool calls."""
+
+    def __init__(self, job: Job, *, incremental: bool):
+        self.calls = tools.ToolCallStream(job.tools, incremental=incremental) if job.tools else None
+        self.legacy = bool(job.tools and job.tools.legacy)
+        self.content: list[str] = []
+        self.opened = False   # the role has been sent
+
+    def events(self, text: str, *, final: bool = False) -> list[tools.Content | tools.CallDelta]:
+        if self.calls is None:
+            return [tools.Content(text)] if text else []
+        out = self.calls.feed(text)
+        if final:
+            out += self.calls.finish()
+        return out
+
+    def finish_reason(self, reason: str) -> str:
+        # Cut short by max_tokens (or the context) is "length" even after complete calls, as at
+        # OpenAI: the client must know the answer is unfinished.
+        if self.calls is not None and self.calls.calls and reason != "length":
+            return "function_call" if self.legacy else "tool_calls"
+        return reason
+
+    def delta(self, event: tools.Content | tools.CallDelta | None) -> dict[str, Any]:
+        """The delta for ``event`` (None: no event); the first delta of a choice carries its role,
+        with content null when the answer starts with a call, as OpenAI sends it."""
+        out = self._delta(event)
+        if self.opened:
+            return out
+        self.opened = True
+        return {"role": "assistant", "content": None if isinstance(event, tools.CallDelta) else "",
+                "refusal": None, **out}
+
+    def _delta(self, event: tools.Content | tools.CallDelta | None) -> dict[str, Any]:
+        if event is None:
+            return {}
+        if isinstance(event, tools.Content):
+            return {"content": event.text}
+        if self.legacy:
+            fn = {"name": event.name, "arguments": event.arguments} if event.id else {"arguments": event.arguments}
+            return {"function_call": fn}
+        call: dict[str, Any] = {"index": event.index, "function": {"arguments": event.arguments}}
+        if event.id:
+            call.update(id=event.id, type="function")
+            call["function"]["name"] = event.name
+        return {"tool_calls": [call]}
+
+    def message(self, result: ChoiceResult) -> tuple[str | None, list[dict[str, Any]] | None]:
+        """(content, tool calls) for a whole, non-streamed answer."""
+        if self.calls is None:
+            return result.text, None
+        text = "".join(e.text for e in self.events(result.text, final=True) if isinstance(e, tools.Content))
+        calls = self.calls.calls or None
+        return (text or None) if calls else text, calls
+
+
+async def complete(text: TextService, job: Job, place: Place) -> dict[str, Any]:
+    results: list[ChoiceResult] = []
+    async with contextlib.aclosing(run_job(text, job, place)) as events:
+        async for ev in events:
+            if ev.result is not None:
+                results.append(ev.result)
+    want_lp = job.plan.logprobs is not None
+    choices = []
+    for r in results:
+        out = _Choice(job, incremental=False)
+        content, calls = out.message(r)
+        choice = render.chat_choice(r.index, content, out.finish_reason(r.finish_reason),
+                                       r.logprobs if want_lp else None)
+        if calls and out.legacy:
+            choice["message"]["function_call"] = calls[0]["function"]
+        elif calls:
+            choice["message"]["tool_calls"] = calls
+        choices.append(choice)
+    return render.chat_completion(job, text.fingerprint, choices, job.prompt_tokens,
+                                     sum(r.tokens for r in results))
+
+
+async def stream(text: TextService, job: Job, place: Place) -> AsyncIterator[dict[str, Any]]:
+    plan, fp = job.plan, text.fingerprint
+    include_usage = plan.include_usage
+    want_lp = plan.logprobs is not None
+    # Calls stream as they are generated when a grammar guarantees them (every grammar of a job
+    # with tools covers its calls); otherwise each is held until it is complete and validated.
+    incremental = bool(job.tools and plan.settings.get("grammar_string"))
+    open_choices: dict[int, _Choice] = {}
+    pending_lp: dict[int, list[TokenLogprob]] = {}
+    completion_tokens = 0
+
+    def chunk(index: int, delta: dict[str, Any], *, finish: str | None = None) -> dict[str, Any]:
+        # Log-probabilities ride on the next chunk sent for their choice (text can be held back).
+        lp = None
+        if want_lp and (finish is None or pending_lp.get(index)):
+            lp, pending_lp[index] = pending_lp.get(index, []), []
+        return render.chat_chunk(job, fp, [render.chat_chunk_choice(index, delta, logprobs=lp,
+                                                                          finish_reason=finish)],
+                                    include_usage=include_usage)
+
+    async with contextlib.aclosing(run_job(text, job, place)) as events:
+        async for ev in events:
+            choice = open_choices.get(ev.index)
+            if choice is None:
+                choice = open_choices[ev.index] = _Choice(job, incremental=incremental)
+                if choice.calls is None:  # with tools, the role waits for the first event
+                    yield chunk(ev.index, choice.delta(None))
+            if ev.delta is not None:
+                pending_lp.setdefault(ev.index, []).extend(ev.delta.logprobs)
+                for event in choice.events(ev.delta.text):
+                    yield chunk(ev.index, choice.delta(event))
+            elif ev.result is not None:
+                for event in choice.events("", final=True):
+                    yield chunk(ev.index, choice.delta(event))
+                if not choice.opened:
+                    yield chunk(ev.index, choice.delta(None))
+                completion_tokens += ev.result.tokens
+                yield chunk(ev.index, {}, finish=choice.finish_reason(ev.result.finish_reason))
+    if include_usage:
+        yield render.chat_chunk(job, fp, [], include_usage=True,
+                                   usage_=usage(job.prompt_tokens, completion_tokens))

@@ -1,0 +1,213 @@
+"""Running generations: the bridge from the host's worker thread to the event loop.
+
+``run_choice`` runs the host's blocking generator on the generation thread and hands its pieces
+to the event loop through a bounded queue: a slow reader holds the generator back instead of
+growing memory, and leaving the loop (client gone, stop string found) stops the host within a
+token and waits until it has really stopped, so the next request never overlaps it. ``run_job``
+runs every choice of a request in its turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Callable
+
+import anyio
+import janus
+
+from ..core.admission import Place
+from ..core.errors import ContextLengthExceeded, ServerError, ServiceUnavailableError
+from ..hosts.base import Host, Piece, Prompt, TokenLogprob
+from .assembly import ChoiceAssembler, Delta
+from .params import Plan
+from .service import TextService
+
+log = logging.getLogger(__name__)
+
+# Runs a blocking call on the generation thread (TextService.run).
+Runner = Callable[..., "asyncio.Future[Any]"]
+
+# Pieces buffered between the generating thread and a client that reads slowly.
+BUFFERED_PIECES = 64
+
+
+class _End:
+    pass
+
+
+@dataclass
+class _Failure:
+    error: BaseException
+
+
+async def host_pieces(host: Host, prompt: Prompt, settings: dict[str, Any],
+                      run: Runner) -> AsyncIterator[Piece]:
+    """The host's pieces, generated on the generation thread. Leaving the iteration stops the host."""
+    stop_event = threading.Event()
+    channel: janus.Queue[Any] = janus.Queue(maxsize=BUFFERED_PIECES)
+
+    def work() -> None:
+        try:
+            with contextlib.closing(host.generate(prompt, settings, stop_event)) as pieces:
+                for piece in pieces:
+                    channel.sync_q.put(piece)
+            channel.sync_q.put(_End())
+        except janus.SyncQueueShutDown:
+            pass  # the reader left; closing() above already stopped the host
+        except BaseException as e:  # reported to the reader, which turns it into an error object
+            with contextlib.suppress(janus.SyncQueueShutDown):
+                channel.sync_q.put(_Failure(e))
+
+    finished = run(work)
+    try:
+        while True:
+            item = await channel.async_q.get()
+            if isinstance(item, _End):
+                return
+            if isinstance(item, _Failure):
+                log.error("generation failed", exc_info=item.error)
+                raise ServerError(f"The model failed while generating ({type(item.error).__name__}). "
+                                  "See the server log; retrying may help.")
+            yield item
+    finally:
+        stop_event.set()
+        channel.shutdown(immediate=True)
+        # Wait, even when cancelled, until the host has really stopped: the place in line is
+        # given back only after this, so two generations never overlap.
+        with anyio.CancelScope(shield=True):
+            await finished
+
+
+@dataclass
+class ChoiceResult:
+    index: int
+    text: str = ""
+    finish_reason: str = "stop"
+    tokens: int = 0
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+
+
+async def run_choice(host: Host, prompt: Prompt, settings: dict[str, Any], stops: list[str], *,
+                     want_logprobs: bool, result: ChoiceResult, run: Runner) -> AsyncIterator[Delta]:
+    """Generates one choice, yielding the deltas a client may see; fills ``result`` at the end."""
+    asm = ChoiceAssembler(stops, want_logprobs=want_logprobs)
+    host_reason: str | None = None
+    if int(settings.get("max_new_tokens", 0)) <= 0:
+        host_reason = "length"
+    else:
+        async with contextlib.aclosing(host_pieces(host, prompt, settings, run)) as pieces:
+            async for piece in pieces:
+                delta = asm.feed(piece)
+                if delta:
+                    yield delta
+                if asm.stopped:
+                    break
+                if piece.finish_reason:
+                    host_reason = piece.finish_reason
+                    break
+    tail = asm.finish(host_reason)
+    if tail:
+        yield tail
+    if not asm.tokens_known:
+        # The host reported text, not tokens: count them with its tokenizer, on the generation
+        # thread, where tokenizing a long answer does not hold up the event loop.
+        asm.tokens = len(await run(functools.partial(host.tokenize, asm.text, add_bos=False))) \
+            if asm.text else 0
+    result.text, result.finish_reason, result.tokens = asm.text, asm.finish_reason or "stop", asm.tokens
+    result.logprobs = asm.logprobs
+
+
+def fit_prompt(host: Host, prompt: Prompt, *, requested: int | None, truncate: bool, param: str) -> Prompt:
+    """Checks that the prompt leaves room for at least one token, or cuts its start if the
+    truncate_prompt setting allows. ``requested`` is the client's max_tokens, if any."""
+    ctx = host.context_length()
+    if len(prompt.tokens) < ctx:
+        return prompt
+    if not truncate:
+        raise ContextLengthExceeded(
+            f"This model's maximum context length is {ctx} tokens, and the {param} alone take "
+            f"{len(prompt.tokens)} tokens. Shorten the {param}, or start the server with the "
+            "truncate_prompt setting to cut the oldest tokens.", param=param)
+    reserve = min(requested or max(1, ctx // 4), ctx // 2)
+    kept = prompt.tokens[-(ctx - reserve):]
+    log.warning("prompt cut from %d to %d tokens to fit the context of %d", len(prompt.tokens), len(kept), ctx)
+    return Prompt(host.detokenize(kept), kept, prompt.stops)
+
+
+@dataclass
+class Job:
+    """One validated request, ready to run: its prompts (completions may send several), the
+    plan from params.plan(), and what its responses are stamped with."""
+    prompts: list[Prompt]
+    plan: Plan
+    model: str
+    id: str
+    created: int
+    echo: list[str] = field(default_factory=list)
+    tools: Any = None        # the ToolSet when the model may call functions (chat only)
+    host: Host | None = None  # the host the prompts were tokenized for
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(len(p.tokens) for p in self.prompts)
+
+    def index(self, prompt_index: int, choice: int) -> int:
+        return prompt_index * self.plan.n + choice
+
+
+def new_job(prefix: str, prompts: list[Prompt], plan: Plan, host: Host) -> Job:
+    return Job(prompts=prompts, plan=plan, model=host.model_id, id=f"{prefix}-{uuid.uuid4().hex[:24]}",
+               created=int(time.time()), host=host)
+
+
+@dataclass
+class Event:
+    """A delta of choice ``index`` (``delta`` set) or its end (``result`` set)."""
+    index: int
+    delta: Delta | None = None
+    result: ChoiceResult | None = None
+    prompt_logprobs: list[TokenLogprob] | None = None
+
+
+async def run_job(text: TextService, job: Job, place: Place) -> AsyncIterator[Event]:
+    """Runs every choice of the job in turn, in the job's turn."""
+    plan, host = job.plan, job.host
+    async with place:
+        if text.host is not host:
+            raise ServiceUnavailableError("The model was changed while this request waited; send it again.",
+                                          code="model_changed")
+        for p, prompt in enumerate(job.prompts):
+            prompt_lp = None
+            if plan.echo and plan.logprobs is not None:
+                prompt_lp = await text.run(host.prompt_logprobs, prompt.tokens, plan.logprobs)
+            for i in range(plan.best_of):
+                index = p * plan.best_of + i  # candidates; equal to the choice index unless best_of > n
+                result = ChoiceResult(index)
+                if prompt_lp is not None:
+                    yield Event(index, prompt_logprobs=prompt_lp)
+                stops = plan.stops + [s for s in prompt.stops if s not in plan.stops]
+                want_lp = plan.logprobs is not None or plan.best_of > plan.n
+                async with contextlib.aclosing(run_choice(host, prompt, plan.settings_for_choice(i), stops,
+                                                          want_logprobs=want_lp, result=result,
+                                                          run=text.run)) as deltas:
+                    async for delta in deltas:
+                        yield Event(index, delta=delta)
+                yield Event(index, result=result)
+
+
+def best_of(results: list[ChoiceResult], n: int) -> list[ChoiceResult]:
+    """The n candidates with the highest log-probability per token, best first, as OpenAI
+    ranks them. A total would favour short candidates; an empty one has nothing to score and
+    comes last."""
+
+    def score(r: ChoiceResult) -> float:
+        return sum(e.logprob for e in r.logprobs) / len(r.logprobs) if r.logprobs else float("-inf")
+
+    return sorted(results, key=score, reverse=True)[:n]

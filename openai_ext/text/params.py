@@ -1,0 +1,332 @@
+"""The one place where OpenAI request parameters become host generation settings.
+
+``plan()`` is a pure function of the request, the host's abilities and the room left in the
+context. Its output speaks the host's vocabulary: the generation-settings dict of the web UI
+(``max_new_tokens``, ``custom_stopping_strings``, ``top_k`` ...), which the embedded llama.cpp
+host understands as well. ``RULES`` says, for every parameter, whether it is mapped, handled by
+the server itself, ignored by design, or rejected; the README's table is generated from it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..core.errors import InvalidRequestError, unrecognized
+from ..hosts.base import HOST_SAMPLERS, HostAbilities
+from . import grammar, tools
+from .protocol import ChatCompletionRequest, CompletionRequest
+from .tools import ToolSet
+
+log = logging.getLogger(__name__)
+
+Action = Literal["mapped", "server", "ignored", "rejected"]
+BOTH, CHAT, COMPLETIONS = "both", "chat", "completions"
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    endpoint: str
+    action: Action
+    target: str
+    note: str
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("model", BOTH, "server", "-", "Any name is accepted and served by the loaded model; responses report the loaded model's id."),
+    Rule("messages", CHAT, "server", "prompt", "Rendered with the model's chat template. Roles: system, developer (as system), user, assistant, tool. Content: a string or text parts; image, audio and file parts get a 400."),
+    Rule("prompt", COMPLETIONS, "server", "prompt", "A string, a list of strings (one choice set per prompt), token ids, or a list of token-id lists."),
+    Rule("max_tokens", BOTH, "mapped", "max_new_tokens", "Default: 16 for completions, the rest of the context for chat. Clamped to the room left in the context."),
+    Rule("max_completion_tokens", CHAT, "mapped", "max_new_tokens", "Takes precedence over max_tokens."),
+    Rule("temperature", BOTH, "mapped", "temperature, do_sample", "Default 1. 0 means greedy decoding (do_sample off, top_k 1)."),
+    Rule("top_p", BOTH, "mapped", "top_p", "Default 1."),
+    Rule("stop", BOTH, "mapped", "custom_stopping_strings", "A string or up to 4 strings. The stop text never appears in the output, streamed or not."),
+    Rule("presence_penalty", BOTH, "mapped", "presence_penalty", "Default 0, the host sampler of the same name."),
+    Rule("frequency_penalty", BOTH, "mapped", "frequency_penalty", "Default 0, the host sampler of the same name."),
+    Rule("seed", BOTH, "mapped", "seed", "Same seed and same request give the same text. With n > 1, choice i uses seed + i. Default: random."),
+    Rule("logit_bias", BOTH, "mapped", "logit_bias", "Keys are token ids of the loaded model's tokenizer (see /v1/internal/encode); -100 bans a token. 400 if the host cannot apply it."),
+    Rule("logprobs", BOTH, "mapped", "logprobs", "Completions: 0-5 alternatives per token. Chat: true/false. 400 if the host cannot report log-probabilities."),
+    Rule("top_logprobs", CHAT, "mapped", "logprobs", "0-20 alternatives per token; needs logprobs: true."),
+    Rule("n", BOTH, "server", "-", "Choices are generated one after another, each with its own index, streaming included. At most the max_n setting."),
+    Rule("best_of", COMPLETIONS, "server", "-", "Generates best_of candidates and returns the n with the highest mean log-probability per token. Not with stream. Needs a host with log-probabilities."),
+    Rule("echo", COMPLETIONS, "server", "-", "Prepends the prompt to each choice's text (and its token log-probabilities when logprobs is set)."),
+    Rule("suffix", COMPLETIONS, "server", "-", "Fill-in-the-middle with the model's own FIM tokens; 400 for models that have none."),
+    Rule("stream", BOTH, "server", "-", "Server-sent events, data: {json} chunks, then data: [DONE]."),
+    Rule("stream_options", BOTH, "server", "-", "include_usage adds a last chunk with usage and empty choices; other chat chunks carry usage: null (completions chunks carry no usage key, as the spec has it)."),
+    Rule("user", BOTH, "ignored", "-", "Accepted; nothing to do locally."),
+    Rule("response_format", CHAT, "mapped", "grammar_string", "text; json_object (any JSON object); json_schema (output follows the schema). Enforced by a grammar built with llama.cpp's JSON-schema converter; a schema keyword the grammar cannot enforce gets a 400 naming it. With tools and tool_choice auto, the answer is either calls or this JSON."),
+    Rule("tools", CHAT, "mapped", "grammar_string, prompt", "Function tools, rendered by the model's template when it knows the <tool_call> format (its source contains <tool_call>), else by the documented fallback. Calls come back in message.tool_calls."),
+    Rule("tool_choice", CHAT, "mapped", "grammar_string", "none, auto, required, a named function, or allowed_tools. required and named: decoding is constrained to valid calls. auto: the embedded host constrains a call once the model writes <tool_call>; calls are always validated."),
+    Rule("parallel_tool_calls", CHAT, "mapped", "grammar_string", "Default true: several calls may follow one another. false: at most one call; what follows it is dropped. Without tools: 400, as at OpenAI."),
+    Rule("functions", CHAT, "mapped", "grammar_string, prompt", "Legacy function calling, mapped onto tools; the answer uses the legacy message.function_call and finish_reason function_call. In the history, an assistant function_call and a role function message (with name) become a tool call and its result. tool_choice next to functions: 400 (use function_call)."),
+    Rule("function_call", CHAT, "mapped", "grammar_string", "Legacy: none, auto, or {\"name\": ...}, mapped onto tool_choice."),
+    Rule("modalities", CHAT, "server", "-", "['text'] only; 'audio' gets a 400."),
+    Rule("audio", CHAT, "rejected", "-", "Audio output is not produced by a text model: 400."),
+    Rule("web_search_options", CHAT, "rejected", "-", "There is no web search: 400."),
+    Rule("prediction", CHAT, "ignored", "-", "Predicted outputs only change latency at OpenAI; the text is the same without them."),
+    Rule("reasoning_effort", CHAT, "ignored", "-", "Not a reasoning model setting here."),
+    Rule("verbosity", CHAT, "ignored", "-", "No equivalent sampler."),
+    Rule("service_tier", BOTH, "ignored", "-", "One local tier."),
+    Rule("store", CHAT, "ignored", "-", "Nothing is stored."),
+    Rule("metadata", CHAT, "ignored", "-", "Nothing is stored."),
+    Rule("prompt_cache_key", CHAT, "ignored", "-", "The embedded host reuses the cached prefix of the previous prompt by itself; no key is needed."),
+    Rule("prompt_cache_retention", CHAT, "ignored", "-", "As prompt_cache_key."),
+    Rule("prompt_cache_options", CHAT, "ignored", "-", "As prompt_cache_key."),
+    Rule("safety_identifier", CHAT, "ignored", "-", "Accepted; nothing to do locally."),
+    Rule("moderation", CHAT, "ignored", "-", "Outputs are not moderated; call /v1/moderations yourself."),
+    Rule("web UI fields", BOTH, "ignored", "-", "Fields of the web UI's own API that mean nothing here (mode, character, instruction_template, preset, truncation_length ...; see WEB_UI_FIELDS) are accepted and ignored. Any other unknown field gets a 400 naming it, as at OpenAI, unless the allow_unknown_fields setting is on."),
+    Rule("host samplers", BOTH, "mapped", "same name", "Extra fields named after the host's own samplers: " + ", ".join(
+        ("top_k", "min_p", "typical_p", "repetition_penalty", "...")) + " (see HOST_SAMPLERS). 400 if the host lacks one."),
+)
+
+# Request fields of the web UI's own API that make no sense through this one: accepted from
+# clients written for that API, and ignored.
+WEB_UI_FIELDS = {"mode", "character", "instruction_template", "instruction_template_str", "preset",
+                  "name1", "name2", "context", "greeting", "chat_template_str", "user_bio",
+                  "continue_", "truncation_length", "auto_max_new_tokens", "max_tokens_second"}
+
+_RULES_BY_NAME = {r.name: r for r in RULES}
+
+
+@dataclass
+class Plan:
+    """The host settings for one request, plus what the server does around the host."""
+    settings: dict[str, Any]
+    n: int = 1
+    best_of: int = 1                 # candidates to generate per prompt (>= n)
+    stream: bool = False
+    include_usage: bool = False
+    logprobs: int | None = None      # alternatives per token; None: no log-probabilities
+    echo: bool = False
+    stops: list[str] = field(default_factory=list)
+    seed: int | None = None
+    ignored: list[str] = field(default_factory=list)
+
+    def settings_for_choice(self, index: int) -> dict[str, Any]:
+        """Choice ``index`` of a seeded request gets its own seed, so choices differ but repeat."""
+        if self.seed is None or index == 0:
+            return self.settings
+        return {**self.settings, "seed": self.seed + index}
+
+
+def _reject(param: str, message: str) -> InvalidRequestError:
+    return InvalidRequestError(message, param=param)
+
+
+def plan(req: CompletionRequest | ChatCompletionRequest, *, abilities: HostAbilities, room: int,
+         max_n: int, toolset: ToolSet | None = None, allow_unknown: bool = False) -> Plan:
+    """Maps one request onto host settings.
+
+    ``room`` is how many tokens the context has left after the prompt; ``max_n`` is the largest
+    ``n`` the server allows; ``toolset`` is the request's tools, already read by tools.parse();
+    ``allow_unknown`` (the allow_unknown_fields setting) ignores unknown fields instead of
+    refusing them.
+    """
+    chat = isinstance(req, ChatCompletionRequest)
+    sent = req.model_fields_set
+    settings: dict[str, Any] = {"auto_max_new_tokens": False, "stream": True}
+
+    # --- length -------------------------------------------------------------------------
+    wanted = req.max_completion_tokens if chat and req.max_completion_tokens is not None else req.max_tokens
+    if wanted is None:
+        wanted = room if chat else 16
+    settings["max_new_tokens"] = max(0, min(wanted, room))
+
+    # --- sampling -----------------------------------------------------------------------
+    temperature = 1.0 if req.temperature is None else float(req.temperature)
+    settings["temperature"] = temperature
+    settings["do_sample"] = temperature > 0
+    if temperature == 0:
+        settings["top_k"] = 1
+    settings["top_p"] = 1.0 if req.top_p is None else float(req.top_p)
+    settings["presence_penalty"] = float(req.presence_penalty or 0.0)
+    settings["frequency_penalty"] = float(req.frequency_penalty or 0.0)
+    settings["seed"] = -1 if req.seed is None else int(req.seed)
+
+    stops = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
+    stops = [s for s in stops if s]
+    settings["custom_stopping_strings"] = stops
+
+    if req.logit_bias:
+        if not abilities.logit_bias:
+            raise _reject("logit_bias", "logit_bias is not supported by the loaded model's backend; remove it.")
+        for key in req.logit_bias:
+            if not key.lstrip("-").isdigit() or int(key) < 0 or (
+                    abilities.vocab_size is not None and int(key) >= abilities.vocab_size):
+                limit = f" 0..{abilities.vocab_size - 1}" if abilities.vocab_size else ""
+                raise _reject("logit_bias", f"logit_bias key {key!r} is not a token id of the loaded model{limit}.")
+        settings["logit_bias"] = {str(int(k)): float(v) for k, v in req.logit_bias.items()}
+
+    # --- log-probabilities --------------------------------------------------------------
+    logprobs: int | None = None
+    if chat:
+        if req.top_logprobs is not None and not req.logprobs:
+            raise _reject("top_logprobs", "top_logprobs needs logprobs: true.")
+        if req.logprobs:
+            logprobs = req.top_logprobs or 0
+    elif req.logprobs is not None:
+        logprobs = req.logprobs
+    if logprobs is not None:
+        if not abilities.logprobs:
+            raise _reject("logprobs", "The loaded model's backend cannot report log-probabilities; remove logprobs.")
+        settings["logprobs"] = logprobs
+
+    # --- choices ------------------------------------------------------------------------
+    n = req.n or 1
+    if n > max_n:
+        raise _reject("n", f"n is {n}, above this server's limit of {max_n} (the max_n setting).")
+    best_of = n  # candidates generated; only completions may ask for more than it returns
+    stream = bool(req.stream)
+    if not chat:
+        best_of = req.best_of if req.best_of else n
+        if best_of < n:
+            raise _reject("best_of", f"best_of ({best_of}) must be at least n ({n}).")
+        if best_of > max_n:
+            raise _reject("best_of", f"best_of is {best_of}, above this server's limit of {max_n} (the max_n setting).")
+        if best_of > n:
+            if stream:
+                raise _reject("best_of", "best_of above n cannot be streamed; set stream to false.")
+            if not abilities.logprobs:
+                raise _reject("best_of", "best_of above n needs log-probabilities, which this backend cannot report.")
+            # Candidates are ranked by their log-probabilities, so the host must compute them
+            # even when the client did not ask to see them (plan.logprobs stays None then).
+            if logprobs is None:
+                settings["logprobs"] = 0
+        if req.suffix and not abilities.fim:
+            raise _reject("suffix", "The loaded model has no fill-in-the-middle tokens, so suffix cannot be used; remove it.")
+
+    include_usage = False
+    if req.stream_options is not None and req.stream_options.include_usage:
+        if not stream:
+            raise _reject("stream_options", "stream_options is only allowed with stream: true.")
+        include_usage = True
+
+    # --- chat-only switches, structured output and tools ---------------------------------
+    if chat:
+        _check_chat_switches(req)
+        settings.update(_constraints(req, toolset, abilities))
+
+    # --- the host's own samplers, sent as extra fields ----------------------------------
+    endpoint = CHAT if chat else COMPLETIONS
+    ignored = [name for name in sent if _RULES_BY_NAME.get(name) and _RULES_BY_NAME[name].action == "ignored"]
+    for name, value in (req.model_extra or {}).items():
+        if name in HOST_SAMPLERS:
+            if name not in abilities.samplers:
+                raise _reject(name, f"{name} is not a sampler of the loaded model's backend; remove it.")
+            settings[name] = _coerce(name, value, HOST_SAMPLERS[name])
+            if name == "custom_token_bans":
+                settings[name] = _token_bans(value, abilities)
+        elif name in ignored:
+            pass  # an OpenAI parameter that only has a rule, already listed
+        elif name in WEB_UI_FIELDS or allow_unknown:
+            ignored.append(name)
+        else:
+            # OpenAI refuses what it does not know, and so do we: a misspelt parameter
+            # (max_token, top_kk) silently ignored would give the wrong answer.
+            other = next((r for r in RULES if r.name == name and r.endpoint in (CHAT, COMPLETIONS)
+                          and r.endpoint != endpoint), None)
+            if other:
+                hint = f" It is a parameter of /v1/{'chat/completions' if other.endpoint == CHAT else 'completions'}."
+            else:
+                known = [*type(req).model_fields, *HOST_SAMPLERS,
+                         *(r.name for r in RULES if r.endpoint in (BOTH, endpoint))]
+                close = difflib.get_close_matches(name, known, n=1)
+                hint = f" Did you mean '{close[0]}'?" if close else ""
+            raise unrecognized(name, hint)
+    if ignored:
+        log.debug("ignored request fields: %s", ", ".join(sorted(ignored)))
+
+    return Plan(settings=settings, n=n, best_of=best_of, stream=stream, include_usage=include_usage,
+                logprobs=logprobs, echo=bool(getattr(req, "echo", False)), stops=stops,
+                seed=req.seed, ignored=sorted(ignored))
+
+
+def _check_chat_switches(req: ChatCompletionRequest) -> None:
+    if req.audio is not None:
+        raise _reject("audio", "This model produces text only; remove audio.")
+    if req.modalities is not None and any(m != "text" for m in req.modalities):
+        raise _reject("modalities", "This model produces text only; use modalities: ['text'].")
+    if req.web_search_options is not None:
+        raise _reject("web_search_options", "Web search is not available on this server; remove web_search_options.")
+
+
+def _response_schema(rf: dict[str, Any] | None) -> Any | None:
+    """The JSON Schema response_format asks for, or None for plain text."""
+    if rf is None:
+        return None
+    kind = rf.get("type")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return grammar.JSON_OBJECT_SCHEMA
+    if kind == "json_schema":
+        spec = rf.get("json_schema")
+        if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
+            raise _reject("response_format.json_schema", "json_schema needs an object with at least a 'name' "
+                                                         "(and usually a 'schema').")
+        return spec.get("schema", grammar.JSON_OBJECT_SCHEMA)
+    raise _reject("response_format.type", f"response_format type {kind!r} is not one of text, json_object, "
+                                          "json_schema.")
+
+
+def _constraints(req: ChatCompletionRequest, ts: ToolSet | None, abilities: HostAbilities) -> dict[str, Any]:
+    """Grammar settings for response_format and tool_choice."""
+    schema = _response_schema(req.response_format)
+    where = "response_format.json_schema.schema" if schema is not None and \
+        req.response_format.get("type") == "json_schema" else "response_format"
+    calling = ts is not None and ts.calling
+    if calling and ts.forced:
+        if not abilities.grammar:
+            raise _reject("tool_choice", "The loaded model's backend cannot constrain output with a grammar, "
+                                         "so tool_choice 'required' or a named function cannot be guaranteed.")
+        return {"grammar_string": tools.call_grammar(ts)}
+    if calling and schema is not None:
+        # auto with a response format: one grammar allows either calls or the JSON answer
+        if not abilities.grammar:
+            raise _reject("response_format", "The loaded model's backend cannot constrain output with a grammar, "
+                                             "so JSON output cannot be guaranteed; remove response_format.")
+        return {"grammar_string": tools.call_grammar(ts, response=(schema, where))}
+    if calling:
+        if not abilities.lazy_grammar:
+            return {}
+        # The host writes freely until the model opens a call, then follows the grammar.
+        return {"grammar_string": tools.call_grammar(ts, lazy=True), "grammar_triggers": [tools.CALL_OPEN]}
+    if schema is not None:
+        if not abilities.grammar:
+            raise _reject("response_format", "The loaded model's backend cannot constrain output with a grammar, "
+                                             "so JSON output cannot be guaranteed; remove response_format.")
+        return {"grammar_string": grammar.schema_to_gbnf(schema, where=where)}
+    return {}
+
+
+def _token_bans(value: str, abilities: HostAbilities) -> str:
+    """The web UI's comma-separated token ids, checked: a bad id is the client's mistake."""
+    ids = []
+    for part in filter(None, (p.strip() for p in value.split(","))):
+        if not part.isdigit() or (abilities.vocab_size is not None and int(part) >= abilities.vocab_size):
+            limit = f" 0..{abilities.vocab_size - 1}" if abilities.vocab_size else ""
+            raise _reject("custom_token_bans", f"custom_token_bans holds {part!r}, which is not a token id of the "
+                                               f"loaded model{limit}. Send comma-separated token ids, e.g. \"42,1337\".")
+        ids.append(str(int(part)))
+    return ",".join(ids)
+
+
+def _coerce(name: str, value: Any, kind: type) -> Any:
+    ok = (isinstance(value, bool) if kind is bool else
+          isinstance(value, int) and not isinstance(value, bool) if kind is int else
+          isinstance(value, (int, float)) and not isinstance(value, bool) if kind is float else
+          isinstance(value, str))
+    if not ok:
+        raise _reject(name, f"{name} must be {'a' if kind is not int else 'an'} {kind.__name__}.")
+    return kind(value)
+
+
+def markdown_table() -> str:
+    """The README's parameter table, generated from RULES."""
+    rows = ["| Parameter | Endpoint | What happens | Host setting | Notes |", "|---|---|---|---|---|"]
+    for r in RULES:
+        rows.append(f"| `{r.name}` | {r.endpoint} | {r.action} | {r.target} | {r.note} |")
+    return "\n".join(rows)

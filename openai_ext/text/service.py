@@ -1,0 +1,105 @@
+"""The text family's shared parts: the host that serves now, its line of requests, the thread
+that generates, and the one place where a text request goes from validated body to response.
+
+- ``queue`` admits at most ``max_queue`` waiting requests (more get a 429 at once) and lets one
+  generation run at a time, first come first served. In extension mode the host's own
+  generation lock is taken inside ``generate_reply`` as well; this line makes the order fair.
+- ``worker`` is one long-lived thread that runs every generation (they are serialised anyway). A
+  fresh thread per request costs time to first token: llama.cpp's compute threads are set up per
+  calling thread.
+- ``prepare`` runs prompt rendering and tokenizing on a worker thread, one request at a time (a
+  tokenizer may not be safe to share between threads), so the event loop keeps serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import hashlib
+from typing import Any, Callable, Protocol
+
+import anyio
+from fastapi import Request
+
+from ..core.admission import Admission, Place
+from ..core.catalog import card
+from ..core.config import Settings
+from ..core.errors import ServiceUnavailableError
+from ..core.streaming import event_stream, until_disconnect
+from ..hosts.base import Host
+
+
+class TextService:
+    def __init__(self, settings: Settings, host: Host, *, started: int):
+        self.settings = settings
+        self.host = host
+        self.started = started
+        self.queue = Admission("generation", max_waiting=settings.max_queue)
+        self.worker = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="generation")
+        self._prepare: anyio.CapacityLimiter | None = None
+
+    @property
+    def prepare_limiter(self) -> anyio.CapacityLimiter:
+        """One prompt prepared at a time (made on first use, inside the event loop)."""
+        if self._prepare is None:
+            self._prepare = anyio.CapacityLimiter(1)
+        return self._prepare
+
+    async def tokenizer_work(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """A tokenizer call, run as prompts are prepared: on a worker thread, one at a time."""
+        return await anyio.to_thread.run_sync(fn, *args, limiter=self.prepare_limiter)
+
+    def run(self, fn: Callable[..., Any], *args: Any) -> "asyncio.Future[Any]":
+        """Runs a blocking host call on the generation thread."""
+        return asyncio.wrap_future(self.worker.submit(fn, *args))
+
+    @property
+    def fingerprint(self) -> str:
+        """Changes when the model or its backend changes, as OpenAI's system_fingerprint does,
+        so clients can tell when the same seed may give different text."""
+        basis = f"{self.host.model_id}|{type(self.host).__name__}|{self.host.context_length()}"
+        return "fp_" + hashlib.sha256(basis.encode()).hexdigest()[:10]
+
+    def require_model(self) -> None:
+        if not self.host.loaded:
+            raise ServiceUnavailableError("No model is loaded. Load one in the web UI, or with POST "
+                                          "/v1/internal/model/load.", code="model_not_loaded")
+
+    def model_cards(self) -> list[dict[str, Any]]:
+        host = self.host
+        return [card(host.model_id, host.created or self.started, host.owned_by)] if host.loaded else []
+
+    def close(self) -> None:
+        self.worker.shutdown(wait=False, cancel_futures=True)
+
+
+class TextEndpoint(Protocol):
+    """What an endpoint module (chat, completions) offers: ``prepare`` validates a body into a
+    job, on a worker thread; ``complete`` and ``stream`` run it."""
+
+    def prepare(self, text: TextService, body: Any) -> Any: ...
+
+    async def complete(self, text: TextService, job: Any, place: Place) -> Any: ...
+
+    def stream(self, text: TextService, job: Any, place: Place) -> Any: ...
+
+
+async def generate(text: TextService, request: Request, endpoint: TextEndpoint, body: Any) -> Any:
+    """Runs one text request from its validated body to its response."""
+    text.require_model()
+    # The place in line is taken first: when the line is full, the 429 comes at once, not after
+    # every earlier request's prepare below. A request that fails there gives it back.
+    place = text.queue.admit()
+    try:
+        # Every 400 happens here, before anything runs.
+        job = await anyio.to_thread.run_sync(endpoint.prepare, text, body, limiter=text.prepare_limiter)
+    except BaseException:
+        place.release()
+        raise
+    if job.plan.stream:
+        return event_stream(endpoint.stream(text, job, place), send_timeout=text.settings.stream_send_timeout,
+                            on_close=place.release)
+    try:
+        return await until_disconnect(request, endpoint.complete(text, job, place))
+    finally:
+        place.release()

@@ -1,0 +1,43 @@
+"""Validation failures as OpenAI errors: the parameter named, and a message that says what to send."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from openai_ext.core.errors import from_validation_errors
+from openai_ext.text.protocol import ChatCompletionRequest, CompletionRequest
+
+USER = [{"role": "user", "content": "x"}]
+
+
+def error_for(model, body):
+    with pytest.raises(ValidationError) as e:
+        model.model_validate(body)
+    # FastAPI reports body errors with a leading "body"
+    return from_validation_errors([{**x, "loc": ("body", *x["loc"])} for x in e.value.errors()])
+
+
+@pytest.mark.parametrize("model, body, param, says", [
+    # a value no branch of a union takes: the accepted shapes, not the first branch's complaint
+    (ChatCompletionRequest, {"messages": USER, "stop": 5}, "stop", "it must be a string or a list of strings"),
+    (ChatCompletionRequest, {"messages": [{"role": "user", "content": 5}]}, "messages[0].content",
+     "it must be a string or a list of content parts"),
+    # a value one branch took in part: what is wrong inside it
+    (ChatCompletionRequest, {"messages": USER, "stop": ["a"] * 5}, "stop", "at most 4 items"),
+    (CompletionRequest, {"prompt": [[]]}, "prompt", "at least 1 item"),
+    (ChatCompletionRequest, {"messages": [{"role": "user", "content": [{"type": "text"}]}]}, "messages[0].content",
+     "a required field is missing: 'text'"),
+    # no union: pydantic's own words
+    (ChatCompletionRequest, {"messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role", "'user'"),
+    (ChatCompletionRequest, {"messages": USER, "temperature": "hot"}, "temperature", "valid number"),
+])
+def test_messages_name_the_parameter_and_what_to_send(model, body, param, says):
+    err = error_for(model, body)
+    assert err.status == 400 and err.param == param and says in err.message, err.message
+    assert "valid string" not in err.message or "valid string" in says
+
+
+def test_missing_parameter():
+    err = error_for(ChatCompletionRequest, {})
+    assert err.param == "messages" and err.message == "Missing required parameter: 'messages'."

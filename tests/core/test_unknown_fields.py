@@ -1,0 +1,55 @@
+"""Unknown request fields: a 400 naming the field on every OpenAI endpoint, as OpenAI answers, and
+ignored when the allow_unknown_fields setting says so."""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+from support.servers import openai_client
+from support.spec import assert_valid
+
+CHAT = {"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 2}
+BODIES = {
+    "chat/completions": CHAT,
+    "completions": {"prompt": "Once", "max_tokens": 2},
+    "embeddings": {"input": "a cat", "model": "text-embedding-3-small"},
+    "moderations": {"input": "a friendly note"},
+    "audio/speech": {"model": "tts-1", "voice": "alloy", "input": "Hi.", "response_format": "pcm"},
+    "images/generations": {"prompt": "a cat"},
+    "edits": {"instruction": "Fix the spelling.", "input": "helo", "model": "x"},
+    "engines/local/completions": {"prompt": "Once", "max_tokens": 2},
+}
+
+
+@pytest.mark.parametrize("path", BODIES)
+def test_an_unknown_field_is_a_400_naming_it(live, path):
+    r = httpx.post(f"{live.url}/{path}", json={**BODIES[path], "frobnicate": 1}, timeout=60)
+    assert r.status_code == 400, r.text
+    assert_valid("ErrorResponse", r.json())
+    err = r.json()["error"]
+    assert err["param"] == "frobnicate" and err["code"] == "unknown_parameter"
+    assert err["message"].startswith("Unrecognized request argument supplied: frobnicate.")
+
+
+def test_a_misspelt_parameter_is_named_with_what_was_meant(client):
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model="x", messages=CHAT["messages"], extra_body={"max_token": 5})
+    assert e.value.body["param"] == "max_token" and "Did you mean 'max_tokens'?" in e.value.body["message"]
+
+
+def test_web_ui_fields_and_host_samplers_are_not_unknown(live):
+    r = httpx.post(f"{live.url}/chat/completions", timeout=60,
+                   json={**CHAT, "mode": "instruct", "top_k": 20, "repetition_penalty": 1.1})
+    assert r.status_code == 200, r.text
+
+
+@pytest.mark.slow  # starts its own server
+def test_the_setting_ignores_unknown_fields(llama_host, make_server):
+    server = make_server(llama_host, allow_unknown_fields=True)
+    for path in ("chat/completions", "moderations"):
+        r = httpx.post(f"{server.url}/{path}", json={**BODIES[path], "frobnicate": 1}, timeout=60)
+        assert r.status_code == 200, r.text
+    reply = openai_client(server).chat.completions.create(model="x", messages=CHAT["messages"], max_tokens=2,
+                                                          extra_body={"frobnicate": 1})
+    assert reply.choices[0].finish_reason in ("length", "stop")

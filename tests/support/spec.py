@@ -1,0 +1,89 @@
+"""Validation of response bodies and stream chunks against OpenAI's OpenAPI spec (test data).
+
+The spec is OpenAPI 3.1 (JSON Schema 2020-12) but still marks some fields with the 3.0 keyword
+``nullable: true``; those nodes are rewritten to also accept null before validating.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+from pathlib import Path
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from referencing import Registry, Resource
+from referencing.jsonschema import DRAFT202012
+
+SPEC_PATH = Path(__file__).resolve().parent.parent / "data" / "openai-openapi" / "openapi.json"
+_ROOT = "urn:openai-spec"
+
+
+def _allow_null(node: Any) -> Any:
+    if isinstance(node, dict):
+        node = {k: _allow_null(v) for k, v in node.items()}
+        if node.pop("nullable", False) is True:
+            return {"anyOf": [node, {"type": "null"}]}
+        return node
+    if isinstance(node, list):
+        return [_allow_null(v) for v in node]
+    return node
+
+
+@functools.cache
+def _spec() -> dict[str, Any]:
+    spec = _allow_null(json.loads(SPEC_PATH.read_text()))
+    schemas = spec["components"]["schemas"]
+    # Legacy completions stream chunks share CreateCompletionResponse's shape, but carry a null
+    # finish_reason until the last chunk, which the spec's enum does not allow.
+    stream = copy.deepcopy(schemas["CreateCompletionResponse"])
+    stream["properties"]["choices"]["items"]["properties"]["finish_reason"] = {
+        "anyOf": [stream["properties"]["choices"]["items"]["properties"]["finish_reason"], {"type": "null"}]}
+    schemas["CreateCompletionStreamResponse"] = stream
+    return spec
+
+
+@functools.cache
+def _validator(name: str) -> Draft202012Validator:
+    spec = _spec()
+    registry = Registry().with_resource(_ROOT, Resource.from_contents(spec, default_specification=DRAFT202012))
+    schema = {"$ref": f"{_ROOT}#/components/schemas/{name}"}
+    return Draft202012Validator(schema, registry=registry)
+
+
+def errors(name: str, doc: Any) -> list[str]:
+    return [f"{'/'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}"
+            for e in _validator(name).iter_errors(doc)]
+
+
+def assert_valid(name: str, doc: Any) -> None:
+    errs = errors(name, doc)
+    assert not errs, f"{name} does not validate:\n" + "\n".join(errs[:10]) + f"\n{json.dumps(doc)[:2000]}"
+
+
+def parse_sse(raw: str) -> tuple[list[Any], bool]:
+    """Returns the JSON payloads of an SSE body and whether it ended with [DONE]."""
+    events, done = [], False
+    for block in raw.replace("\r\n", "\n").split("\n\n"):
+        data = [line[5:].lstrip() for line in block.split("\n") if line.startswith("data:")]
+        if not data:
+            continue
+        payload = "\n".join(data)
+        assert not done, "data after [DONE]"
+        if payload == "[DONE]":
+            done = True
+        else:
+            events.append(json.loads(payload))
+    return events, done
+
+
+def assert_valid_stream(name: str, raw: str) -> list[Any]:
+    """Every chunk validates, all share id/created/model, and the stream ends with [DONE]."""
+    chunks, done = parse_sse(raw)
+    assert done, "stream did not end with data: [DONE]"
+    assert chunks, "stream carried no chunks"
+    for c in chunks:
+        assert_valid(name, c)
+    assert len({(c["id"], c["created"], c["model"]) for c in chunks}) == 1, "chunks disagree on id/created/model"
+    return chunks

@@ -1,0 +1,129 @@
+"""The package's shape: no import cycle, families that never import the app back, a core that
+knows no family, and modules of one concept (under about 400 lines, data modules apart)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from support import ROOT
+
+PACKAGE = ROOT / "openai_ext"
+# The composition root and the entry points: the only modules that may know every family.
+COMPOSITION = {"openai_ext.app", "openai_ext.state", "openai_ext.__main__", "openai_ext.extension"}
+# Pure data (sentences, tables): long by nature, no logic to read.
+DATA_MODULES = {"openai_ext.moderations.prototypes"}
+MAX_LINES = 400
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """The package's modules that ``name`` imports, wherever in it the import stands (an import
+    inside a function is still a dependency)."""
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[:len(anchor) - (node.level - 1)]
+                base = ".".join(anchor + ([base] if base else []))
+            targets = [base] + [f"{base}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        for target in targets:
+            # the module itself, or the package a name was taken from
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                found.add(target)
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    mods = modules()
+    return {name: imports(name, path, set(mods)) for name, path in mods.items()}
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_walk_sees_the_imports():
+    edges = graph()
+    assert "openai_ext.text.service" in edges["openai_ext.text.generation"]
+    assert "openai_ext.core.errors" in edges["openai_ext.text.grammar.errors"]
+    # a package's name imported from it counts as the package itself
+    assert "openai_ext.text.tools" in edges["openai_ext.text.chat"]
+
+
+def test_the_walk_finds_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_the_package_has_no_import_cycle():
+    assert cycles(graph()) == []
+
+
+def test_only_the_composition_root_knows_the_app_and_the_state():
+    for name, deps in graph().items():
+        if name not in COMPOSITION:
+            assert not deps & {"openai_ext.app", "openai_ext.state"}, name
+
+
+def test_the_core_and_the_hosts_know_no_family():
+    families = ("text", "embeddings", "moderations", "audio", "images", "admin")
+    for name, deps in graph().items():
+        layer = name.split(".")[1] if name.count(".") else ""
+        if layer in ("core", "hosts"):
+            above = {d for d in deps if d.split(".")[1:2] and d.split(".")[1] in families}
+            assert not above, (name, above)
+
+
+def test_modules_hold_one_concept():
+    long = {name: n for name, path in modules().items()
+            if (n := len(path.read_text().splitlines())) > MAX_LINES and name not in DATA_MODULES}
+    assert not long, long

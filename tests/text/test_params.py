@@ -1,0 +1,251 @@
+"""The one mapping from OpenAI parameters to host settings, tested on its own."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from support import DATA, ROOT
+
+from openai_ext.core.errors import InvalidRequestError
+from openai_ext.text.params import (
+    HOST_SAMPLERS,
+    RULES,
+    HostAbilities,
+    markdown_table,
+    plan,
+)
+from openai_ext.text.protocol import ChatCompletionRequest, CompletionRequest
+
+FULL = HostAbilities(samplers=frozenset(HOST_SAMPLERS), logprobs=True, logit_bias=True, fim=False, vocab_size=1000)
+GRAMMAR = HostAbilities(samplers=frozenset(), grammar=True, lazy_grammar=True)
+BARE = HostAbilities(samplers=frozenset({"top_k"}))
+MSG = [{"role": "user", "content": "hi"}]
+
+
+def chat(**kw):
+    return ChatCompletionRequest(messages=MSG, **kw)
+
+
+def comp(**kw):
+    return CompletionRequest(prompt="hi", **kw)
+
+
+def test_openai_defaults():
+    p = plan(chat(), abilities=FULL, room=500, max_n=4)
+    s = p.settings
+    assert s["max_new_tokens"] == 500            # chat: the rest of the context
+    assert s["auto_max_new_tokens"] is False      # the host must not stretch it
+    assert (s["temperature"], s["top_p"], s["do_sample"]) == (1.0, 1.0, True)
+    assert (s["presence_penalty"], s["frequency_penalty"], s["seed"]) == (0.0, 0.0, -1)
+    assert s["custom_stopping_strings"] == [] and "logprobs" not in s and "top_k" not in s
+    assert (p.n, p.best_of, p.stream, p.include_usage, p.logprobs) == (1, 1, False, False, None)
+    assert plan(comp(), abilities=FULL, room=500, max_n=4).settings["max_new_tokens"] == 16
+
+
+def test_max_tokens_is_clamped_to_room():
+    assert plan(chat(max_tokens=900), abilities=FULL, room=100, max_n=1).settings["max_new_tokens"] == 100
+    assert plan(chat(max_tokens=900, max_completion_tokens=7), abilities=FULL, room=100,
+                max_n=1).settings["max_new_tokens"] == 7
+    assert plan(comp(max_tokens=0), abilities=FULL, room=100, max_n=1).settings["max_new_tokens"] == 0
+
+
+def test_temperature_zero_is_greedy():
+    s = plan(chat(temperature=0), abilities=FULL, room=10, max_n=1).settings
+    assert s["do_sample"] is False and s["top_k"] == 1 and s["temperature"] == 0
+
+
+def test_stop_string_or_list():
+    assert plan(chat(stop="\n"), abilities=FULL, room=10, max_n=1).stops == ["\n"]
+    p = plan(chat(stop=["a", "", "b"]), abilities=FULL, room=10, max_n=1)
+    assert p.stops == ["a", "b"] and p.settings["custom_stopping_strings"] == ["a", "b"]
+
+
+def test_seed_per_choice():
+    p = plan(chat(seed=10, n=3), abilities=FULL, room=10, max_n=4)
+    assert [p.settings_for_choice(i)["seed"] for i in range(3)] == [10, 11, 12]
+    unseeded = plan(chat(n=2), abilities=FULL, room=10, max_n=4)
+    assert unseeded.settings_for_choice(1)["seed"] == -1
+
+
+def test_logprobs_mapping():
+    assert plan(chat(logprobs=True), abilities=FULL, room=10, max_n=1).logprobs == 0
+    p = plan(chat(logprobs=True, top_logprobs=5), abilities=FULL, room=10, max_n=1)
+    assert p.logprobs == 5 and p.settings["logprobs"] == 5
+    assert plan(comp(logprobs=3), abilities=FULL, room=10, max_n=1).logprobs == 3
+    with pytest.raises(InvalidRequestError) as e:
+        plan(chat(logprobs=True), abilities=BARE, room=10, max_n=1)
+    assert e.value.param == "logprobs"
+
+
+def test_logit_bias_is_checked_and_kept_as_token_id_strings():
+    p = plan(chat(logit_bias={"5": -100, "7": 3}), abilities=FULL, room=10, max_n=1)
+    assert p.settings["logit_bias"] == {"5": -100.0, "7": 3.0}
+    for bad in ({"x": 1}, {"1000": 1}, {"-1": 1}):
+        with pytest.raises(InvalidRequestError):
+            plan(chat(logit_bias=bad), abilities=FULL, room=10, max_n=1)
+    with pytest.raises(InvalidRequestError):
+        plan(chat(logit_bias={"5": 1}), abilities=BARE, room=10, max_n=1)
+
+
+def test_host_samplers_as_extra_fields():
+    p = plan(ChatCompletionRequest(messages=MSG, top_k=40, min_p=0.1, mode="instruct"),
+             abilities=FULL, room=10, max_n=1)
+    assert p.settings["top_k"] == 40 and p.settings["min_p"] == 0.1
+    assert p.ignored == ["mode"]
+    with pytest.raises(InvalidRequestError) as e:
+        plan(ChatCompletionRequest(messages=MSG, min_p=0.1), abilities=BARE, room=10, max_n=1)
+    assert e.value.param == "min_p"
+    with pytest.raises(InvalidRequestError) as e:
+        plan(ChatCompletionRequest(messages=MSG, top_k=1.5), abilities=FULL, room=10, max_n=1)
+    assert e.value.param == "top_k"
+
+
+@pytest.mark.parametrize("bans, ok", [("1, 2,3", "1,2,3"), ("", ""), ("abc", None), ("5,-1", None),
+                                      ("999", "999"), ("1000", None)])
+def test_custom_token_bans_are_token_ids(bans, ok):
+    req = ChatCompletionRequest(messages=MSG, custom_token_bans=bans)
+    if ok is None:
+        with pytest.raises(InvalidRequestError) as e:
+            plan(req, abilities=FULL, room=10, max_n=1)
+        assert e.value.param == "custom_token_bans" and "0..999" in e.value.message
+    else:
+        assert plan(req, abilities=FULL, room=10, max_n=1).settings["custom_token_bans"] == ok
+
+
+def test_ignored_parameters_are_reported_not_applied():
+    p = plan(chat(user="u", store=True, metadata={"a": "b"}, reasoning_effort="low", service_tier="auto"),
+             abilities=FULL, room=10, max_n=1)
+    assert p.ignored == ["metadata", "reasoning_effort", "service_tier", "store", "user"]
+    assert not {"user", "store", "metadata"} & set(p.settings)
+
+
+@pytest.mark.parametrize("req, param", [
+    (chat(n=5), "n"),
+    (chat(top_logprobs=3), "top_logprobs"),
+    (chat(stream_options={"include_usage": True}), "stream_options"),
+    (chat(response_format={"type": "json_object"}), "response_format"),   # BARE-like: FULL has no grammar
+    (chat(response_format={"type": "json_schema"}), "response_format.json_schema"),
+    (chat(response_format={"type": "yaml"}), "response_format.type"),
+    (chat(modalities=["audio"]), "modalities"),
+    (chat(audio={"voice": "alloy"}), "audio"),
+    (chat(web_search_options={}), "web_search_options"),
+    (comp(best_of=1, n=2), "best_of"),
+    (comp(best_of=3, stream=True), "best_of"),
+    (comp(best_of=5), "best_of"),
+    (comp(suffix="x"), "suffix"),
+])
+def test_rejections_name_the_parameter(req, param):
+    with pytest.raises(InvalidRequestError) as e:
+        plan(req, abilities=FULL, room=10, max_n=4)
+    assert e.value.param == param and e.value.message
+
+
+def test_response_format_becomes_a_grammar():
+    s = plan(chat(response_format={"type": "json_object"}), abilities=GRAMMAR, room=10, max_n=1).settings
+    assert "root ::= object" in s["grammar_string"]
+    schema = {"type": "object", "properties": {"a": {"type": "boolean"}}, "required": ["a"]}
+    s = plan(chat(response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}),
+             abilities=GRAMMAR, room=10, max_n=1).settings
+    assert '"\\"a\\""' in s["grammar_string"] and "grammar_triggers" not in s
+    assert "grammar_string" not in plan(chat(response_format={"type": "text"}), abilities=GRAMMAR, room=10,
+                                        max_n=1).settings
+
+
+def test_tool_choice_becomes_a_grammar_lazy_only_for_auto():
+    from openai_ext.text import tools
+
+    fn = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}
+    for choice, lazy in (("required", False), ("auto", True)):
+        req = chat(tools=[fn], tool_choice=choice)
+        s = plan(req, abilities=GRAMMAR, room=10, max_n=1, toolset=tools.parse(req)).settings
+        assert "tool-call-block" in s["grammar_string"]
+        assert ("grammar_triggers" in s) == lazy
+    # a host without lazy grammars leaves auto unconstrained, and cannot promise required
+    req = chat(tools=[fn])
+    assert "grammar_string" not in plan(req, abilities=BARE, room=10, max_n=1, toolset=tools.parse(req)).settings
+    req = chat(tools=[fn], tool_choice="required")
+    with pytest.raises(InvalidRequestError) as e:
+        plan(req, abilities=BARE, room=10, max_n=1, toolset=tools.parse(req))
+    assert e.value.param == "tool_choice"
+    # response_format with auto: one grammar, from the start, allows calls or the JSON answer
+    req = chat(tools=[fn], response_format={"type": "json_object"})
+    s = plan(req, abilities=GRAMMAR, room=10, max_n=1, toolset=tools.parse(req)).settings
+    assert "| response" in s["grammar_string"] and "grammar_triggers" not in s
+    with pytest.raises(InvalidRequestError) as e:
+        plan(req, abilities=BARE, room=10, max_n=1, toolset=tools.parse(req))
+    assert e.value.param == "response_format"
+
+
+def test_accepted_no_op_switches():
+    plan(chat(tool_choice="none", function_call="none", modalities=["text"], response_format={"type": "text"}),
+         abilities=FULL, room=10, max_n=1)
+
+
+def test_best_of_needs_logprobs_from_the_host():
+    p = plan(comp(best_of=3), abilities=FULL, room=10, max_n=4)
+    # the host computes log-probabilities to rank the candidates; the client sees none
+    assert p.best_of == 3 and p.settings["logprobs"] == 0 and p.logprobs is None
+    assert "logprobs" not in plan(comp(best_of=2, n=2), abilities=FULL, room=10, max_n=4).settings
+    with pytest.raises(InvalidRequestError):
+        plan(comp(best_of=3), abilities=BARE, room=10, max_n=4)
+
+
+@pytest.mark.parametrize("req, param, hint", [
+    (chat(frobnicate=True), "frobnicate", None),
+    (chat(max_token=5), "max_token", "Did you mean 'max_tokens'?"),
+    (comp(top_kk=5), "top_kk", "Did you mean 'top_k'?"),
+    (comp(messages=MSG), "messages", "It is a parameter of /v1/chat/completions."),
+    (chat(echo=True), "echo", "It is a parameter of /v1/completions."),
+])
+def test_unknown_fields_are_refused_by_name(req, param, hint):
+    with pytest.raises(InvalidRequestError) as e:
+        plan(req, abilities=FULL, room=10, max_n=1)
+    assert e.value.param == param and e.value.code == "unknown_parameter"
+    assert e.value.message.startswith(f"Unrecognized request argument supplied: {param}.")
+    assert hint is None or hint in e.value.message
+
+
+def test_web_ui_fields_are_ignored_and_the_setting_allows_unknown_fields():
+    p = plan(chat(mode="instruct", character="Assistant", preset="simple-1"), abilities=FULL, room=10, max_n=1)
+    assert p.ignored == ["character", "mode", "preset"]
+    assert not {"mode", "character", "preset"} & set(p.settings)
+    p = plan(chat(frobnicate=True), abilities=FULL, room=10, max_n=1, allow_unknown=True)
+    assert p.ignored == ["frobnicate"] and "frobnicate" not in p.settings
+
+
+@pytest.mark.parametrize("schema, request_class", [
+    ("CreateChatCompletionRequest", ChatCompletionRequest), ("CreateCompletionRequest", CompletionRequest)])
+def test_every_openai_parameter_is_accepted_on_its_endpoint(schema, request_class):
+    """No parameter of OpenAI's own request schema may be refused as unknown."""
+    endpoint = "chat" if request_class is ChatCompletionRequest else "completions"
+    accepted = set(request_class.model_fields) | {r.name for r in RULES if r.endpoint in ("both", endpoint)}
+    missing = _spec_properties(schema) - accepted
+    assert not missing, f"OpenAI parameters that would be refused as unknown: {sorted(missing)}"
+
+
+def _spec_properties(name: str) -> set[str]:
+    """Every request property of one of OpenAI's schemas (its own and those of its allOf parts)."""
+    spec = json.loads((DATA / "openai-openapi" / "openapi.json").read_text())
+    schemas = spec["components"]["schemas"]
+
+    def props(schema: dict) -> set[str]:
+        out = set(schema.get("properties", {}))
+        for part in schema.get("allOf", []):
+            out |= props(schemas[part["$ref"].rsplit("/", 1)[1]] if "$ref" in part else part)
+        return out
+    return props(schemas[name])
+
+
+def test_every_openai_parameter_has_a_rule():
+    """Both this server's request models and OpenAI's own request schemas: a parameter OpenAI
+    adds shows up here until it has a rule (mapped, handled, ignored or rejected)."""
+    fields = set(ChatCompletionRequest.model_fields) | set(CompletionRequest.model_fields)
+    fields |= _spec_properties("CreateChatCompletionRequest") | _spec_properties("CreateCompletionRequest")
+    ruled = {r.name for r in RULES}
+    assert fields <= ruled, f"parameters without a rule: {sorted(fields - ruled)}"
+
+
+def test_readme_shows_the_generated_table():
+    readme = (ROOT / "README.md").read_text()
+    assert markdown_table() in readme, "README's parameter table is stale: paste params.markdown_table()"

@@ -1,0 +1,310 @@
+"""What real clients do to a server: cut streams, read slowly, send garbage, crowd in; and a host
+that fails. The server must answer with OpenAI errors, free its lock, and keep serving."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import random
+import socket
+import threading
+import time
+
+import httpx
+import pytest
+from support.spec import assert_valid, parse_sse
+
+pytestmark = pytest.mark.slow
+
+STORY = [{"role": "user", "content": "Write a very long story about a dragon."}]
+
+
+def idle(server, host, timeout=10.0) -> bool:
+    state = server.app.state.api
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not state.text.queue.running and not state.text.queue.waiting and not host._lock.locked():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+@pytest.fixture
+def produced(llama_host, monkeypatch):
+    """When the real host produced each piece."""
+    times: list[float] = []
+    real = llama_host.generate
+
+    def generate(prompt, settings, stop_event):
+        for piece in real(prompt, settings, stop_event):
+            times.append(time.monotonic())
+            yield piece
+    monkeypatch.setattr(llama_host, "generate", generate)
+    return times
+
+
+def test_fifty_streams_cut_at_random_points(live, llama_host, produced):
+    rng = random.Random(50)
+    threads_before = threading.active_count()
+    late = []
+    for _ in range(50):
+        body = {"model": "x", "messages": STORY, "max_tokens": 400, "stream": True, "temperature": 0.7}
+        with httpx.stream("POST", f"{live.url}/chat/completions", json=body, timeout=60) as r:
+            assert r.status_code == 200
+            lines = r.iter_lines()
+            for _ in range(rng.randint(0, 40)):
+                next(lines)
+        cut = time.monotonic()
+        assert idle(live, llama_host), "a cut stream left its generation running or the lock held"
+        late.append(sum(1 for t in produced if t > cut))
+    # each generation stopped within a token or two of its client leaving
+    assert max(late) <= 2, late
+    assert len(produced) < 50 * 400 / 2, "the cut streams were generated to the end"
+    assert threading.active_count() <= threads_before + 4, "threads leaked"
+    r = httpx.post(f"{live.url}/chat/completions", json={"messages": STORY, "max_tokens": 5}, timeout=60)
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 5
+
+
+@pytest.fixture
+def failing_host(llama_host, monkeypatch):
+    """The real host, made to fail after ``after`` pieces (0: before the first)."""
+    real = llama_host.generate
+    plan = {"after": 0}
+
+    def generate(prompt, settings, stop_event):
+        for i, piece in enumerate(real(prompt, settings, stop_event)):
+            if i == plan["after"]:
+                raise RuntimeError("simulated failure inside the model")
+            yield piece
+    monkeypatch.setattr(llama_host, "generate", generate)
+    return plan
+
+
+@pytest.mark.parametrize("method", ["chat_prompt", "tokenize"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_host_failure_before_generation_is_a_500_error_object(live, llama_host, monkeypatch, method, stream):
+    """The host failing while the prompt is rendered or tokenized, before anything is generated."""
+    def broken(*args, **kwargs):
+        raise RuntimeError("simulated failure inside the host")
+    monkeypatch.setattr(llama_host, method, broken)
+    r = httpx.post(f"{live.url}/chat/completions", timeout=60,
+                   json={"messages": STORY, "max_tokens": 5, "stream": stream})
+    assert r.status_code == 500 and r.headers["content-type"].startswith("application/json")
+    assert_valid("ErrorResponse", r.json())
+    assert r.json()["error"]["type"] == "server_error" and "simulated" not in r.json()["error"]["message"]
+    assert idle(live, llama_host), "the failed request kept its place in the queue"
+    monkeypatch.undo()
+    r = httpx.post(f"{live.url}/chat/completions", json={"messages": STORY, "max_tokens": 3}, timeout=60)
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 3
+
+
+@pytest.mark.parametrize("after", [0, 3])
+def test_host_failure_without_streaming_is_a_500_error_object(live, llama_host, failing_host, after):
+    failing_host["after"] = after
+    r = httpx.post(f"{live.url}/chat/completions", json={"messages": STORY, "max_tokens": 20}, timeout=60)
+    assert r.status_code == 500
+    assert_valid("ErrorResponse", r.json())
+    assert r.json()["error"]["type"] == "server_error" and "simulated" not in r.json()["error"]["message"]
+    assert idle(live, llama_host)
+
+
+@pytest.mark.parametrize("after", [0, 3])
+def test_host_failure_mid_stream_is_an_error_event_then_done(live, llama_host, failing_host, after):
+    failing_host["after"] = after
+    r = httpx.post(f"{live.url}/chat/completions", timeout=60,
+                   json={"messages": STORY, "max_tokens": 20, "stream": True})
+    events, done = parse_sse(r.text)
+    assert done and "error" in events[-1]
+    assert_valid("ErrorResponse", events[-1])
+    assert idle(live, llama_host)
+
+
+def test_an_unexpected_failure_is_a_500_error_object_browsers_can_read(live, monkeypatch):
+    def broken():
+        raise KeyError("secret internals")
+    monkeypatch.setattr(live.app.state.api.catalog, "cards", broken)
+    r = httpx.get(f"{live.url}/models", headers={"Origin": "https://app.example"})
+    assert r.status_code == 500
+    assert_valid("ErrorResponse", r.json())
+    assert "KeyError" in r.json()["error"]["message"] and "secret" not in r.json()["error"]["message"]
+    assert r.headers["access-control-allow-origin"] == "*"
+    monkeypatch.undo()
+    assert httpx.get(f"{live.url}/models").status_code == 200
+
+
+def test_server_keeps_serving_after_host_failures(live, llama_host, failing_host):
+    failing_host["after"] = 1
+    httpx.post(f"{live.url}/chat/completions", json={"messages": STORY, "max_tokens": 5}, timeout=60)
+    failing_host["after"] = 10 ** 9
+    r = httpx.post(f"{live.url}/chat/completions", json={"messages": STORY, "max_tokens": 5}, timeout=60)
+    assert r.status_code == 200
+
+
+def test_a_slow_reader_pauses_the_generation_instead_of_buffering_it(live, llama_host, monkeypatch):
+    produced = []
+    real = llama_host.generate
+
+    def counting(prompt, settings, stop_event):
+        for piece in real(prompt, settings, stop_event):
+            produced.append(1)
+            yield piece
+    monkeypatch.setattr(llama_host, "generate", counting)
+    max_tokens = 1800
+    body = json.dumps({"messages": STORY, "max_tokens": max_tokens, "stream": True, "temperature": 0,
+                       "ban_eos_token": True}).encode()
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)   # a client that reads nothing
+    sock.connect(("127.0.0.1", live.port))
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    # wait until the count stops growing: the generation is held back by the unread stream
+    last, still_since = -1, time.monotonic()
+    deadline = time.monotonic() + 40
+    while time.monotonic() < deadline:
+        time.sleep(0.25)
+        if len(produced) != last:
+            last, still_since = len(produced), time.monotonic()
+        elif time.monotonic() - still_since > 1.5:
+            break
+    paused_at = len(produced)
+    assert paused_at < max_tokens, "the whole answer was generated into buffers"
+    time.sleep(1)
+    assert len(produced) == paused_at, "generation went on while nobody read"
+    # reading again resumes it
+    sock.settimeout(30)
+    data = b""
+    while len(produced) < paused_at + 50:
+        data += sock.recv(65536)
+    assert data.startswith(b"HTTP/1.1 200") and b"data: {" in data
+    sock.close()   # and leaving stops it
+    assert idle(live, llama_host)
+    assert len(produced) < max_tokens
+
+
+def stalled_stream(port: int, body: dict) -> socket.socket:
+    """A client that sends a streaming request, then reads nothing while keeping its socket open."""
+    data = json.dumps(body).encode()
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", port))
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: " + str(len(data)).encode() + b"\r\n\r\n" + data)
+    return sock
+
+
+def test_a_client_that_stops_reading_is_dropped_and_frees_the_queue(llama_host, make_server, produced):
+    from openai_ext.core.config import Settings
+
+    assert Settings().stream_send_timeout == 60
+    server = make_server(llama_host, stream_send_timeout=2)
+    max_tokens = 1800
+    sock = stalled_stream(server.port, {"messages": STORY, "max_tokens": max_tokens, "stream": True,
+                                        "temperature": 0, "ban_eos_token": True})
+    try:
+        # a second client waits in the queue behind the stalled one
+        start = time.monotonic()
+        r = httpx.post(f"{server.url}/chat/completions", json={"messages": STORY, "max_tokens": 3}, timeout=90)
+        waited = time.monotonic() - start
+        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 3
+        assert len(produced) < max_tokens, "the stalled stream was generated to the end"
+        assert waited < 40, f"the queue waited {waited:.0f} s on a client that reads nothing"
+        # the stalled stream's generation stopped for good, though its socket is still open
+        assert idle(server, llama_host)
+        count = len(produced)
+        time.sleep(1)
+        assert len(produced) == count
+        # and the server dropped the connection: what is left to read ends
+        sock.settimeout(10)
+        while sock.recv(65536):
+            pass
+    finally:
+        sock.close()
+
+
+@pytest.mark.parametrize("body, content_type", [
+    (b'{"messages": [', "application/json"),                                  # malformed JSON
+    (b'{"messages": "hi"}', "application/json"),                              # wrong type
+    (b'{"messages": [{"role": "user", "content": 5}]}', "application/json"),  # wrong nested type
+    (b'{"messages": [{"role": "user", "content": "hi"}], "temperature": 1e308}', "application/json"),
+    (b'{"messages": [{"role": "user", "content": "hi"}], "n": 100000000000000000000}', "application/json"),
+    (b'{"messages": [{"role": "user", "content": "hi"}], "max_tokens": "lots"}', "application/json"),
+    (b'{"messages": [{"role": "user", "content": "\xff\xfe bad utf-8"}]}', "application/json"),
+    (b"\xff\xfe\xfa", "application/json"),
+    (b"", "application/json"),
+    (b"[1, 2, 3]", "application/json"),
+    (b"messages=hi", "application/x-www-form-urlencoded"),
+    (b"[" * 100_000 + b"]" * 100_000, "application/json"),                   # deep nesting
+    (b'{"messages": [{"role": "user", "content": "hi"}], "stop": [1, 2]}', "application/json"),
+])
+def test_garbage_gets_a_4xx_openai_error(live, body, content_type):
+    r = httpx.post(f"{live.url}/chat/completions", content=body, headers={"Content-Type": content_type},
+                   timeout=30)
+    assert 400 <= r.status_code < 500, r.text
+    assert_valid("ErrorResponse", r.json())
+
+
+def test_unknown_fields_get_a_400_naming_them(live, llama_host):
+    r = httpx.post(f"{live.url}/chat/completions", timeout=60, json={
+        "messages": STORY, "max_tokens": 2, "frobnicate": True, "mode": "instruct"})
+    assert r.status_code == 400 and "frobnicate" in r.json()["error"]["message"]
+    assert_valid("ErrorResponse", r.json())
+    assert idle(live, llama_host)
+    r = httpx.post(f"{live.url}/chat/completions", timeout=60, json={   # the web UI's own fields pass
+        "messages": STORY, "max_tokens": 2, "mode": "instruct"})
+    assert r.status_code == 200
+
+
+def test_huge_max_tokens_is_clamped_not_an_error(live, llama_host):
+    r = httpx.post(f"{live.url}/completions", timeout=60,
+                   json={"prompt": "hi", "max_tokens": 10 ** 30, "stop": ["\n"], "temperature": 0})
+    assert r.status_code == 200
+
+
+def timed(fn):
+    def run(*args):
+        start = time.monotonic()
+        result = fn(*args)
+        return result, time.monotonic() - start
+    return run
+
+
+PREPARE_SECONDS = 0.2
+
+
+def test_overload_is_served_or_refused_never_hung(llama_host, make_server, monkeypatch):
+    server = make_server(llama_host, max_queue=8)
+    real_chat_prompt = llama_host.chat_prompt
+    prepared = []
+
+    def slow_chat_prompt(*args, **kwargs):   # a long prompt takes this long to render and tokenize
+        prepared.append(1)
+        time.sleep(PREPARE_SECONDS)
+        return real_chat_prompt(*args, **kwargs)
+    monkeypatch.setattr(llama_host, "chat_prompt", slow_chat_prompt)
+
+    def ask(i):
+        try:
+            r = httpx.post(f"{server.url}/chat/completions", timeout=120, json={
+                "messages": [{"role": "user", "content": f"Say a number: {i}"}], "max_tokens": 12})
+        except httpx.TransportError as e:
+            return ("transport", str(e))
+        return (r.status_code, r.headers.get("retry-after"), r.json())
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=100) as pool:
+        results = list(pool.map(timed(ask), range(100)))
+    codes = [r[0] for r, _ in results]
+    assert set(codes) <= {200, 429}, codes
+    assert 9 <= codes.count(200) < 100
+    for (status, retry_after, body), _ in results:
+        assert_valid("ErrorResponse" if status == 429 else "CreateChatCompletionResponse", body)
+        if status == 429:
+            assert retry_after and body["error"]["type"] == "rate_limit_error"
+    # "at once": a refused request is refused before its prompt is prepared, so it never waits
+    # while the requests ahead of it are prepared, one at a time, PREPARE_SECONDS each
+    assert len(prepared) == codes.count(200)
+    refused = sorted(seconds for (status, *_), seconds in results if status == 429)
+    served = sorted(seconds for (status, *_), seconds in results if status == 200)
+    assert refused[len(refused) // 2] < served[len(served) // 2], (refused, served)
+    assert idle(server, llama_host)
+    r = httpx.post(f"{server.url}/chat/completions", json={"messages": STORY, "max_tokens": 3}, timeout=60)
+    assert r.status_code == 200
