@@ -11,6 +11,7 @@ import json
 import logging
 from typing import Any, Awaitable, Callable
 
+from .bodies import check_json_text
 from .errors import (
     InvalidRequestError,
     OpenAIError,
@@ -71,7 +72,8 @@ class HostGuard:
 
 class BodyLimit:
     """Refuses request bodies over a limit with a 413, before the app reads them. Uploads (audio
-    files) have their own, larger limit."""
+    files) have their own, larger limit. A JSON body that is not Unicode text is refused here
+    too (bodies.check_json_text), since this is where every body is read whole."""
 
     def __init__(self, app: Any, json_limit: int, upload_limit: int, upload_suffixes: tuple[str, ...]):
         self.app = app
@@ -112,6 +114,13 @@ class BodyLimit:
             chunks.append(body)
             if not message.get("more_body", False):
                 break
+        chunks = [b"".join(chunks)]
+        if limit == self.json_limit:
+            try:
+                check_json_text(chunks[0])
+            except OpenAIError as e:
+                await send_error(send, e)
+                return
         await self.app(scope, _replay(chunks, None, receive), send)
 
 
