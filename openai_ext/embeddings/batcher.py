@@ -319,7 +319,15 @@ class Batcher:
             for job, start, end in batch:
                 results.append(matryoshka(vectors[offset:offset + end - start], job.dimensions))
                 offset += end - start
-        except BaseException as e:  # noqa: BLE001 - every request in the batch must hear of it
+        except Exception as e:  # noqa: BLE001 - a request's failure is its own, not its neighbours'
+            if len({id(job) for job, _, _ in batch}) > 1:
+                # One member's input may be what broke the batch: each request is run again on
+                # its own, so the others are answered as if it had not been there.
+                log.warning("an embedding batch of %d inputs failed (%s); its requests run one by one",
+                            len(texts), type(e).__name__)
+                for item in batch:
+                    self._run([item])
+                return
             log.exception("embedding batch of %d inputs failed", len(texts))
             failed = {id(job): job for job, _, _ in batch}
             with self._cond:

@@ -246,15 +246,23 @@ def test_an_engine_with_only_embed_is_enough():
     b.close()
 
 
-def test_an_engine_failure_reaches_every_request_of_the_batch_and_the_worker_goes_on():
+def test_a_failing_member_fails_alone_and_its_batch_neighbours_are_answered():
     engine = Recorder(fail_on="boom")
     b = emb_batcher.Batcher(engine, window_s=0.5, max_batch=64, gap_s=0.3)
-    bad = b.submit(["boom"])
-    neighbour = b.submit(["fine"])
-    for f in (bad, neighbour):
-        with pytest.raises(RuntimeError, match="engine failed"):
-            f.result(5)
-    assert b.submit(["later"]).result(5)[0].shape == (1, 4)
+    neighbours = [b.submit([f"fine {i}", f"also {i}"]) for i in range(5)]
+    bad = b.submit(["ok", "boom"])
+    more = [b.submit([f"later {i}"]) for i in range(5)]
+    with pytest.raises(RuntimeError, match="engine failed"):
+        bad.result(5)
+    for i, f in enumerate(neighbours):
+        vectors, counts = f.result(5)
+        np.testing.assert_allclose(vectors, np.stack([expected(f"fine {i}"), expected(f"also {i}")]), rtol=1e-6)
+        assert counts == [2, 2]
+    for i, f in enumerate(more):
+        np.testing.assert_allclose(f.result(5)[0][0], expected(f"later {i}"), rtol=1e-6)
+    # the whole batch was tried once, then each request on its own
+    assert len(engine.calls[0][0]) == 17 and ["ok", "boom"] in [c[0] for c in engine.calls]
+    assert b.submit(["after"]).result(5)[0].shape == (1, 4)
     b.close()
 
 

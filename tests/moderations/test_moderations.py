@@ -338,3 +338,27 @@ def test_another_embedding_model_leaves_moderation_on_its_calibrated_model(llama
 def test_models_list_the_moderation_model(client):
     assert service.MODEL_ID in [m.id for m in client.models.list().data]
 
+
+
+@pytest.mark.parametrize("route,body", [
+    ("/embeddings", {"model": "all-MiniLM-L6-v2", "input": "bad \ud800"}),
+    ("/moderations", {"input": "bad \ud800"}),
+], ids=["embeddings", "moderations"])
+def test_one_bad_request_among_concurrent_good_ones_fails_alone(live, route, body):
+    """The batched engines answer each request as if a bad neighbour had not been there."""
+    import json
+
+    good = {"model": "all-MiniLM-L6-v2", "input": "A calm walk in the park."} if route == "/embeddings" \
+        else {"input": "A calm walk in the park."}
+
+    async def run():
+        async with httpx.AsyncClient(base_url=live.url, timeout=120) as c:
+            bad = c.post(route, content=json.dumps(body).encode(), headers={"content-type": "application/json"})
+            return await asyncio.gather(bad, *[c.post(route, json=good) for _ in range(10)])
+
+    bad, *goods = asyncio.run(run())
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "input"
+    assert [r.status_code for r in goods] == [200] * 10
+    first = goods[0].json()
+    assert all(r.json()["results" if route == "/moderations" else "data"] ==
+               first["results" if route == "/moderations" else "data"] for r in goods)
