@@ -12,17 +12,28 @@ import json
 import logging
 import os
 import sys
+import types
 import typing
 
 # Nothing here may reach a model hub; a user can still unset this to use hub names.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
+def _json(text: str) -> typing.Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not JSON; give a list as '[\"a\", \"b\"]' and a table "
+                                         "as '{\"name\": \"value\"}'") from None
+
+
 def _flag_type(annotation: typing.Any):
-    kinds = {a for a in typing.get_args(annotation) if a is not type(None)} or {annotation}
-    kind = next(iter(kinds))
+    # Only an optional (X | None) is unwrapped: list[str]'s arguments are its items' type.
+    kind = annotation
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        kind = next(a for a in typing.get_args(annotation) if a is not type(None))
     if typing.get_origin(kind) in (list, dict):
-        return json.loads
+        return _json
     return kind if kind in (int, float, str) else str
 
 

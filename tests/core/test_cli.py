@@ -101,3 +101,46 @@ def test_a_bad_setting_ends_the_process_in_one_clear_line(tmp_path):
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 1 and "Traceback" not in out
     assert len([line for line in out.splitlines() if "no-cert.pem" in line]) == 1
+
+
+@pytest.mark.parametrize("flag,value,setting,expected", [
+    ("--cors-origins", '["http://localhost:3000"]', "cors_origins", ["http://localhost:3000"]),
+    ("--allowed-hosts", '["mybox.lan", "api.local"]', "allowed_hosts", ["mybox.lan", "api.local"]),
+    ("--tts-voices", '{"alloy": "en_US-lessac-medium"}', "tts_voices", {"alloy": "en_US-lessac-medium"}),
+    ("--piper-voices", '{"v": {"model": "/m.onnx", "config": "/m.json"}}', "piper_voices",
+     {"v": {"model": "/m.onnx", "config": "/m.json"}}),
+    ("--max-queue", "7", "max_queue", 7),
+    ("--api-key", "k", "api_key", "k"),
+])
+def test_every_kind_of_flag_takes_what_help_says(flag, value, setting, expected, tmp_path):
+    from openai_ext.__main__ import parse_args
+    from openai_ext.core.config import load_settings
+
+    args = parse_args([flag, value])
+    settings = load_settings(cli={k: v for k, v in vars(args).items() if k != "settings"},
+                             file=str(tmp_path / "none.json"))
+    assert getattr(settings, setting) == expected
+
+
+def test_every_setting_has_a_flag_whose_type_matches_the_setting():
+    import typing
+
+    from openai_ext.__main__ import _flag_type, _json
+    from openai_ext.core.config import Settings
+
+    for name, field in Settings.model_fields.items():
+        if field.annotation is bool:
+            continue
+        kind = _flag_type(field.annotation)
+        origin = typing.get_origin(field.annotation)
+        if origin in (list, dict):
+            assert kind is _json, name
+
+
+def test_a_flag_that_is_not_json_is_one_clear_line(capsys):
+    from openai_ext.__main__ import parse_args
+
+    with pytest.raises(SystemExit):
+        parse_args(["--cors-origins", "http://localhost:3000"])
+    err = capsys.readouterr().err
+    assert "is not JSON" in err and "--cors-origins" in err
