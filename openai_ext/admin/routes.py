@@ -25,8 +25,13 @@ from ..text.protocol import ChatCompletionRequest
 from ..text.service import TextService
 
 
+# Text tokenized by one /internal/encode or /internal/token-count call at most: a third of a second of
+# the tokenizer's time on a small CPU at worst, during which other requests' prompts wait.
+MAX_TOKENIZE_CHARS = 262_144
+
+
 class EncodeRequest(BaseModel):
-    text: str
+    text: str = Field(max_length=MAX_TOKENIZE_CHARS)
 
 
 class DecodeRequest(BaseModel):

@@ -88,6 +88,10 @@ class Host(ABC):
     created: int = 0
     abilities: HostAbilities
     chat_template: str | None = None   # the Jinja source, to tell whether it renders tools itself
+    # The most bytes one token stands for, or an upper bound of it: text longer than the context
+    # times this cannot fit, which is known before tokenizing it. 256 is above any real vocabulary's
+    # longest token; a host that knows its vocabulary sets the true figure.
+    max_token_bytes: int = 256
 
     @property
     def loaded(self) -> bool:

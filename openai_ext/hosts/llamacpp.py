@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import re
 import threading
 from pathlib import Path
 from typing import Any, Iterator
@@ -28,6 +29,8 @@ FALLBACK_TEMPLATE = (
     "{% endfor %}{% if add_generation_prompt %}Assistant:{% endif %}"
 )
 FALLBACK_STOPS = ["\nUser:", "\nSystem:"]
+# Characters of text tokenized in one call at most, where the text can be cut exactly (tokenize()).
+TOKENIZE_PIECE = 4096
 
 def _lazy_llama():
     try:
@@ -68,6 +71,7 @@ class LlamaCppHost(Host):
         fim = [L.llama_vocab_fim_pre(v), L.llama_vocab_fim_suf(v), L.llama_vocab_fim_mid(v)]
         self._fim = fim if all(t != L.LLAMA_TOKEN_NULL for t in fim) else None
         self._init_chat_template()
+        self._init_specials()
         self.abilities = HostAbilities(samplers=SAMPLERS, logprobs=True, logit_bias=True,
                                        fim=self._fim is not None, vocab_size=self._n_vocab,
                                        grammar=True, lazy_grammar=True)
@@ -92,12 +96,50 @@ class LlamaCppHost(Host):
     def context_length(self) -> int:
         return self.llm.n_ctx()
 
+    def _init_specials(self) -> None:
+        """What tokenize() needs to cut a long text where the cut changes no token: right after a
+        special token, which llama.cpp's tokenizer treats as a fragment of its own. Tokens that
+        strip the whitespace after them are left out (the strip would cross the cut)."""
+        L, v = self._L, self._vocab
+        texts, longest = set(), 1
+        for t in range(self._n_vocab):
+            longest = max(longest, len(self._piece(t, True)))
+            attr = L.llama_vocab_get_attr(v, t)
+            if attr & (L.LLAMA_TOKEN_ATTR_CONTROL | L.LLAMA_TOKEN_ATTR_USER_DEFINED) and \
+                    not attr & L.LLAMA_TOKEN_ATTR_RSTRIP:
+                text = self._token_text(t)
+                if text:
+                    texts.add(text)
+        self.max_token_bytes = longest
+        # longest first, so a special that begins another is not cut in its middle
+        self._specials = re.compile("|".join(re.escape(t) for t in sorted(texts, key=len, reverse=True))) \
+            if texts else None
+
     def tokenize(self, text: str, *, add_bos: bool = True) -> list[int]:
-        tokens = self.llm.tokenize(text.encode("utf-8"), add_bos=add_bos and self._add_bos, special=True)
+        # llama.cpp's tokenizer takes time quadratic in the number of special tokens in one call
+        # (40,000 of them: seconds), so a long text goes in pieces cut after special tokens, which
+        # gives the same tokens in linear time.
+        tokens: list[int] = []
+        for i, piece in enumerate(self._pieces(text)):
+            tokens += self.llm.tokenize(piece.encode("utf-8"), add_bos=add_bos and self._add_bos and i == 0,
+                                        special=True)
         # A template that writes the BOS text itself must not end up with two of them.
         if len(tokens) > 1 and tokens[0] == self._bos and tokens[1] == self._bos:
             tokens = tokens[1:]
         return tokens
+
+    def _pieces(self, text: str) -> list[str]:
+        if len(text) <= TOKENIZE_PIECE or self._specials is None:
+            return [text]
+        pieces, start = [], 0
+        while len(text) - start > TOKENIZE_PIECE:
+            m = self._specials.search(text, start + TOKENIZE_PIECE)
+            if m is None:
+                break
+            pieces.append(text[start:m.end()])
+            start = m.end()
+        pieces.append(text[start:])
+        return pieces
 
     def detokenize(self, tokens: list[int]) -> str:
         return b"".join(self._piece(t, False) for t in tokens).decode("utf-8", errors="replace")

@@ -10,7 +10,7 @@ from ..core.errors import InvalidRequestError
 from ..hosts.base import Host, Prompt, TokenLogprob
 from . import params, render, tools
 from .assembly import usage
-from .generation import ChoiceResult, Job, fit_prompt, new_job, run_job
+from .generation import ChoiceResult, Job, bound_text, fit_prompt, new_job, run_job
 from .protocol import ChatCompletionRequest, ChatMessage
 from .service import TextService
 
@@ -82,13 +82,29 @@ def template_input(host: Host, req: ChatCompletionRequest,
     return messages, ({"tools": tools_arg} if tools_arg else {})
 
 
+def _content_chars(req: ChatCompletionRequest) -> int:
+    total = 0
+    for m in req.messages:
+        if isinstance(m.content, str):
+            total += len(m.content)
+        elif m.content:
+            total += sum(len(getattr(part, "text", None) or getattr(part, "refusal", None) or "")
+                         for part in m.content)
+    return total
+
+
 def prepare(text: TextService, req: ChatCompletionRequest) -> Job:
     host = text.host
+    truncate = text.settings.truncate_prompt
+    # Messages whose text alone cannot fit are refused before the template and the tokenizer
+    # run over them (a list of 100,000 messages would keep both busy for minutes).
+    bound_text(host, _content_chars(req), truncate=truncate, param="messages")
     toolset = tools.parse(req)
     rendered = host.chat_prompt(*template_input(host, req, toolset))
-    prompt = Prompt(rendered.text, host.tokenize(rendered.text), rendered.stops)
+    rendered_text = bound_text(host, rendered.text, truncate=truncate, param="messages")
+    prompt = Prompt(rendered_text, host.tokenize(rendered_text), rendered.stops)
     requested = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
-    prompt = fit_prompt(host, prompt, requested=requested, truncate=text.settings.truncate_prompt, param="messages")
+    prompt = fit_prompt(host, prompt, requested=requested, truncate=truncate, param="messages")
     plan = params.plan(req, abilities=host.abilities, room=host.context_length() - len(prompt.tokens),
                        max_n=text.settings.max_n, toolset=toolset,
                        allow_unknown=text.settings.allow_unknown_fields)

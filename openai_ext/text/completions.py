@@ -10,12 +10,12 @@ from ..core.errors import InvalidRequestError
 from ..hosts.base import Host, Prompt, TokenLogprob
 from . import params, render
 from .assembly import usage
-from .generation import ChoiceResult, Job, best_of, fit_prompt, new_job, run_job
+from .generation import ChoiceResult, Job, best_of, bound_text, fit_prompt, new_job, run_job
 from .protocol import CompletionRequest
 from .service import TextService
 
 
-def _prompts(host: Host, req: CompletionRequest) -> list[Prompt]:
+def _prompts(host: Host, req: CompletionRequest, truncate: bool) -> list[Prompt]:
     raw = req.prompt
     if isinstance(raw, str):
         items: list[str | list[int]] = [raw]
@@ -29,6 +29,7 @@ def _prompts(host: Host, req: CompletionRequest) -> list[Prompt]:
     prompts = []
     for i, item in enumerate(items):
         if isinstance(item, str):
+            item = bound_text(host, item, truncate=truncate, param="prompt")
             if req.suffix and host.abilities.fim:  # without FIM tokens, params.plan() refuses suffix
                 tokens = host.fim_prompt(item, req.suffix)
                 prompts.append(Prompt(item, tokens))
@@ -49,7 +50,7 @@ def prepare(text: TextService, req: CompletionRequest) -> Job:
     if req.echo and req.suffix:
         raise InvalidRequestError("echo and suffix cannot be used together.", param="echo")
     prompts = [fit_prompt(host, p, requested=req.max_tokens, truncate=text.settings.truncate_prompt, param="prompt")
-               for p in _prompts(host, req)]
+               for p in _prompts(host, req, text.settings.truncate_prompt)]
     room = host.context_length() - max(len(p.tokens) for p in prompts)
     plan = params.plan(req, abilities=host.abilities, room=room, max_n=text.settings.max_n,
                        allow_unknown=text.settings.allow_unknown_fields)

@@ -124,6 +124,27 @@ async def run_choice(host: Host, prompt: Prompt, settings: dict[str, Any], stops
     result.logprobs = asm.logprobs
 
 
+def bound_text(host: Host, text: str | int, *, truncate: bool, param: str) -> str | None:
+    """Refuses text that cannot fit the context whatever its tokens, before it is rendered or
+    tokenized: a token stands for at most ``host.max_token_bytes`` bytes and a character takes at
+    least one, so this costs nothing and bounds the tokenizer's work by the context, not by the
+    body. With truncate_prompt on, the text's start is cut instead (``text`` given as a string;
+    fit_prompt() then cuts the exact tokens). ``text`` may be given as its length only."""
+    ctx, per_token = host.context_length(), host.max_token_bytes
+    limit = ctx * per_token
+    length = text if isinstance(text, int) else len(text)
+    if length <= limit:
+        return None if isinstance(text, int) else text
+    if truncate and isinstance(text, str):
+        return text[-limit:]
+    if truncate:
+        return None
+    raise ContextLengthExceeded(
+        f"This model's maximum context length is {ctx} tokens, and the {param} hold {length} characters, more "
+        f"than {ctx} tokens of at most {per_token} bytes each can hold. Shorten the {param}, or start the server "
+        "with the truncate_prompt setting to cut the oldest tokens.", param=param)
+
+
 def fit_prompt(host: Host, prompt: Prompt, *, requested: int | None, truncate: bool, param: str) -> Prompt:
     """Checks that the prompt leaves room for at least one token, or cuts its start if the
     truncate_prompt setting allows. ``requested`` is the client's max_tokens, if any."""

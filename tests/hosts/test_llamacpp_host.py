@@ -64,3 +64,28 @@ def test_a_character_cut_off_at_the_end_is_dropped_not_replaced(llama_host):
     detok = llama_host.detokenizer()
     out = [detok.push(t) for t in tokens[:-1]] + [detok.flush()]
     assert "".join(out) == ""
+
+
+def test_a_long_text_is_tokenized_in_pieces_that_give_the_same_tokens(llama_host):
+    import random
+
+    from openai_ext.hosts import llamacpp
+
+    rng = random.Random(7)
+    parts = ["<|im_start|>", "<|im_end|>", "hello", " world", "\n", "  ", "<|endoftext|>", "é", "<|im_", "end|>",
+             "x" * 3000, "<|im_start|>" * 3, " \n "]
+    cut = 0
+    for _ in range(20):
+        text = "".join(rng.choice(parts) for _ in range(rng.randint(1, 2000)))
+        for bos in (False, True):
+            whole = llama_host.llm.tokenize(text.encode(), add_bos=bos and llama_host._add_bos, special=True)
+            if len(whole) > 1 and whole[0] == whole[1] == llama_host._bos:
+                whole = whole[1:]
+            assert llama_host.tokenize(text, add_bos=bos) == whole
+        cut += len(llama_host._pieces(text)) > 1
+    assert cut > 10   # most texts were long enough to be cut
+
+
+def test_the_longest_token_is_known_so_a_text_that_cannot_fit_is_known_before_tokenizing(llama_host):
+    longest = max(len(llama_host._piece(t, True)) for t in range(llama_host.abilities.vocab_size))
+    assert llama_host.max_token_bytes == longest and 1 < longest < 256

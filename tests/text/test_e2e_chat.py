@@ -305,3 +305,33 @@ def test_routes_answer_without_v1_prefix(live):
     assert r.status_code == 200
     assert_valid("CreateChatCompletionResponse", r.json())
     assert httpx.get(f"{bare}/models").json()["data"]
+
+
+def test_a_message_list_that_cannot_fit_is_refused_before_it_is_rendered_and_others_are_served(live):
+    """100,000 tiny messages (3.5 MB) used to keep the template and the tokenizer busy for
+    minutes, and every other request waited; now the text's length alone refuses it."""
+    import asyncio
+
+    huge = {"model": "x", "messages": [{"role": "user", "content": "hi"}] * 100_000, "max_tokens": 1}
+    small = {"model": "x", "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 3, "temperature": 0}
+
+    async def run():
+        async with httpx.AsyncClient(base_url=live.url, timeout=300) as c:
+            return await asyncio.gather(c.post("/chat/completions", json=huge),
+                                        c.post("/chat/completions", json=small))
+
+    refused, served = asyncio.run(run())
+    assert refused.status_code == 400, refused.text
+    err = refused.json()["error"]
+    assert err["code"] == "context_length_exceeded" and err["param"] == "messages"
+    assert "characters" in err["message"] and "truncate_prompt" in err["message"]
+    assert served.status_code == 200 and served.json()["choices"][0]["message"]["content"] is not None
+
+
+def test_token_count_bounds_the_text_it_tokenizes(live):
+    from openai_ext.admin.routes import MAX_TOKENIZE_CHARS
+
+    ok = httpx.post(f"{live.url}/internal/token-count", json={"text": "<|im_end|>" * (MAX_TOKENIZE_CHARS // 10)})
+    assert ok.status_code == 200 and ok.json()["length"] == MAX_TOKENIZE_CHARS // 10
+    over = httpx.post(f"{live.url}/internal/token-count", json={"text": "a" * (MAX_TOKENIZE_CHARS + 1)})
+    assert over.status_code == 400 and over.json()["error"]["param"] == "text"

@@ -190,3 +190,10 @@ def test_an_empty_prompt_starts_a_new_document(client):
     assert resp.usage.prompt_tokens == 1 and resp.usage.completion_tokens >= 1
     resp, _ = raw_completion(client, prompt=["", "Hi"], max_tokens=2, temperature=0)
     assert len(resp.choices) == 2
+
+
+def test_a_prompt_that_cannot_fit_is_refused_from_its_length(live, llama_host):
+    limit = llama_host.context_length() * llama_host.max_token_bytes
+    r = httpx.post(f"{live.url}/completions", json={"model": "x", "prompt": "a" * (limit + 1), "max_tokens": 1})
+    assert r.status_code == 400
+    assert r.json()["error"]["code"] == "context_length_exceeded" and r.json()["error"]["param"] == "prompt"
