@@ -41,7 +41,8 @@ async def timed(client: httpx.AsyncClient, path: str, body: dict) -> tuple[float
 async def run(url: str, n: int) -> None:
     async with httpx.AsyncClient(base_url=url, timeout=600) as client:
         await timed(client, "/v1/chat/completions", SMALL)  # warm up
-        print(f"{'case':10} {'N':>8} {'bytes':>10} {'status':>6} {'answer s':>9} {'growth':>7} {'small chat beside s':>20}")
+        print(f"{'case':10} {'N':>8} {'bytes':>10} {'status':>6} {'answer s':>9} {'growth':>7} "
+              f"{'small chat beside s':>20}")
         for name in cases(n):
             previous = None
             for k in (1, 2, 4):

@@ -24,7 +24,6 @@ from ..text import chat, tools
 from ..text.protocol import ChatCompletionRequest
 from ..text.service import TextService
 
-
 # Text tokenized by one /internal/encode or /internal/token-count call at most: a third of a second of
 # the tokenizer's time on a small CPU at worst, during which other requests' prompts wait.
 MAX_TOKENIZE_CHARS = 262_144

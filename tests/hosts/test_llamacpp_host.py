@@ -69,7 +69,6 @@ def test_a_character_cut_off_at_the_end_is_dropped_not_replaced(llama_host):
 def test_a_long_text_is_tokenized_in_pieces_that_give_the_same_tokens(llama_host):
     import random
 
-    from openai_ext.hosts import llamacpp
 
     rng = random.Random(7)
     parts = ["<|im_start|>", "<|im_end|>", "hello", " world", "\n", "  ", "<|endoftext|>", "é", "<|im_", "end|>",
