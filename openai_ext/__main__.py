@@ -105,6 +105,10 @@ def serve(args: argparse.Namespace) -> int:
     tunnel.start(settings, server.port, server.scheme)
     try:
         server.serve_forever()
+    except KeyboardInterrupt:
+        # uvicorn has shut down cleanly (streams ended, requests given their grace) and re-raises
+        # the Ctrl-C it caught: the usual exit status of an interrupted program, without a traceback
+        return 130
     finally:
         server.app.state.api.host.close()   # the model served last (model management may have swapped it)
     return 0

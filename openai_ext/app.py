@@ -28,6 +28,7 @@ from .audio import routes as audio
 from .core import tunnel
 from .core.auth import KeyGuard
 from .core.config import Settings
+from .core.drain import Drain
 from .core.guards import LOCAL_NAMES, BodyLimit, CatchAll, HostGuard
 from .core.handlers import install_error_handlers
 from .embeddings import routes as embeddings
@@ -57,6 +58,7 @@ def create_app(settings: Settings, host: Host, manager: ModelManager | None = No
     app = FastAPI(title="OpenAI-compatible API for local models", version=__version__,
                   docs_url=None, redoc_url=None, lifespan=lifespan)
     app.state.api = state
+    app.state.drain = Drain()   # told by the server when it begins to shut down (core/drain.py)
     install_error_handlers(app)
     # Middleware, innermost first: unexpected exceptions as 500 errors, the body limit, the key,
     # the Host check, and CORS outermost, so that even the guards' errors reach browser apps

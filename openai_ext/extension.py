@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import logging
 from typing import Any, Mapping
 
@@ -55,6 +56,9 @@ def start(params: Mapping[str, Any], modules: Any = None, name: str = "openai") 
         log.error("The OpenAI-compatible API is not started. %s", _with_setting_names(e, name))
         return None
     server.start()
+    # The server runs on a daemon thread, which would die mid-stream when the web UI exits: at
+    # exit it shuts down as on SIGTERM (open streams end with an error event, others get a grace).
+    atexit.register(server.stop)
     announce(server)
     tunnel.start(settings, server.port, server.scheme)
     return server

@@ -55,6 +55,7 @@ class Settings(BaseSettings):
     ipv6: bool = Field(False, description="Also listen on IPv6 (::1, or :: when listen is on).")
     cert_path: str = Field("", description="HTTPS certificate file (with key_path).")
     key_path: str = Field("", description="HTTPS private key file (with cert_path).")
+    shutdown_grace_s: float = Field(5.0, ge=0, description="On SIGTERM or Ctrl-C: open streams end at once with an error event; other requests get this many seconds to finish.")
     max_body_mb: float = Field(16.0, gt=0, description="Largest JSON request body, in MB.")
     max_upload_mb: float = Field(25.0, gt=0, description="Largest audio upload, in MB (OpenAI's limit is 25).")
     stream_send_timeout: float = Field(60.0, gt=0, description="Seconds a stream waits for a client that reads nothing; "

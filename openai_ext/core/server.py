@@ -13,11 +13,13 @@ import socket
 import sys
 import threading
 import time
+from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
 
 from .config import Settings, SettingsError
+from .drain import Drain
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +95,18 @@ def bind_all(settings: Settings) -> list[socket.socket]:
     return sockets
 
 
+class _Server(uvicorn.Server):
+    """uvicorn's server, which tells open streams when it begins to shut down (core/drain.py)."""
+
+    def __init__(self, config: uvicorn.Config, drain: Drain):
+        super().__init__(config)
+        self.drain = drain
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        self.drain.start()
+        super().handle_exit(sig, frame)
+
+
 class ApiServer:
     def __init__(self, app: FastAPI, settings: Settings, sockets: list[socket.socket] | None = None):
         self.app = app
@@ -103,8 +117,11 @@ class ApiServer:
         tls = _tls(settings)
         self.scheme = "https" if tls else "http"
         config = uvicorn.Config(app, log_level="info" if settings.debug else "warning",
-                                access_log=settings.debug, timeout_graceful_shutdown=5, **tls)
-        self.server = uvicorn.Server(config)
+                                access_log=settings.debug, timeout_graceful_shutdown=settings.shutdown_grace_s,
+                                **tls)
+        drain = getattr(app.state, "drain", None)
+        self.drain = drain if isinstance(drain, Drain) else Drain()
+        self.server = _Server(config, self.drain)
         self.thread: threading.Thread | None = None
 
     @property
@@ -128,9 +145,12 @@ class ApiServer:
         return self
 
     def stop(self) -> None:
+        """Stops as SIGTERM does: open streams end with an error event, short requests get the
+        grace period (shutdown_grace_s) to finish."""
+        self.drain.start()
         self.server.should_exit = True
         if self.thread is not None:
-            self.thread.join(timeout=10)
+            self.thread.join(timeout=self.settings.shutdown_grace_s + 10)
         for sock in self.sockets:
             sock.close()
 

@@ -12,20 +12,25 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import inspect
 import json
 import logging
 from typing import Any, AsyncIterator, Awaitable, Callable
 
+import anyio
 from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 from sse_starlette import EventSourceResponse
 from sse_starlette.sse import SendTimeoutError
 
-from .errors import OpenAIError, internal_error_body
+from .drain import Drain
+from .errors import OpenAIError, ServiceUnavailableError, internal_error_body
 
 log = logging.getLogger(__name__)
 
 DONE = b"data: [DONE]\n\n"
+_HAS_SHUTDOWN_EVENT = "shutdown_grace_period" in inspect.signature(EventSourceResponse.__init__).parameters
 PING_SECONDS = 15
 
 
@@ -54,12 +59,43 @@ class OpenAIFraming:
         return DONE if self.done else b""
 
 
-async def sse_stream(chunks: AsyncIterator[Any], framing: Any = None) -> AsyncIterator[bytes]:
-    """Frames ``chunks``. An error after the stream began becomes an error event, and the
-    stream still ends as its framing says."""
-    framing = framing or OpenAIFraming()
+SHUTTING_DOWN = ("The server is shutting down; this stream was ended early. Send the request again once the "
+                 "server is back.")
+
+
+async def _until_drained(chunks: AsyncIterator[Any], drained: asyncio.Event) -> AsyncIterator[Any]:
+    """``chunks`` until the server begins to shut down; then ServiceUnavailableError."""
+    stop = asyncio.ensure_future(drained.wait())
+    step: asyncio.Future[Any] | None = None
     try:
-        async for chunk in chunks:
+        while True:
+            step = asyncio.ensure_future(chunks.__anext__())
+            await asyncio.wait((step, stop), return_when=asyncio.FIRST_COMPLETED)
+            if not step.done():
+                raise ServiceUnavailableError(SHUTTING_DOWN, code="server_shutting_down")
+            try:
+                chunk = step.result()
+            except StopAsyncIteration:
+                return
+            yield chunk
+    finally:
+        stop.cancel()
+        if step is not None and not step.done():
+            # The client left, or the server is stopping: the work under ``chunks`` is stopped
+            # and waited for (a generation gives the model back only once it has stopped).
+            step.cancel()
+            with anyio.CancelScope(shield=True), contextlib.suppress(BaseException):
+                await step
+
+
+async def sse_stream(chunks: AsyncIterator[Any], framing: Any = None,
+                     drain: Drain | None = None) -> AsyncIterator[bytes]:
+    """Frames ``chunks``. An error after the stream began becomes an error event, and the
+    stream still ends as its framing says; so does a stream open when the server shuts down."""
+    framing = framing or OpenAIFraming()
+    source = chunks if drain is None else _until_drained(chunks, drain.event())
+    try:
+        async for chunk in source:
             yield framing.frame(chunk)
     except OpenAIError as e:
         yield framing.error(e, e)
@@ -67,6 +103,8 @@ async def sse_stream(chunks: AsyncIterator[Any], framing: Any = None) -> AsyncIt
         log.exception("stream failed")
         yield framing.error(None, e)
     finally:
+        if source is not chunks:
+            await source.aclose()
         await chunks.aclose()
     end = framing.end()
     if end:
@@ -82,11 +120,24 @@ class EventStream(EventSourceResponse):
     that may never read again. After ``send_timeout`` seconds without progress the stream is
     closed, which stops the work and frees its place; the server then drops the connection."""
 
-    def __init__(self, content: Any, *, on_close: Callable[[], None] | None = None, **kwargs: Any):
-        super().__init__(content, **kwargs)
+    def __init__(self, chunks: AsyncIterator[Any], framing: Any = None, *,
+                 on_close: Callable[[], None] | None = None, **kwargs: Any):
+        if _HAS_SHUTDOWN_EVENT:
+            # sse-starlette 3.3+ cancels open streams when it sees the server stop; the grace
+            # lets the stream send its closing error event first (see core/drain.py).
+            kwargs.setdefault("shutdown_grace_period", 2.0)
+        super().__init__(self._frames(chunks, framing), **kwargs)
         self._on_close = on_close
+        self._drain: Drain | None = None
+
+    async def _frames(self, chunks: AsyncIterator[Any], framing: Any) -> AsyncIterator[bytes]:
+        # Built when the response starts, so the app's drain (known from the scope) is in place.
+        async for frame in sse_stream(chunks, framing, self._drain):
+            yield frame
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        app = scope.get("app")
+        self._drain = getattr(getattr(app, "state", None), "drain", None)
         try:
             await super().__call__(scope, receive, send)
         except BaseException as e:
@@ -128,7 +179,7 @@ def _only_send_timeouts(error: BaseException) -> bool:
 def event_stream(chunks: AsyncIterator[Any], send_timeout: float | None = None, *, framing: Any = None,
                  on_close: Callable[[], None] | None = None, ping: int = PING_SECONDS,
                  headers: dict[str, str] | None = None) -> EventSourceResponse:
-    return EventStream(sse_stream(chunks, framing), sep="\n", ping=ping, send_timeout=send_timeout,
+    return EventStream(chunks, framing, sep="\n", ping=ping, send_timeout=send_timeout,
                        on_close=on_close, headers=headers)
 
 

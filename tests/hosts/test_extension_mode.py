@@ -485,3 +485,35 @@ def test_a_model_unloaded_for_idleness_is_loaded_again_off_the_event_loop(client
     models.unload_model()
     r = httpx.post(f"{extension.server.url}/completions", json={"prompt": "x"}, timeout=30)
     assert r.status_code == 503 and r.json()["error"]["code"] == "model_not_loaded"
+
+
+def test_the_web_uis_exit_ends_open_streams_with_an_error_event_and_frees_the_lock(host_modules, monkeypatch):
+    """The server thread is a daemon: at the web UI's exit it would die mid-stream. The exit hook
+    the extension registers shuts it down as SIGTERM does."""
+    import atexit
+
+    hooks = []
+    monkeypatch.setattr(atexit, "register", lambda fn, *a, **kw: hooks.append(fn) or fn)
+    tg, shared = host_modules.text_generation, host_modules.shared
+    tg.SCRIPT = ["tok "] * 10_000
+    original = tg.generate_reply
+
+    def paced(*a, **kw):   # 5 ms a token, like a small model
+        for text in original(*a, **kw):
+            time.sleep(0.005)
+            yield text
+    monkeypatch.setattr(tg, "generate_reply", paced)
+    shared.settings["openai-port"] = free_port()
+    ext = load_extension(shared)
+    assert ext.server.stop in hooks
+    from support.spec import parse_sse
+    with httpx.stream("POST", f"{ext.server.url}/chat/completions", timeout=30,
+                      json={"messages": [{"role": "user", "content": "x"}], "stream": True}) as r:
+        lines = r.iter_lines()
+        raw = [next(lines) for _ in range(6)]
+        for hook in hooks:   # what the interpreter does at exit
+            hook()
+        raw += list(lines)
+    events, done = parse_sse("\n".join(raw) + "\n")
+    assert done and events[-1]["error"]["code"] == "server_shutting_down"
+    assert not shared.generation_lock.locked()

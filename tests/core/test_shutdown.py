@@ -1,0 +1,113 @@
+"""Shutting down while clients are mid-stream: each open stream ends with an error event and
+[DONE] (a clean end of the chunked body), short requests finish, new ones are not taken."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import pytest
+from support import ROOT
+from support.spec import assert_valid, parse_sse
+
+LONG = {"model": "x", "messages": [{"role": "user", "content": "Write a very long story about a dragon."}],
+        "max_tokens": 1500, "temperature": 1, "seed": 3, "stream": True}
+
+
+def read_until_chunks(response: httpx.Response, n: int) -> tuple[str, object]:
+    """Reads the stream until n chunks have come; returns the text so far and the line iterator."""
+    lines = response.iter_lines()
+    raw, seen = [], 0
+    for line in lines:
+        raw.append(line)
+        if line.startswith("data: {"):
+            seen += 1
+            if seen >= n:
+                break
+    return "\n".join(raw) + "\n", lines
+
+
+def finish(raw: str, lines) -> tuple[list, bool]:
+    rest = "\n".join(lines)   # raises if the body is cut without its last chunk
+    return parse_sse(raw + rest)
+
+
+def test_stopping_the_server_ends_open_streams_with_an_error_event_and_done(llama_host, make_server):
+    server = make_server(llama_host, shutdown_grace_s=5)
+    with httpx.Client(timeout=60) as client, client.stream("POST", f"{server.url}/chat/completions",
+                                                           json=LONG) as response:
+        assert response.status_code == 200
+        raw, lines = read_until_chunks(response, 3)
+        stopper = threading.Thread(target=server.stop)
+        stopper.start()
+        events, done = finish(raw, lines)
+        stopper.join(30)
+    assert done, "the stream must end with [DONE]"
+    *chunks, last = events
+    for chunk in chunks:
+        assert_valid("CreateChatCompletionStreamResponse", chunk)
+    assert last["error"]["code"] == "server_shutting_down" and last["error"]["type"] == "server_error"
+    assert not stopper.is_alive()
+    # no new connections once stopped
+    with pytest.raises(httpx.TransportError):
+        httpx.get(f"{server.url}/models", timeout=5)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow   # starts a process with the model
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "Ctrl-C"])
+def test_a_signal_ends_open_streams_cleanly_and_lets_a_short_request_finish(sig):
+    port = _free_port()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "openai_ext", "--port", str(port), "--shutdown-grace-s", "20"],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    base = f"http://127.0.0.1:{port}/v1"
+    try:
+        for _ in range(600):
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if proc.poll() is not None:
+                pytest.fail(proc.stdout.read())
+            time.sleep(0.2)
+        short: dict = {}
+
+        def plain_request():
+            # queued behind the stream; the stream's early end frees the model for it
+            short["r"] = httpx.post(f"{base}/chat/completions", timeout=60, json={
+                "model": "x", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 5})
+
+        with httpx.Client(timeout=60) as client, client.stream("POST", f"{base}/chat/completions",
+                                                               json=LONG) as response:
+            raw, lines = read_until_chunks(response, 3)
+            waiter = threading.Thread(target=plain_request)
+            waiter.start()
+            for _ in range(100):   # the plain request is in line behind the stream
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).json()["queued"] >= 1:
+                    break
+                time.sleep(0.05)
+            proc.send_signal(sig)
+            events, done = finish(raw, lines)
+        waiter.join(60)
+        assert done and events[-1]["error"]["code"] == "server_shutting_down"
+        assert short["r"].status_code == 200 and short["r"].json()["choices"][0]["message"]["content"] is not None
+        # uvicorn re-raises the signal once it has shut down, so the exit status says which it was
+        assert proc.wait(60) in (0, -sig, 130)
+        assert "Traceback" not in proc.stdout.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
