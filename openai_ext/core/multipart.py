@@ -8,6 +8,7 @@ fuzz tests see the fields.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 from typing import Any, AsyncIterator
@@ -20,11 +21,22 @@ from .errors import InvalidRequestError, RequestTooLargeError
 
 
 @contextlib.asynccontextmanager
-async def read_form(request: Request, *, hint: str, max_files: int = 4,
-                    max_fields: int = 256) -> AsyncIterator["Form"]:
+async def read_form(request: Request, *, hint: str, max_files: int = 4, max_fields: int = 256,
+                    json_files: dict[str, str] | None = None) -> AsyncIterator["Form | JsonForm"]:
     """The request's form; its uploads' spooled files are closed on leaving, whatever happens.
-    ``hint`` says which file field the route wants, for a request that is not multipart."""
+    ``hint`` says which file field the route wants, for a request that is not multipart.
+    ``json_files`` lets the route take OpenAI's JSON body form too, where files are references
+    (file field -> the JSON field holding its reference, see JsonForm)."""
     content_type = request.headers.get("content-type", "")
+    if json_files and content_type.lower().startswith("application/json"):
+        try:
+            doc = json.loads(await request.body())
+        except ValueError:
+            raise InvalidRequestError("The request body is not valid JSON.") from None
+        if not isinstance(doc, dict):
+            raise InvalidRequestError("The request body must be a JSON object.")
+        yield JsonForm(doc, json_files)
+        return
     if not content_type.lower().startswith("multipart/form-data"):
         raise InvalidRequestError(f"Send the request as multipart/form-data, with {hint} (OpenAI's clients do "
                                   "this).", code="invalid_content_type")
@@ -150,6 +162,85 @@ class Form:
                                        "limit (max_upload_mb). Send a smaller or more compressed file.",
                                        param=name, code="file_too_large")
         return upload.filename, await upload.read()
+
+
+class JsonForm:
+    """The same questions as Form, asked of OpenAI's JSON body form of a route that takes files:
+    a file is a reference, ``{"image_url": "data:image/png;base64,..."}`` (or a list of them), and
+    only data URLs can be read here: this server fetches no URL and has no Files API."""
+
+    def __init__(self, doc: dict[str, Any], files: dict[str, str]):
+        self.doc = doc
+        self.files = files   # file field -> JSON field
+
+    def names(self) -> set[str]:
+        return set(self.doc)
+
+    def text(self, name: str) -> str | None:
+        value = self.doc.get(name)
+        if value is None:
+            return None
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, (str, int, float)):
+            return str(value)
+        raise InvalidRequestError(f"'{name}' must be a string or a number.", param=name)
+
+    def many(self, name: str) -> list[str] | None:
+        value = self.doc.get(name)
+        if value is None:
+            return None
+        values = value if isinstance(value, list) else [value]
+        if not all(isinstance(v, str) for v in values):
+            raise InvalidRequestError(f"'{name}' must be a list of strings.", param=name)
+        return values
+
+    def object(self, name: str) -> dict[str, Any] | str | None:
+        value = self.doc.get(name)
+        if value is not None and not isinstance(value, (dict, str)):
+            raise InvalidRequestError(f"'{name}' must be a JSON object or a string.", param=name)
+        return value
+
+    integer = Form.integer
+    choice = Form.choice
+    flag = Form.flag
+
+    async def file(self, name: str, *, required: bool, limit: int | None = None,
+                   example: str = "file.bin") -> tuple[str | None, bytes] | None:
+        field = self.files.get(name, name)
+        ref = self.doc.get(field)
+        if isinstance(ref, list):
+            if len(ref) > 1:
+                raise InvalidRequestError(f"'{field}' holds {len(ref)} images; this server edits one at a time.",
+                                          param=field)
+            ref = ref[0] if ref else None
+        if ref is None:
+            if required:
+                raise InvalidRequestError(f"Missing required parameter: '{field}'. Send "
+                                          f"[{{\"image_url\": \"data:image/png;base64,...\"}}].", param=field)
+            return None
+        if not isinstance(ref, dict):
+            raise InvalidRequestError(f"'{field}' must hold objects like {{\"image_url\": \"data:...\"}}.", param=field)
+        url = ref.get("image_url")
+        if ref.get("file_id") is not None and url is None:
+            raise InvalidRequestError(f"'{field}' refers to a file_id; this server has no Files API. Send the image as "
+                                      "a data URL in image_url, or as a multipart upload.", param=field)
+        if not isinstance(url, str) or not url.startswith("data:"):
+            raise InvalidRequestError(f"'{field}' must give the image as a data URL (data:image/png;base64,...); this "
+                                      "server does not fetch URLs. Or send it as a multipart upload.", param=field)
+        header, _, data = url.partition(",")
+        if not header.endswith(";base64"):
+            raise InvalidRequestError(f"The data URL in '{field}' must be base64 (data:image/png;base64,...).",
+                                      param=field)
+        try:
+            raw = base64.b64decode(data, validate=True)
+        except ValueError:
+            raise InvalidRequestError(f"The data URL in '{field}' is not valid base64.", param=field) from None
+        if limit is not None and len(raw) > limit:
+            raise RequestTooLargeError(f"The image is {len(raw) / 2 ** 20:.1f} MB, over the {limit / 2 ** 20:g} MB "
+                                       "limit (max_upload_mb).", param=field, code="file_too_large")
+        kind = header[5:].split(";", 1)[0]
+        return f"{name}.{kind.split('/')[-1] or 'bin'}", raw
 
 
 def form_schema(fields: dict[str, Any], required: list[str]) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..core.config import Settings
 from ..core.errors import InvalidRequestError, refuse_unknown_fields
-from ..core.multipart import Form, form_schema, read_form
+from ..core.multipart import Form, JsonForm, form_schema, read_form
 from .sd_client import SdClient
 from .uploads import default_size, prepare_images
 
@@ -90,7 +90,15 @@ def openapi(need_prompt: bool) -> dict[str, Any]:
     }
     if need_prompt:
         fields.update({"prompt": {"type": "string"}, "mask": {"type": "string", "format": "binary"}})
-    return form_schema(fields, ["image", "prompt"] if need_prompt else ["image"])
+    schema = form_schema(fields, ["image", "prompt"] if need_prompt else ["image"])
+    if need_prompt:   # OpenAI's JSON form of edits: the images as data URLs
+        ref = {"type": "object", "properties": {"image_url": {"type": "string"}, "file_id": {"type": "string"}}}
+        schema["requestBody"]["content"]["application/json"] = {"schema": {
+            "type": "object", "required": ["images", "prompt"], "properties": {
+                "images": {"type": "array", "minItems": 1, "maxItems": 16, "items": ref}, "mask": ref,
+                "prompt": {"type": "string"}, "n": fields["n"], "size": fields["size"], "model": fields["model"],
+                "response_format": fields["response_format"]}}}
+    return schema
 
 
 class ImagesService:
@@ -124,11 +132,13 @@ class ImagesService:
 
     async def img2img(self, request: Request, *, need_prompt: bool) -> dict[str, Any]:
         # the uploads' spooled files are closed as soon as the form is read, whatever happens
-        async with read_form(request, hint="the picture in an 'image' field") as form:
+        # edits also take OpenAI's JSON form (images as data URLs); variations are multipart only
+        json_files = {"image": "images", "mask": "mask"} if need_prompt else None
+        async with read_form(request, hint="the picture in an 'image' field", json_files=json_files) as form:
             payload, n, response_format, model = await self._read_img2img(form, need_prompt=need_prompt)
         return await self._answer("img2img", payload, n, response_format, model)
 
-    async def _read_img2img(self, form: Form, *, need_prompt: bool
+    async def _read_img2img(self, form: Form | JsonForm, *, need_prompt: bool
                             ) -> tuple[dict[str, Any], int, str | None, str | None]:
         prompt = form.text("prompt")
         if need_prompt and (prompt is None or not prompt.strip()):

@@ -428,3 +428,34 @@ def test_decoding_uploads_runs_off_the_event_loop(server, sd, monkeypatch):
         release.set()
         edit.join(30)
     assert result["r"].status_code == 200
+
+
+def test_edits_take_openais_json_body_with_images_as_data_urls(server, sd):
+    """The JSON form of /images/edits (images as references) works as the multipart one does."""
+    data_url = "data:image/png;base64," + base64.b64encode(png(128, 96)).decode()
+    mask = Image.new("RGBA", (128, 96), (0, 0, 0, 255))
+    mask.paste((0, 0, 0, 0), (0, 0, 64, 96))
+    buf = io.BytesIO()
+    mask.save(buf, format="PNG")
+    mask_url = "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+    r = httpx.post(server.url + "/images/edits", timeout=60, json={
+        "model": "gpt-image-1", "prompt": "add a red door", "images": [{"image_url": data_url}],
+        "mask": {"image_url": mask_url}, "n": 2, "size": "256x256"})
+    assert r.status_code == 200, r.text
+    assert_valid("ImagesResponse", r.json())
+    assert len(r.json()["data"]) == 2 and png_size(r.json()["data"][0]["b64_json"]) == (256, 256)
+    path, req = sd.requests[-1]
+    assert path == "/sdapi/v1/img2img" and req["prompt"] == "add a red door" and req["batch_size"] == 2
+    assert "mask" in req and len(req["init_images"]) == 1
+
+
+@pytest.mark.parametrize("body, param, says", [
+    ({"prompt": "p", "images": [{"image_url": "https://example.com/a.png"}]}, "images", "does not fetch"),
+    ({"prompt": "p", "images": [{"file_id": "file-abc"}]}, "images", "Files API"),
+    ({"prompt": "p", "images": [{"image_url": "data:image/png;base64,@@@"}]}, "images", "base64"),
+    ({"prompt": "p"}, "images", "Missing"),
+    ({"images": [{"image_url": "data:image/png;base64,AAAA"}]}, "prompt", "prompt"),
+])
+def test_json_edit_errors_name_the_field(server, body, param, says):
+    r = httpx.post(server.url + "/images/edits", json=body, timeout=30)
+    assert_400(r, param, says)
