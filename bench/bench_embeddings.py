@@ -84,7 +84,7 @@ class Connection:
 
 async def wait_up(port: int, proc: subprocess.Popen, timeout: float = 180) -> None:
     deadline = time.monotonic() + timeout
-    body = json.dumps({"model": "m", "input": "warm up"}).encode()
+    body = json.dumps({"model": "text-embedding-3-small", "input": "warm up"}).encode()
     while time.monotonic() < deadline:
         exited(proc)
         try:

@@ -48,7 +48,8 @@ class ApiState:
         transcription = TranscriptionService(settings, started=started)
         # /v1/models lists the text model first, then the other families' models
         catalog = Catalog([text.model_cards, embeddings.model_cards, moderations.model_cards,
-                           speech.model_cards, transcription.model_cards])
+                           speech.model_cards, transcription.model_cards],
+                          aliases=[embeddings.alias_card])
         return cls(settings, text, tables, embeddings, moderations, speech, transcription,
                    ImagesService(settings), catalog, manager, started)
 

@@ -10,6 +10,8 @@ from typing import Any, Callable, Sequence
 from .errors import NotFoundError
 
 Cards = Callable[[], list[dict[str, Any]]]
+# A family's card for a name it serves that is not a model of its own (OpenAI's names), or None.
+Alias = Callable[[str], "dict[str, Any] | None"]
 
 
 def card(model_id: str, created: int, owned_by: str) -> dict[str, Any]:
@@ -17,8 +19,9 @@ def card(model_id: str, created: int, owned_by: str) -> dict[str, Any]:
 
 
 class Catalog:
-    def __init__(self, sources: Sequence[Cards]):
+    def __init__(self, sources: Sequence[Cards], aliases: Sequence[Alias] = ()):
         self.sources = list(sources)
+        self.aliases = list(aliases)
 
     def cards(self) -> list[dict[str, Any]]:
         """The text model first, then the models of the other families (embeddings, speech ...)."""
@@ -29,6 +32,10 @@ class Catalog:
         for c in cards:
             if c["id"] == model_id:
                 return c
+        for alias in self.aliases:
+            found = alias(model_id)
+            if found is not None:
+                return found
         known = ", ".join(c["id"] for c in cards) or "none"
         raise NotFoundError(f"The model '{model_id}' does not exist. Models here: {known}.",
                             param=param, code="model_not_found")

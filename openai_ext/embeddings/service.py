@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from ..core import token_tables
 from ..core.catalog import card
 from ..core.config import Settings
-from ..core.errors import InvalidRequestError, refuse_unknown_fields
+from ..core.errors import InvalidRequestError, NotFoundError, refuse_unknown_fields
 from ..core.lazy import Lazy
 from ..core.streaming import until_disconnect
 from ..core.token_tables import TokenTables
@@ -30,11 +30,14 @@ RENDER_INLINE = 16       # responses with more vectors than this are rendered on
 WATCH_FROM = 16          # requests with more inputs than this are stopped when their client leaves
 
 
+OPENAI_NAMES = ("text-embedding-3-small", "text-embedding-3-large", "text-embedding-ada-002")
+
+
 class EmbeddingRequest(BaseModel):
     model_config = ConfigDict(extra="allow")   # kept to be named in the 400 (refuse_unknown_fields)
 
     input: Any                  # checked by embedding_input, for errors that say what is wrong
-    model: str | None = None    # any name is served by the configured model
+    model: str | None = None    # required (checked in create, for OpenAI's wording); see accepts()
     encoding_format: Literal["float", "base64"] | None = None
     dimensions: StrictInt | None = Field(None, ge=1)
     user: str | None = None
@@ -63,9 +66,27 @@ class EmbeddingsService:
     def model_cards(self) -> list[dict[str, Any]]:
         if not model_available(self.settings):
             return []   # nothing to serve it with: listing it would promise what a request cannot get
-        model_id = self.batcher.get_blocking().engine.model_id if self.batcher.loaded \
+        return [card(self.model_id(), self.started, "local")]
+
+    def model_id(self) -> str:
+        return self.batcher.get_blocking().engine.model_id if self.batcher.loaded \
             else configured_model_id(self.settings)
-        return [card(model_id, self.started, "local")]
+
+    def accepts(self, name: str) -> bool:
+        """The names this route serves: its model's id (and the setting that chose it) and OpenAI's
+        embedding model names, which clients send by default. Any other name is a 404, as at
+        OpenAI and as GET /v1/models/{name} answers."""
+        model_id = self.model_id()
+        # the model's hub name ("sentence-transformers/all-MiniLM-L6-v2") names it too
+        return name in {model_id, self.settings.embedding_model, *OPENAI_NAMES} - {""} or \
+            name.rsplit("/", 1)[-1] == model_id
+
+    def alias_card(self, name: str) -> dict[str, Any] | None:
+        """GET /v1/models/{name} for an OpenAI name this route serves (not listed in /v1/models,
+        which lists real models only)."""
+        if name in OPENAI_NAMES and model_available(self.settings):
+            return card(name, self.started, "local")
+        return None
 
     def stats(self) -> dict[str, Any]:
         """How the dynamic batcher has grouped requests so far (for tuning and benchmarks)."""
@@ -85,6 +106,14 @@ class EmbeddingsService:
 
     async def create(self, body: EmbeddingRequest, request: Request) -> Response:
         refuse_unknown_fields(body, self.settings.allow_unknown_fields)
+        if not body.model:
+            raise InvalidRequestError("Missing required parameter: 'model'. Send this server's embedding model "
+                                      f"('{self.model_id()}') or one of OpenAI's names ({', '.join(OPENAI_NAMES)}).",
+                                      param="model")
+        if not self.accepts(body.model):
+            raise NotFoundError(f"The model '{body.model}' does not exist. Embeddings here come from "
+                                f"'{self.model_id()}', also served under OpenAI's names {', '.join(OPENAI_NAMES)}.",
+                                param="model", code="model_not_found")
         texts = await self.texts_of(body.input)          # every 400 about the input comes before loading
         lazy = self.batcher
 

