@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from typing import Any, Awaitable, Callable
 
 from .bodies import check_json_text
@@ -42,12 +43,19 @@ def header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
+# What a Host header may be (RFC 9110: host [":" port]): a name, an IPv4 address or a bracketed
+# IPv6 address. Anything else ("localhost:5001@evil.example") names no host and matches nothing.
+_HOST = re.compile(r"^(?:\[(?P<v6>[0-9a-f:.]+)\]|(?P<name>[a-z0-9._-]+))(?::[0-9]{1,5})?$")
+
+
 def host_name(header: str) -> str:
-    """'example.com:5001' -> 'example.com'; '[::1]:5001' -> '::1'."""
+    """'example.com:5001' -> 'example.com'; '[::1]:5001' -> '::1'; '' for a malformed header."""
     header = header.strip().lower()
-    if header.startswith("["):
-        return header[1:header.find("]")] if "]" in header else header
-    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+    m = _HOST.match(header)
+    if m is None:
+        # an IPv6 address without brackets (and so without a port), as some clients send it
+        return header if header.count(":") >= 2 and re.fullmatch(r"[0-9a-f:.]+", header) else ""
+    return m.group("v6") or m.group("name")
 
 
 class HostGuard:

@@ -33,7 +33,9 @@ def install_error_handlers(app: FastAPI) -> None:
             err = OpenAIError(f"Invalid URL ({request.method} {request.url.path}). See README.md for the routes.",
                               status=404)
         elif exc.status_code == 405:
-            err = OpenAIError(f"Method {request.method} is not allowed on {request.url.path}.", status=405)
+            allowed = (exc.headers or {}).get("Allow", "")
+            err = OpenAIError(f"Method {request.method} is not allowed on {request.url.path}"
+                              f"{f'; use {allowed}' if allowed else ''}.", status=405, headers=exc.headers)
         else:
             err = OpenAIError(str(exc.detail), status=exc.status_code)
         err.type = "invalid_request_error" if exc.status_code < 500 else "server_error"

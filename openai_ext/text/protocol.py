@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, StrictStr, field_validator
 
 
 class _Open(BaseModel):
@@ -24,33 +24,44 @@ class StreamOptions(_Open):
     include_obfuscation: bool | None = None
 
 
+def _not_bool(value: Any) -> Any:
+    # JSON's true and false are not numbers, though Python counts them as 0 and 1: OpenAI refuses
+    # `top_p: false`, and so does this server, naming the field.
+    if isinstance(value, bool):
+        raise ValueError("must be a number, not a boolean")
+    return value
+
+
+Number = Annotated[float, BeforeValidator(_not_bool)]
+Integer = Annotated[int, BeforeValidator(_not_bool)]
+
 Stop = Union[StrictStr, Annotated[list[StrictStr], Field(max_length=4)], None]
-LogitBias = dict[str, Annotated[float, Field(ge=-100, le=100)]]
+LogitBias = dict[str, Annotated[Number, Field(ge=-100, le=100)]]
 TokenIds = Annotated[list[StrictInt], Field(min_length=1)]
 
 
 class _Sampling(_Open):
     """Parameters chat and completions share."""
     model: str | None = None
-    frequency_penalty: float | None = Field(None, ge=-2, le=2)
-    presence_penalty: float | None = Field(None, ge=-2, le=2)
+    frequency_penalty: Number | None = Field(None, ge=-2, le=2)
+    presence_penalty: Number | None = Field(None, ge=-2, le=2)
     logit_bias: LogitBias | None = None
-    max_tokens: int | None = Field(None, ge=0)
-    n: int | None = Field(None, ge=1, le=128)
-    seed: int | None = None
+    max_tokens: Integer | None = Field(None, ge=0)
+    n: Integer | None = Field(None, ge=1, le=128)
+    seed: Integer | None = None
     stop: Stop = None
     stream: bool | None = None
     stream_options: StreamOptions | None = None
-    temperature: float | None = Field(None, ge=0, le=2)
-    top_p: float | None = Field(None, ge=0, le=1)
+    temperature: Number | None = Field(None, ge=0, le=2)
+    top_p: Number | None = Field(None, ge=0, le=1)
     user: str | None = None
 
 
 class CompletionRequest(_Sampling):
     prompt: Union[StrictStr, list[StrictStr], TokenIds, Annotated[list[TokenIds], Field(min_length=1)]]
-    best_of: int | None = Field(None, ge=0, le=20)
+    best_of: Integer | None = Field(None, ge=0, le=20)
     echo: bool | None = None
-    logprobs: int | None = Field(None, ge=0, le=5)
+    logprobs: Integer | None = Field(None, ge=0, le=5)
     suffix: str | None = None
 
 
@@ -99,9 +110,9 @@ class ChatMessage(_Open):
 
 class ChatCompletionRequest(_Sampling):
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
-    max_completion_tokens: int | None = Field(None, ge=0)
+    max_completion_tokens: Integer | None = Field(None, ge=0)
     logprobs: bool | None = None
-    top_logprobs: int | None = Field(None, ge=0, le=20)
+    top_logprobs: Integer | None = Field(None, ge=0, le=20)
     response_format: dict[str, Any] | None = None
     tools: list[dict[str, Any]] | None = None
     tool_choice: Union[str, dict[str, Any], None] = None

@@ -628,3 +628,25 @@ def test_round_trip_through_the_transcription_endpoint(client, fmt, speed, max_w
     upload = ("speech.wav", pcm_as_wav(data)) if fmt == "pcm" else (f"speech.{fmt}", data)
     heard = client.audio.transcriptions.create(model="whisper-1", file=upload, language="en").text
     assert word_error_rate(SPOKEN, heard) <= max_wer, heard
+
+
+def test_a_full_line_is_a_429_with_retry_after(llama_host, make_server):
+    """Speech has its own bounded line: two syntheses run, max_queue wait, the rest are refused."""
+    import asyncio
+
+    import httpx
+
+    server = make_server(llama_host, max_queue=1)
+    body = {"model": "tts-1", "voice": "alloy", "input": TEXT * 3, "response_format": "pcm"}
+
+    async def run():
+        async with httpx.AsyncClient(base_url=server.url, timeout=120) as c:
+            return await asyncio.gather(*[c.post("/audio/speech", json=body) for _ in range(8)])
+
+    answers = asyncio.run(run())
+    refused = [r for r in answers if r.status_code == 429]
+    served = [r for r in answers if r.status_code == 200]
+    assert len(served) + len(refused) == 8 and 1 <= len(served) <= 3 and refused
+    for r in refused:
+        assert r.json()["error"]["type"] == "rate_limit_error" and int(r.headers["retry-after"]) >= 1
+    assert all(len(r.content) > 24_000 for r in served)   # whole answers, over a second of audio each

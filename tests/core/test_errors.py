@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import httpx
 import pytest
 from pydantic import ValidationError
 
@@ -41,3 +42,26 @@ def test_messages_name_the_parameter_and_what_to_send(model, body, param, says):
 def test_missing_parameter():
     err = error_for(ChatCompletionRequest, {})
     assert err.param == "messages" and err.message == "Missing required parameter: 'messages'."
+
+
+@pytest.mark.parametrize("path,body,param", [
+    ("/completions", {"model": "x", "prompt": "hi", "logprobs": False}, "logprobs"),
+    ("/completions", {"model": "x", "prompt": "hi", "max_tokens": True}, "max_tokens"),
+    ("/chat/completions", {"model": "x", "messages": [{"role": "user", "content": "hi"}], "top_p": False}, "top_p"),
+    ("/chat/completions", {"model": "x", "messages": [{"role": "user", "content": "hi"}], "temperature": True},
+     "temperature"),
+    ("/chat/completions", {"model": "x", "messages": [{"role": "user", "content": "hi"}], "n": True}, "n"),
+    ("/chat/completions", {"model": "x", "messages": [{"role": "user", "content": "hi"}],
+                           "logit_bias": {"42": True}}, "logit_bias"),
+])
+def test_booleans_are_not_numbers(live, path, body, param):
+    r = httpx.post(f"{live.url}{path}", json=body, timeout=30)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"].startswith(param) and "boolean" in err["message"]
+
+
+def test_405_says_which_methods_are_allowed(live):
+    r = httpx.get(f"{live.url}/chat/completions")
+    assert r.status_code == 405 and r.headers["allow"] == "POST"
+    assert "use POST" in r.json()["error"]["message"]

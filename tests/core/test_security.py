@@ -222,6 +222,13 @@ def test_foreign_host_header_is_refused_while_local_only(live):
         assert httpx.get(live.url + "/models", headers={"Host": name}).status_code == 200
 
 
+@pytest.mark.parametrize("host", ["localhost:5001@evil.example", "localhost@evil.example", "evil.example#localhost",
+                                  "localhost/x", "127.0.0.1 evil.example", "[::1]x", ""])
+def test_a_malformed_host_header_names_no_local_host(live, host):
+    r = httpx.get(live.url + "/models", headers={"Host": host})
+    assert r.status_code == 400 and "Host" in r.json()["error"]["message"]
+
+
 def test_allowed_hosts_and_listen_open_the_host_check(llama_host, make_server):
     docker = make_server(llama_host, allowed_hosts=["api.docker.internal"])
     assert httpx.get(docker.url + "/models", headers={"Host": "api.docker.internal:5001"}).status_code == 200
