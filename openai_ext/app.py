@@ -25,7 +25,7 @@ from fastapi.responses import JSONResponse
 from . import __version__
 from .admin import routes as admin
 from .audio import routes as audio
-from .core import tunnel
+from .core import openapi, tunnel
 from .core.auth import KeyGuard
 from .core.config import Settings
 from .core.drain import Drain
@@ -41,6 +41,8 @@ from .text import legacy
 from .text import routes as text
 
 # Routes that take file uploads, which have their own (larger) size limit.
+# Routes that answer with server-sent events when asked to (documented in /openapi.json).
+STREAMING_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/audio/speech", "/v1/audio/transcriptions")
 UPLOAD_ROUTES = ("/audio/transcriptions", "/audio/translations", "/images/edits", "/images/variations")
 
 
@@ -99,4 +101,5 @@ def create_app(settings: Settings, host: Host, manager: ModelManager | None = No
     for router in routers:
         # The same routes without /v1, for clients configured with a bare base URL.
         app.include_router(router, include_in_schema=False)
+    openapi.install(app, streaming_paths=STREAMING_PATHS)
     return app

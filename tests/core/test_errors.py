@@ -65,3 +65,18 @@ def test_405_says_which_methods_are_allowed(live):
     r = httpx.get(f"{live.url}/chat/completions")
     assert r.status_code == 405 and r.headers["allow"] == "POST"
     assert "use POST" in r.json()["error"]["message"]
+
+
+def test_the_openapi_document_lists_the_errors_the_server_really_sends(live):
+    doc = httpx.get(live.url.removesuffix("/v1") + "/openapi.json").json()
+    assert "HTTPValidationError" not in doc["components"]["schemas"]
+    for path, operations in doc["paths"].items():
+        for method, operation in operations.items():
+            codes = set(operation["responses"])
+            assert "422" not in codes, (method, path)
+            assert {"400", "401", "404", "413", "429", "500"} <= codes, (method, path)
+    chat = doc["paths"]["/v1/chat/completions"]["post"]["responses"]["200"]["content"]
+    assert "text/event-stream" in chat and "application/json" in chat
+    # and the 400 it documents is what a bad body gets
+    r = httpx.post(f"{live.url}/chat/completions", json={"model": "x"})
+    assert r.status_code == 400 and set(r.json()) == {"error"}
