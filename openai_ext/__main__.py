@@ -68,8 +68,8 @@ def serve(args: argparse.Namespace) -> int:
 
     cli = {k: v for k, v in vars(args).items() if k != "settings"}
     settings = load_settings(cli=cli, file=args.settings)
-    logging.basicConfig(level=logging.DEBUG if settings.debug else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # INFO for every library; this server's own debug lines are turned on by create_app (debuglog)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     from .app import create_app
     from .core import tunnel

@@ -25,9 +25,10 @@ from fastapi.responses import JSONResponse
 from . import __version__
 from .admin import routes as admin
 from .audio import routes as audio
-from .core import openapi, tunnel
+from .core import debuglog, openapi, tunnel
 from .core.auth import KeyGuard
 from .core.config import Settings
+from .core.debuglog import RequestLog
 from .core.drain import Drain
 from .core.guards import LOCAL_NAMES, BodyLimit, CatchAll, HostGuard
 from .core.handlers import install_error_handlers
@@ -66,6 +67,9 @@ def create_app(settings: Settings, host: Host, manager: ModelManager | None = No
     # the Host check, and CORS outermost, so that even the guards' errors reach browser apps
     # readably. The key is checked before the body limit reads the body.
     app.add_middleware(CatchAll)
+    debuglog.configure(settings.debug, settings.debug_streams)
+    if settings.debug:
+        app.add_middleware(RequestLog)   # sees the body BodyLimit has read whole
     app.add_middleware(BodyLimit, json_limit=int(settings.max_body_mb * 2 ** 20),
                        upload_limit=int(settings.max_upload_mb * 2 ** 20), upload_suffixes=UPLOAD_ROUTES)
     if settings.api_key:

@@ -46,7 +46,8 @@ class Settings(BaseSettings):
                                                           "for clients that send extras.")
     max_queue: int = Field(64, ge=1, description="Generations allowed to wait; more get 429.")
     max_n: int = Field(8, ge=1, description="Largest n (choices per request).")
-    debug: bool = Field(False, description="Log requests in detail (never keys).")
+    debug: bool = Field(False, description="Log each request's body (secrets hidden, long texts cut) and each error's message.")
+    debug_streams: bool = Field(False, description="With debug: log every stream chunk sent too (very verbose).")
 
     # --- security and limits ---------------------------------------------------------------
     admin_key: str = Field("", description="Guards model and LoRA management and stop-generation; empty: the api_key.")

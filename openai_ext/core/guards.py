@@ -29,6 +29,7 @@ LOCAL_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 
 
 async def send_error(send: Send, err: OpenAIError) -> None:
+    logging.getLogger("openai_ext.requests").debug("answered %d %s: %s", err.status, err.type, err.message)
     body = json.dumps(err.body()).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     headers += [(k.lower().encode(), v.encode()) for k, v in err.headers.items()]

@@ -6,6 +6,8 @@ in the CatchAll guard."""
 
 from __future__ import annotations
 
+import logging
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -14,7 +16,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from .errors import OpenAIError, from_validation_errors
 
 
+log = logging.getLogger("openai_ext.requests")
+
+
 def error_response(exc: OpenAIError) -> JSONResponse:
+    log.debug("answered %d %s%s: %s", exc.status, exc.type, f" (param {exc.param})" if exc.param else "",
+              exc.message)
     return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers or None)
 
 

@@ -1,0 +1,53 @@
+"""--debug shows what a user needs to see why a request was refused: each body (secrets hidden,
+long texts cut) and each error's message; stream chunks only at the second level."""
+
+from __future__ import annotations
+
+import logging
+
+import httpx
+
+from openai_ext.core.debuglog import redact
+
+
+def test_redact_hides_secrets_and_cuts_long_texts():
+    body = {"api_key": "sk-123", "messages": [{"role": "user", "content": "x" * 500}] * 30,
+            "metadata": {"Authorization": "Bearer abc", "tokens": 5}}
+    out = redact(body)
+    assert out["api_key"] == "***" and out["metadata"]["Authorization"] == "***"
+    assert out["messages"][0]["content"].startswith("x" * 200) and "(+300 chars)" in out["messages"][0]["content"]
+    assert len(out["messages"]) == 21 and out["messages"][-1] == "...(+10 items)"
+
+
+def test_debug_logs_bodies_and_error_messages_but_not_stream_chunks(llama_host, make_server, caplog):
+    caplog.set_level(logging.DEBUG)
+    server = make_server(llama_host, debug=True)
+    try:
+        r = httpx.post(f"{server.url}/chat/completions", timeout=60, json={
+            "model": "x", "messages": [{"role": "user", "content": "Say hi. " + "y" * 400}],
+            "max_tokens": 3, "stream": True, "password": "hunter2"})
+        assert r.status_code == 400   # 'password' is not a parameter
+        bodies = [m for m in caplog.messages if m.startswith("POST /v1/chat/completions: {")]
+        assert len(bodies) == 1 and "***" in bodies[0] and "hunter2" not in bodies[0] and "(+" in bodies[0]
+        assert any(m.startswith("answered 400 invalid_request_error (param password)") for m in caplog.messages)
+        caplog.clear()
+        r = httpx.post(f"{server.url}/chat/completions", timeout=60, json={
+            "model": "x", "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 5, "stream": True})
+        assert r.status_code == 200 and r.text.count("data: {") >= 2
+        assert not [rec for rec in caplog.records if rec.name.startswith("sse_starlette")]
+    finally:
+        server.stop()
+        make_server(llama_host)   # puts the loggers back as a server without debug sets them
+
+
+def test_debug_streams_logs_every_chunk(llama_host, make_server, caplog):
+    caplog.set_level(logging.DEBUG)
+    server = make_server(llama_host, debug=True, debug_streams=True)
+    try:
+        r = httpx.post(f"{server.url}/chat/completions", timeout=60, json={
+            "model": "x", "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 5, "stream": True})
+        assert r.status_code == 200
+        assert [rec for rec in caplog.records if rec.name.startswith("sse_starlette")]
+    finally:
+        server.stop()
+        make_server(llama_host)
