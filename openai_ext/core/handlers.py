@@ -15,7 +15,6 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .errors import OpenAIError, from_validation_errors
 
-
 log = logging.getLogger("openai_ext.requests")
 
 
