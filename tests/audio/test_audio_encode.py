@@ -158,11 +158,17 @@ def test_misuse_is_refused():
 
 
 @pytest.mark.parametrize("fmt", list(FORMATS))
-def test_close_without_finish_releases_the_encoder(fmt):
+def test_close_without_finish_ends_the_encoder_for_good(fmt):
+    """The speech route closes its encoder on every path (a client that left, a failure): close
+    is idempotent, ends the stream (nothing more is written or flushed), and the encoder's
+    container is gone with it."""
     enc = StreamEncoder(fmt)
     enc.write(tone(0.3), IN_RATE)
     enc.close()
-    enc.close()   # twice is harmless: the speech route closes on every path
+    enc.close()   # twice is harmless
+    with pytest.raises(RuntimeError, match="finished"):
+        enc.write(tone(0.1), IN_RATE)
+    assert enc.finish() == b""
 
 
 def test_without_pyav_the_error_says_what_to_install(monkeypatch):

@@ -181,9 +181,21 @@ def test_voices_openai_names_own_names_and_voice_objects(client, voice):
     assert_plausible_speech(*decode(speak(client, voice=voice), "pcm")[:2], SHORT)
 
 
-def test_instructions_are_accepted_and_ignored(client):
+def test_instructions_are_accepted_and_ignored(client, spy):
+    """Ignored, not obeyed: the engine is asked for exactly what it is asked without them."""
+    spy.texts = []
+    real = spy.real
+
+    def recording(text, voice, speed=1.0):
+        spy.texts.append((text, voice, speed))
+        return real(text, voice, speed)
+    spy.real = recording
     data = speak(client, model="gpt-4o-mini-tts", instructions="Speak like a pirate.", response_format="wav")
+    with_instructions, spy.texts = spy.texts, []
+    plain = speak(client, model="gpt-4o-mini-tts", response_format="wav")
     assert_plausible_speech(*decode(data, "wav")[:2], SHORT)
+    assert with_instructions and with_instructions == spy.texts   # (piper's noise varies the audio itself)
+    assert_plausible_speech(*decode(plain, "wav")[:2], SHORT)
 
 
 def test_text_with_nothing_to_say_gives_an_empty_valid_file(client):

@@ -178,8 +178,13 @@ def test_tool_choice_becomes_a_grammar_lazy_only_for_auto():
 
 
 def test_accepted_no_op_switches():
-    plan(chat(tool_choice="none", function_call="none", modalities=["text"], response_format={"type": "text"}),
-         abilities=FULL, room=10, max_n=1)
+    """Switches that ask for what happens anyway are accepted and change nothing."""
+    switched = plan(chat(tool_choice="none", function_call="none", modalities=["text"],
+                         response_format={"type": "text"}), abilities=FULL, room=10, max_n=1)
+    plain = plan(chat(), abilities=FULL, room=10, max_n=1)
+    assert switched.settings == plain.settings and "grammar_string" not in switched.settings
+    assert (switched.n, switched.stream, switched.logprobs, switched.stops) == (plain.n, plain.stream, plain.logprobs,
+                                                                                plain.stops)
 
 
 def test_best_of_needs_logprobs_from_the_host():

@@ -201,13 +201,11 @@ def test_a_client_that_stops_reading_is_dropped_and_frees_the_queue(llama_host, 
     sock = stalled_stream(server.port, {"messages": STORY, "max_tokens": max_tokens, "stream": True,
                                         "temperature": 0, "ban_eos_token": True})
     try:
-        # a second client waits in the queue behind the stalled one
-        start = time.monotonic()
+        # a second client waits in the queue behind the stalled one, and is served once the
+        # stalled stream is dropped, before that stream could have been generated to its end
         r = httpx.post(f"{server.url}/chat/completions", json={"messages": STORY, "max_tokens": 3}, timeout=90)
-        waited = time.monotonic() - start
         assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 3
         assert len(produced) < max_tokens, "the stalled stream was generated to the end"
-        assert waited < 40, f"the queue waited {waited:.0f} s on a client that reads nothing"
         # the stalled stream's generation stopped for good, though its socket is still open
         assert idle(server, llama_host)
         count = len(produced)
@@ -260,11 +258,13 @@ def test_huge_max_tokens_is_clamped_not_an_error(live, llama_host):
     assert r.status_code == 200
 
 
-def timed(fn):
+def noting_the_line(server, fn):
+    """Runs fn, and notes how many requests were still being prepared or generated when its
+    answer came back: an event the server exposes, not a timer."""
     def run(*args):
-        start = time.monotonic()
         result = fn(*args)
-        return result, time.monotonic() - start
+        queue = server.app.state.api.text.queue
+        return result, queue.running + queue.waiting
     return run
 
 
@@ -291,7 +291,7 @@ def test_overload_is_served_or_refused_never_hung(llama_host, make_server, monke
         return (r.status_code, r.headers.get("retry-after"), r.json())
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=100) as pool:
-        results = list(pool.map(timed(ask), range(100)))
+        results = list(pool.map(noting_the_line(server, ask), range(100)))
     codes = [r[0] for r, _ in results]
     assert set(codes) <= {200, 429}, codes
     assert 9 <= codes.count(200) < 100
@@ -302,9 +302,9 @@ def test_overload_is_served_or_refused_never_hung(llama_host, make_server, monke
     # "at once": a refused request is refused before its prompt is prepared, so it never waits
     # while the requests ahead of it are prepared, one at a time, PREPARE_SECONDS each
     assert len(prepared) == codes.count(200)
-    refused = sorted(seconds for (status, *_), seconds in results if status == 429)
-    served = sorted(seconds for (status, *_), seconds in results if status == 200)
-    assert refused[len(refused) // 2] < served[len(served) // 2], (refused, served)
+    # and a refusal comes while the line it could not join is still full of work
+    busy_at_refusal = [busy for (status, *_), busy in results if status == 429]
+    assert sum(busy > 0 for busy in busy_at_refusal) >= len(busy_at_refusal) * 0.9, busy_at_refusal
     assert idle(server, llama_host)
     r = httpx.post(f"{server.url}/chat/completions", json={"messages": STORY, "max_tokens": 3}, timeout=60)
     assert r.status_code == 200
