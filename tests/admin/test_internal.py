@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import shutil
 import threading
-import time
 
 import httpx
 import pytest
@@ -42,10 +41,9 @@ def test_stop_generation_ends_a_running_stream(live):
             "stream": True, "ban_eos_token": True}
     stopper = threading.Timer(0.5, lambda: httpx.post(f"{live.url}/internal/stop-generation"))
     stopper.start()
-    started = time.monotonic()
     r = httpx.post(f"{live.url}/chat/completions", json=body, timeout=120)
-    assert time.monotonic() - started < 10
     assert r.text.rstrip().endswith("data: [DONE]") and '"finish_reason":"stop"' in r.text
+    assert r.text.count('"content":"') < 1500   # stopped before max_tokens, not run to the end
 
 
 @pytest.fixture

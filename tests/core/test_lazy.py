@@ -56,10 +56,9 @@ def test_a_failed_load_reaches_every_waiter_once_and_the_next_request_retries():
     async def round_of(n):
         return await asyncio.gather(*(lazy.get() for _ in range(n)), return_exceptions=True)
 
-    start = time.monotonic()
     results = asyncio.run(round_of(8))
     assert all(isinstance(r, RuntimeError) for r in results)
-    assert loader.calls == 1 and time.monotonic() - start < 2 * loader.seconds   # not 8 loads in a row
+    assert loader.calls == 1   # one load for the eight, not eight in a row
     assert not lazy.loaded
     loader.failing = False
     assert all(not isinstance(r, Exception) for r in asyncio.run(round_of(3)))

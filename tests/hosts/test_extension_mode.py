@@ -236,10 +236,10 @@ def test_models_stay_responsive_during_a_generation(extension, host_modules):
                                                    json={"prompt": "x", "max_tokens": 200}, timeout=30))
     t.start()
     time.sleep(0.2)
-    start = time.monotonic()
+    assert host_modules.shared.generation_lock.locked()
     r = httpx.get(f"{extension.server.url}/models", timeout=5)
-    assert r.status_code == 200 and time.monotonic() - start < 0.5
-    assert host_modules.shared.generation_lock.locked()   # the generation was still running
+    assert r.status_code == 200
+    assert host_modules.shared.generation_lock.locked()   # answered while the generation was still running
     t.join()
     tg.generate_reply = original
 
