@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import inspect
 import json
 import logging
@@ -111,6 +112,23 @@ async def sse_stream(chunks: AsyncIterator[Any], framing: Any = None,
         yield end
 
 
+# Set, in the request's own context, when a stream is dropped on purpose (a client that reads
+# nothing): the server then ends the connection without completing the response, which uvicorn
+# would log as an error. uvicorn logs it from the same task, after the app returns, so the flag
+# is still there for DroppedOnPurpose to see.
+_dropped: contextvars.ContextVar[bool] = contextvars.ContextVar("stream_dropped", default=False)
+
+
+class DroppedOnPurpose(logging.Filter):
+    """Keeps uvicorn's "returned without completing response" error for real faults only."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (_dropped.get() and record.msg == "ASGI callable returned without completing response.")
+
+
+DROPPED_ON_PURPOSE = DroppedOnPurpose()
+
+
 class EventStream(EventSourceResponse):
     """An event stream (a generation's, a transcription's) that gives up on a client that
     stopped reading, and calls ``on_close`` when it is over.
@@ -143,6 +161,7 @@ class EventStream(EventSourceResponse):
         except BaseException as e:
             if not _only_send_timeouts(e):
                 raise
+            _dropped.set(True)
             log.warning("a client read nothing of its stream for %g s: the stream was dropped and its "
                         "work stopped (stream_send_timeout)", self.send_timeout)
         finally:

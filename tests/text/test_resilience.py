@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import logging
 import random
 import socket
 import threading
@@ -197,6 +198,10 @@ def test_a_client_that_stops_reading_is_dropped_and_frees_the_queue(llama_host, 
 
     assert Settings().stream_send_timeout == 60
     server = make_server(llama_host, stream_send_timeout=2)
+    errors: list[logging.LogRecord] = []   # what uvicorn logs as an error: nothing, the drop is on purpose
+    catcher = logging.Handler(logging.ERROR)
+    catcher.emit = errors.append
+    logging.getLogger("uvicorn.error").addHandler(catcher)
     max_tokens = 1800
     sock = stalled_stream(server.port, {"messages": STORY, "max_tokens": max_tokens, "stream": True,
                                         "temperature": 0, "ban_eos_token": True})
@@ -215,8 +220,10 @@ def test_a_client_that_stops_reading_is_dropped_and_frees_the_queue(llama_host, 
         sock.settimeout(10)
         while sock.recv(65536):
             pass
+        assert not errors, [r.getMessage() for r in errors]
     finally:
         sock.close()
+        logging.getLogger("uvicorn.error").removeHandler(catcher)
 
 
 @pytest.mark.parametrize("body, content_type", [
