@@ -82,11 +82,14 @@ def template_input(host: Host, req: ChatCompletionRequest,
     return messages, ({"tools": tools_arg} if tools_arg else {})
 
 
-def prepare(text: TextService, req: ChatCompletionRequest) -> Job:
+def prepare(text: TextService, req: ChatCompletionRequest, *, prefill: str = "") -> Job:
+    """``prefill``: the start of the answer, already written; the model continues it (the text
+    is not repeated in the output)."""
     host = text.host
     toolset = tools.parse(req)
     rendered = host.chat_prompt(*template_input(host, req, toolset))
-    prompt = Prompt(rendered.text, host.tokenize(rendered.text), rendered.stops)
+    prompt_text = rendered.text + prefill
+    prompt = Prompt(prompt_text, host.tokenize(prompt_text), rendered.stops)
     requested = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     prompt = fit_prompt(host, prompt, requested=requested, truncate=text.settings.truncate_prompt, param="messages")
     plan = params.plan(req, abilities=host.abilities, room=host.context_length() - len(prompt.tokens),
