@@ -31,7 +31,7 @@ from .protocol import (
     CountTokensRequest,
     InputMessage,
     MessagesRequest,
-    OtherBlock,
+    RedactedThinkingBlock,
     TextBlock,
     ThinkingBlock,
     ToolResultBlock,
@@ -112,7 +112,7 @@ def to_chat(req: CountTokensRequest, *, allow_unknown: bool = False) -> Translat
         chat = ChatCompletionRequest.model_validate(body)
     except ValidationError as e:   # ranges are checked on the Messages model already; a safety net
         raise from_validation_errors(e.errors()) from None
-    stops = [s for s in (req.stop_sequences or [])] if full else []
+    stops = list(req.stop_sequences or []) if full else []
     chat.stop = stops or None   # any number: chat's limit of 4 is OpenAI's, not Anthropic's
     if prefill and chat.tool_choice not in (None, "auto", "none"):
         raise _bad("A prefilled assistant turn cannot be combined with tool_choice any or tool; drop one of "
@@ -203,7 +203,7 @@ def _assistant(m: InputMessage, where: str) -> tuple[str, list[dict[str, Any]]]:
         elif isinstance(b, ToolUseBlock):
             tool_calls.append({"id": b.id, "type": "function",
                                "function": {"name": b.name, "arguments": json.dumps(b.input, ensure_ascii=False)}})
-        elif isinstance(b, (ThinkingBlock,)) or b.type == "redacted_thinking":
+        elif isinstance(b, (ThinkingBlock, RedactedThinkingBlock)):
             continue   # no reasoning mode: the model is not shown its earlier thinking
         else:
             raise _unreadable(b, f"{where}[{j}]")
@@ -233,7 +233,7 @@ def _user(m: InputMessage, where: str, calls: set[str]) -> list[dict[str, Any]]:
             # is_error has no field in a chat tool message: the model reads it in the text
             out.append({"role": "tool", "tool_call_id": b.tool_use_id,
                         "content": f"Error: {result}" if b.is_error else result})
-        elif isinstance(b, (ThinkingBlock, OtherBlock, ToolUseBlock)) or b.type == "redacted_thinking":
+        else:
             raise _unreadable(b, f"{where}[{j}]")
     flush()
     return out
