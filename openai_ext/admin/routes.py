@@ -5,10 +5,10 @@ Model and LoRA management needs the admin key (admin_key, or the api_key when it
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol, Sequence
 
 import anyio
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, Field, StrictInt
 
 from ..core.auth import require_admin
@@ -46,15 +46,34 @@ class LoadLorasRequest(BaseModel):
     lora_names: list[str]
 
 
-def models_router(catalog: Catalog) -> APIRouter:
+class ModelListing(Protocol):
+    """Another API's view of /v1/models, for the requests that carry its ``header`` (Anthropic's
+    clients send anthropic-version with every request and list models at the same path)."""
+    header: str
+
+    def list(self, query: dict[str, str]) -> dict[str, Any]: ...
+
+    def retrieve(self, model_id: str) -> dict[str, Any]: ...
+
+
+def models_router(catalog: Catalog, listings: Sequence[ModelListing] = ()) -> APIRouter:
     r = APIRouter()
 
+    def listing(request: Request) -> ModelListing | None:
+        return next((v for v in listings if request.headers.get(v.header) is not None), None)
+
     @r.get("/models")
-    async def list_models():
+    async def list_models(request: Request):
+        other = listing(request)
+        if other is not None:
+            return other.list(dict(request.query_params))
         return {"object": "list", "data": catalog.cards()}
 
     @r.get("/models/{model_id:path}")
-    async def retrieve_model(model_id: str):
+    async def retrieve_model(model_id: str, request: Request):
+        other = listing(request)
+        if other is not None:
+            return other.retrieve(model_id)
         return catalog.retrieve(model_id)
 
     return r

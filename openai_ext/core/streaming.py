@@ -2,7 +2,8 @@
 
 - ``event_stream`` frames chunks as OpenAI does (``data: {json}``, then ``data: [DONE]``); an
   error after the stream began becomes an error event. ``framing`` lets another API family
-  (Anthropic's named events, say) write its own frames over the same machinery.
+  (Anthropic's named events, say) write its own frames over the same machinery, its keep-alive
+  pings included (a framing with ``ping()``; OpenAI's are SSE comments).
 - ``EventStream`` gives up on a client that stopped reading, and runs ``on_close`` once the
   response is over, however it ended: that is where a stream gives back its place in line
   (``ClosingStream`` does the same for a plain streamed body).
@@ -196,10 +197,14 @@ def _only_send_timeouts(error: BaseException) -> bool:
 
 
 def event_stream(chunks: AsyncIterator[Any], send_timeout: float | None = None, *, framing: Any = None,
-                 on_close: Callable[[], None] | None = None, ping: int = PING_SECONDS,
+                 on_close: Callable[[], None] | None = None, ping: float | None = None,
                  headers: dict[str, str] | None = None) -> EventSourceResponse:
+    """``ping``: seconds between keep-alive pings (default: the framing's ``ping_seconds``, else
+    PING_SECONDS)."""
+    if ping is None:
+        ping = getattr(framing, "ping_seconds", PING_SECONDS)
     return EventStream(chunks, framing, sep="\n", ping=ping, send_timeout=send_timeout,
-                       on_close=on_close, headers=headers)
+                       on_close=on_close, headers=headers, ping_message_factory=getattr(framing, "ping", None))
 
 
 async def until_disconnect(request: Request, work: Awaitable[Any]) -> Any:

@@ -93,7 +93,9 @@ def _content_chars(req: ChatCompletionRequest) -> int:
     return total
 
 
-def prepare(text: TextService, req: ChatCompletionRequest) -> Job:
+def prepare(text: TextService, req: ChatCompletionRequest, *, prefill: str = "") -> Job:
+    """``prefill``: the start of the answer, already written; the model continues it (the text
+    is not repeated in the output)."""
     host = text.host
     truncate = text.settings.truncate_prompt
     # Messages whose text alone cannot fit are refused before the template and the tokenizer
@@ -101,8 +103,8 @@ def prepare(text: TextService, req: ChatCompletionRequest) -> Job:
     bound_text(host, _content_chars(req), truncate=truncate, param="messages")
     toolset = tools.parse(req)
     rendered = host.chat_prompt(*template_input(host, req, toolset))
-    rendered_text = bound_text(host, rendered.text, truncate=truncate, param="messages")
-    prompt = Prompt(rendered_text, host.tokenize(rendered_text), rendered.stops)
+    prompt_text = bound_text(host, rendered.text + prefill, truncate=truncate, param="messages")
+    prompt = Prompt(prompt_text, host.tokenize(prompt_text), rendered.stops)
     requested = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     prompt = fit_prompt(host, prompt, requested=requested, truncate=truncate, param="messages")
     plan = params.plan(req, abilities=host.abilities, room=host.context_length() - len(prompt.tokens),

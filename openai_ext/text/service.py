@@ -75,7 +75,8 @@ class TextService:
 
 class TextEndpoint(Protocol):
     """What an endpoint module (chat, completions) offers: ``prepare`` validates a body into a
-    job, on a worker thread; ``complete`` and ``stream`` run it."""
+    job, on a worker thread; ``complete`` and ``stream`` run it. An endpoint of another API may
+    also have a ``framing`` for its event stream (see core.streaming; OpenAI's by default)."""
 
     def prepare(self, text: TextService, body: Any) -> Any: ...
 
@@ -98,7 +99,7 @@ async def generate(text: TextService, request: Request, endpoint: TextEndpoint, 
         raise
     if job.plan.stream:
         return event_stream(endpoint.stream(text, job, place), send_timeout=text.settings.stream_send_timeout,
-                            on_close=place.release)
+                            on_close=place.release, framing=getattr(endpoint, "framing", None))
     try:
         return await until_disconnect(request, endpoint.complete(text, job, place))
     finally:
