@@ -275,8 +275,11 @@ def _response_schema(rf: dict[str, Any] | None) -> Any | None:
 def _constraints(req: ChatCompletionRequest, ts: ToolSet | None, abilities: HostAbilities) -> dict[str, Any]:
     """Grammar settings for response_format and tool_choice."""
     schema = _response_schema(req.response_format)
-    where = "response_format.json_schema.schema" if schema is not None and \
-        req.response_format.get("type") == "json_schema" else "response_format"
+    named = schema is not None and req.response_format.get("type") == "json_schema"
+    where = "response_format.json_schema.schema" if named else "response_format"
+    # strict: true keeps every keyword the grammar cannot enforce a 400, as OpenAI refuses them;
+    # a non-strict schema is enforced as far as the grammar can
+    strict = named and req.response_format["json_schema"].get("strict") is True
     calling = ts is not None and ts.calling
     if calling and ts.forced:
         if not abilities.grammar:
@@ -288,7 +291,7 @@ def _constraints(req: ChatCompletionRequest, ts: ToolSet | None, abilities: Host
         if not abilities.grammar:
             raise _reject("response_format", "The loaded model's backend cannot constrain output with a grammar, "
                                              "so JSON output cannot be guaranteed; remove response_format.")
-        return {"grammar_string": tools.call_grammar(ts, response=(schema, where))}
+        return {"grammar_string": tools.call_grammar(ts, response=(schema, where, strict))}
     if calling:
         if not abilities.lazy_grammar:
             return {}
@@ -298,7 +301,7 @@ def _constraints(req: ChatCompletionRequest, ts: ToolSet | None, abilities: Host
         if not abilities.grammar:
             raise _reject("response_format", "The loaded model's backend cannot constrain output with a grammar, "
                                              "so JSON output cannot be guaranteed; remove response_format.")
-        return {"grammar_string": grammar.schema_to_gbnf(schema, where=where)}
+        return {"grammar_string": grammar.schema_to_gbnf(schema, where=where, strict=strict)}
     return {}
 
 
