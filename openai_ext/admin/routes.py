@@ -9,7 +9,7 @@ from typing import Any
 
 import anyio
 from fastapi import APIRouter, Depends
-from pydantic import BaseModel, Field, StrictInt
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from ..core.auth import require_admin
 from ..core.catalog import Catalog
@@ -20,8 +20,8 @@ from ..core.errors import (
 )
 from ..hosts.base import Host
 from ..hosts.manager import ModelChangeFailed, ModelManager, NoModel
-from ..text import chat, tools
-from ..text.protocol import ChatCompletionRequest
+from ..text import chat, params, tools
+from ..text.protocol import ChatCompletionRequest, CompletionRequest
 from ..text.service import TextService
 
 
@@ -40,6 +40,15 @@ class LoadModelRequest(BaseModel):
 
 class LoadLorasRequest(BaseModel):
     lora_names: list[str]
+
+
+class LogitsRequest(BaseModel):
+    """The web UI's LogitsRequest: a prompt, and the generation fields of a completion request
+    (used with use_samplers)."""
+    model_config = ConfigDict(extra="allow")
+    prompt: str
+    use_samplers: bool = False
+    top_logits: int = Field(50, ge=1, le=1000)
 
 
 def models_router(catalog: Catalog) -> APIRouter:
@@ -98,6 +107,25 @@ def internal_router(text: TextService, manager: ModelManager | None) -> APIRoute
         messages, settings = chat.template_input(host, body, tools.parse(body))
         rendered = await text.tokenizer_work(host.chat_prompt, messages, settings)
         return {"prompt": rendered.text}
+
+    @r.post("/logits")
+    async def logits(body: LogitsRequest):
+        """The next token's most likely candidates with their probabilities, as the web UI's
+        own API returns them: {"logits": {token: probability}}."""
+        host = loaded_host()
+        fields = {"max_tokens": 1, **(body.model_extra or {}), "prompt": body.prompt}
+        request = CompletionRequest.model_validate(fields)
+        plan = params.plan(request, abilities=host.abilities, room=1, max_n=1,
+                           allow_unknown=text.settings.allow_unknown_fields)
+        place = text.queue.admit()   # in line with generations: without samplers it takes the model too
+        async with place:
+            try:
+                found = await text.run(host.next_token_probabilities, body.prompt, plan.settings,
+                                       body.use_samplers, body.top_logits)
+            except NotImplementedError:
+                raise NotImplementedByServer("The loaded model's backend cannot report next-token "
+                                             "probabilities.") from None
+        return {"logits": found}
 
     @r.post("/stop-generation", dependencies=admin)   # it stops other users' generations too
     async def stop_generation():

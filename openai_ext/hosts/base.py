@@ -47,6 +47,12 @@ class HostAbilities:
     vocab_size: int | None = None
     grammar: bool = False          # applies a GBNF grammar (grammar_string)
     lazy_grammar: bool = False     # ... from a trigger pattern on (grammar_triggers)
+    prompt_logprobs: bool | None = None   # scores a prompt (completions echo); None: as logprobs
+    parallel: int = 1              # generations the host runs at once (its parallel slots)
+
+    @property
+    def scores_prompts(self) -> bool:
+        return self.logprobs if self.prompt_logprobs is None else self.prompt_logprobs
 
 
 # Extra request fields that name the host's own samplers, with their types. The host says which
@@ -125,6 +131,13 @@ class Host(ABC):
 
     def prompt_logprobs(self, tokens: list[int], top: int) -> list[TokenLogprob]:
         """Scores of the prompt's visible tokens (a leading BOS is left out), for echo."""
+        raise NotImplementedError
+
+    def next_token_probabilities(self, prompt: str, settings: dict[str, Any], use_samplers: bool,
+                                 top: int) -> dict[str, float]:
+        """The ``top`` most likely next tokens after ``prompt`` with their probabilities, from
+        the model's own distribution or, with ``use_samplers``, after the request's samplers
+        (the web UI's /v1/internal/logits)."""
         raise NotImplementedError
 
     def stop_all(self) -> None:

@@ -173,6 +173,9 @@ def plan(req: CompletionRequest | ChatCompletionRequest, *, abilities: HostAbili
         if not abilities.logprobs:
             raise _reject("logprobs", "The loaded model's backend cannot report log-probabilities; remove logprobs.")
         settings["logprobs"] = logprobs
+        if getattr(req, "echo", False) and not abilities.scores_prompts:
+            raise _reject("echo", "The loaded model's backend reports log-probabilities while generating but cannot "
+                                  "score a prompt; remove echo or logprobs.")
 
     # --- choices ------------------------------------------------------------------------
     n = req.n or 1

@@ -107,7 +107,9 @@ def test_completions_use_the_raw_prompt(client, host_modules):
     assert question == "Once upon" and stops == [] and state["max_new_tokens"] == 5
 
 
-def test_logprobs_are_refused_where_the_host_cannot_give_them(client):
+def test_logprobs_are_refused_where_the_host_cannot_give_them(client, host_modules):
+    host_modules.shared.args.loader = "TensorRT-LLM"   # reports none (see test_extension_logprobs.py)
+    host_modules.shared.model, host_modules.shared.tokenizer = host_modules.models.new_model("TensorRT-LLM")
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model="x", messages=[{"role": "user", "content": "x"}], logprobs=True)
     assert e.value.body["param"] == "logprobs"

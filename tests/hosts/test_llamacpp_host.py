@@ -64,3 +64,18 @@ def test_a_character_cut_off_at_the_end_is_dropped_not_replaced(llama_host):
     detok = llama_host.detokenizer()
     out = [detok.push(t) for t in tokens[:-1]] + [detok.flush()]
     assert "".join(out) == ""
+
+
+def test_internal_logits_on_the_embedded_host(live):
+    """/v1/internal/logits as the web UI's API has it, from the real model's distribution."""
+    import httpx
+
+    r = httpx.post(f"{live.url}/internal/logits", json={"prompt": "The capital of France is", "top_logits": 5},
+                   timeout=60)
+    assert r.status_code == 200, r.text
+    probs = list(r.json()["logits"].values())
+    assert len(probs) == 5 and probs == sorted(probs, reverse=True)
+    assert 0 < sum(probs) <= 1 + 1e-6
+    assert "Paris" in "".join(r.json()["logits"])   # a small model still knows this one
+    refused = httpx.post(f"{live.url}/internal/logits", json={"prompt": "x", "use_samplers": True}, timeout=60)
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "use_samplers"

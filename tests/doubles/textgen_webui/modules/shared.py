@@ -1,10 +1,10 @@
 """Test double of modules.shared: the host's global state."""
 
 import argparse
+import copy
 import threading
 
-model = object()          # a loaded model
-tokenizer = object()
+model = tokenizer = None  # set below: the llama.cpp loader's model, which is its own tokenizer
 model_name = "Double-Model-1B-Instruct.Q4_K_M.gguf"
 lora_names = []
 stop_everything = False
@@ -13,7 +13,7 @@ generation_lock = threading.Lock()   # the real one is a plain Lock, not reentra
 args = argparse.Namespace(loader="llama.cpp", listen=False, listen_host=None, api_key="", admin_key="",
                           public_api=False, verbose=False, model_dir="user_data/models", lora_dir="user_data/loras",
                           ctx_size=4096, gpu_layers=0, threads=0, extra_flags=None, trust_remote_code=False,
-                          idle_timeout=0)
+                          idle_timeout=0, parallel=1, nowebui=False, api=False, public_api_id=None)
 original_args = argparse.Namespace(**vars(args))   # the startup values, as the host keeps them
 
 CHATML = (
@@ -36,5 +36,15 @@ settings = {
     "do_sample": True, "dynamic_temperature": False, "temperature_last": False, "grammar_string": "",
     "max_tokens_second": 0, "name1": "You", "name2": "AI", "user_bio": "", "context": "",
     "custom_system_message": "", "instruction_template_str": CHATML, "chat_template_str": CHATML,
-    "enable_thinking": True, "reasoning_effort": "medium",
+    "enable_thinking": True, "reasoning_effort": "medium", "character": "Assistant", "preset": None,
+    "chat-instruct_command": "Continue the chat dialogue below. Write a single reply for the character "
+                             "\"<|character|>\".\n\n<|prompt|>",
+    "sampler_priority": "", "dry_sequence_breakers": '"\\n", ":", "\\"", "*"', "static_cache": False,
+    "prompt_lookup_num_tokens": 0, "adaptive_target": 0, "adaptive_decay": 0.9,
 }
+default_settings = copy.deepcopy(settings)
+bos_token, eos_token = "<s>", "</s>"
+
+from .text_generation import LlamaServer  # noqa: E402  (after the settings it reads)
+
+model = tokenizer = LlamaServer()
