@@ -47,12 +47,16 @@ def host_settings(params: Mapping[str, Any], shared: Any) -> dict[str, Any]:
     return layer
 
 
-def start(params: Mapping[str, Any], modules: Any = None, name: str = "openai_api") -> ApiServer | None:
+def start(params: Mapping[str, Any], modules: Any = None, name: str = "openai_ext") -> ApiServer | None:
     """Starts the API on a daemon thread. A problem the user must fix (a bad setting, a taken
     port) is told in one line in the web UI's console and the API stays off: the web UI itself
     keeps running. ``name`` is the extension's folder name, the prefix of its entries in the
     web UI's settings."""
     route_logs()
+    if name in RESERVED_NAMES:
+        log.warning("This extension is loaded as '%s', a name the web UI reserves for its built-in API (--extensions "
+                    "%s turns that API on instead of loading this folder). Rename the folder, e.g. to openai_ext, "
+                    "and its settings to 'openai_ext-<setting>'.", name, name)
     host = TextgenHost(modules)
     try:
         settings = load_settings(host=host_settings(params, host.m.shared))

@@ -12,7 +12,7 @@ sys.path.insert(0, str(HERE.parent / "doubles" / "textgen_webui"))
 
 
 port = int(sys.argv[1])
-spec = importlib.util.spec_from_file_location("user_ext_openai", HERE.parents[1] / "script.py")
+spec = importlib.util.spec_from_file_location("user_ext_openai_ext", HERE.parents[1] / "script.py")
 ext = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(ext)
 ext.params["port"] = port

@@ -30,14 +30,14 @@ signal.signal(signal.SIGINT, signal_handler)
 signal.signal(signal.SIGTERM, signal_handler)
 
 # as modules/extensions.py loads a user extension
-shared.settings["openai-port"] = port
-spec = importlib.util.spec_from_file_location("user_ext_openai", HERE.parents[1] / "script.py")
+shared.settings["openai_ext-port"] = port
+spec = importlib.util.spec_from_file_location("user_ext_openai_ext", HERE.parents[1] / "script.py")
 extension = importlib.util.module_from_spec(spec)
 sys.modules[spec.name] = extension
 spec.loader.exec_module(extension)
 for param in extension.params:
-    if f"openai-{param}" in shared.settings:
-        extension.params[param] = shared.settings[f"openai-{param}"]
+    if f"openai_ext-{param}" in shared.settings:
+        extension.params[param] = shared.settings[f"openai_ext-{param}"]
 extension.setup()
 
 # Registered after the extension's own hooks, so it runs first when main has returned.

@@ -41,16 +41,16 @@ def test_a_taken_port_is_one_line_in_the_web_uis_console(host_modules, web_ui_lo
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
-        host_modules.shared.settings["openai-port"] = taken.getsockname()[1]
+        host_modules.shared.settings["openai_ext-port"] = taken.getsockname()[1]
         ext = load_extension(host_modules.shared)
     assert ext.server is None
     lines = [line for line in console(host_modules) if "not started" in line]
     assert len(lines) == 1, console(host_modules)
-    assert "already in use" in lines[0] and f"{ROOT.name}-port" in lines[0] and "\n" not in lines[0]
+    assert "already in use" in lines[0] and "openai_ext-port" in lines[0] and "\n" not in lines[0]
 
 
 def test_a_bad_setting_is_one_line_in_the_web_uis_console(host_modules, web_ui_logging):
-    host_modules.shared.settings["openai-port"] = "not a port"
+    host_modules.shared.settings["openai_ext-port"] = "not a port"
     ext = load_extension(host_modules.shared)
     assert ext.server is None
     lines = [line for line in console(host_modules) if "not started" in line]
@@ -61,7 +61,7 @@ def test_an_address_that_cannot_be_bound_is_one_line(host_modules, web_ui_loggin
     """Not every bind failure is a taken port: a listen_host this machine does not have."""
     shared = host_modules.shared
     shared.args.listen, shared.args.listen_host = True, "192.0.2.1"   # TEST-NET-1: never local
-    shared.settings["openai-port"] = free_port()
+    shared.settings["openai_ext-port"] = free_port()
     ext = load_extension(shared)
     assert ext.server is None
     lines = [line for line in console(host_modules) if "not started" in line]
@@ -70,7 +70,7 @@ def test_an_address_that_cannot_be_bound_is_one_line(host_modules, web_ui_loggin
 
 def test_a_refused_tunnel_is_one_line_and_the_api_serves_locally(host_modules, web_ui_logging):
     shared = host_modules.shared
-    shared.settings.update({"openai-port": free_port(), "openai-public_api": True})
+    shared.settings.update({"openai_ext-port": free_port(), "openai_ext-public_api": True})
     ext = load_extension(shared)
     try:
         assert ext.server is not None
@@ -84,7 +84,7 @@ def test_a_refused_tunnel_is_one_line_and_the_api_serves_locally(host_modules, w
 def test_without_the_web_uis_logger_the_line_goes_to_stderr(host_modules, web_ui_logging, monkeypatch, capfd):
     """A host without modules.logging_colors (an older web UI): stderr, once."""
     monkeypatch.setitem(sys.modules, "modules.logging_colors", None)   # import fails
-    host_modules.shared.settings["openai-port"] = "not a port"
+    host_modules.shared.settings["openai_ext-port"] = "not a port"
     ext = load_extension(host_modules.shared)
     assert ext.server is None
     lines = [line for line in capfd.readouterr().err.splitlines() if "not started" in line]
@@ -95,7 +95,7 @@ def test_warnings_while_serving_reach_the_web_uis_console(host_modules, web_ui_l
     """The web UI's root logger stops at ERROR; the extension's warnings (a prompt cut to fit,
     a stalled stream dropped) must still be seen."""
     shared = host_modules.shared
-    shared.settings.update({"openai-port": free_port(), "openai-truncate_prompt": True})
+    shared.settings.update({"openai_ext-port": free_port(), "openai_ext-truncate_prompt": True})
     shared.settings["truncation_length"] = 64
     ext = load_extension(shared)
     try:
@@ -164,3 +164,42 @@ def test_nowebui_with_the_web_uis_api_leaves_the_process_to_it():
             proc.kill()
     assert proc.returncode == 0 and "Traceback" not in err, err
     assert "main returned" in out
+
+
+# --- the folder's name --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("module", ["user_ext_openai", "extensions.openai.script"])
+def test_a_reserved_folder_name_is_told_in_one_line(host_modules, web_ui_logging, monkeypatch, module):
+    """`--extensions openai` turns the web UI's built-in API on instead of loading a folder of
+    that name: an extension that still finds itself loaded as 'openai' (an older web UI) says so."""
+    import importlib.util
+
+    host_modules.shared.settings["openai-port"] = free_port()
+    spec = importlib.util.spec_from_file_location(module, ROOT / "script.py")
+    ext = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ext)
+    ext.params["port"] = host_modules.shared.settings["openai-port"]
+    ext.setup()
+    try:
+        lines = [line for line in console(host_modules) if "reserve" in line]
+        assert len(lines) == 1 and "openai_ext" in lines[0] and "\n" not in lines[0], console(host_modules)
+        assert ext.server is not None   # it still serves
+    finally:
+        ext.server.stop()
+
+
+def test_the_extensions_own_name_is_the_one_the_web_ui_loaded_it_by(host_modules, web_ui_logging):
+    from support.webui import import_extension
+
+    assert import_extension("my_api").NAME == "my_api"
+    host_modules.shared.settings["my_api-port"] = "not a port"
+    load_extension(host_modules.shared, "my_api")
+    lines = [line for line in console(host_modules) if "not started" in line]
+    assert len(lines) == 1 and "'my_api-<setting>" in lines[0] and "reserve" not in " ".join(console(host_modules))
+
+
+def test_nothing_suggests_the_reserved_name():
+
+    for path in ("script.py", "README.md", "openai_ext/extension.py"):
+        text = (ROOT / path).read_text()
+        assert "openai-port" not in text and "--extensions openai " not in text and "extensions/openai/" not in text, path

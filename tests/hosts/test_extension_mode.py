@@ -11,14 +11,13 @@ import time
 import httpx
 import openai
 import pytest
-from support import ROOT
 from support.spec import assert_valid, assert_valid_stream
 from support.webui import free_port, import_extension, load_extension
 
 
 @pytest.fixture
 def extension(host_modules):
-    host_modules.shared.settings["openai-port"] = free_port()
+    host_modules.shared.settings["openai_ext-port"] = free_port()
     ext = load_extension(host_modules.shared)
     assert ext.server is not None
     yield ext
@@ -33,7 +32,7 @@ def client(extension):
 
 def test_setup_returns_at_once_and_serves_the_host_model(extension, client, host_modules):
     assert extension.server.thread.daemon
-    assert extension.server.port == host_modules.shared.settings["openai-port"]   # the host's setting won
+    assert extension.server.port == host_modules.shared.settings["openai_ext-port"]   # the host's setting won
     ids = [m.id for m in client.models.list().data]
     # the host's model first; the other families' models (embeddings, speech ...) after it
     assert ids[0] == host_modules.shared.model_name and host_modules.shared.model_name not in ids[1:]
@@ -174,7 +173,7 @@ def test_port_in_use_is_one_clear_line(host_modules, caplog):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
-        host_modules.shared.settings["openai-port"] = taken.getsockname()[1]
+        host_modules.shared.settings["openai_ext-port"] = taken.getsockname()[1]
         ext = load_extension(host_modules.shared)
     assert ext.server is None
     lines = [r.getMessage() for r in caplog.records if "already in use" in r.getMessage()]
@@ -183,7 +182,7 @@ def test_port_in_use_is_one_clear_line(host_modules, caplog):
 
 def test_host_api_key_guards_the_extension(host_modules):
     host_modules.shared.args.api_key = "host-secret"
-    host_modules.shared.settings["openai-port"] = free_port()
+    host_modules.shared.settings["openai_ext-port"] = free_port()
     ext = load_extension(host_modules.shared)
     try:
         base = ext.server.url
@@ -302,11 +301,11 @@ def test_a_bad_settings_json_is_one_logged_error_and_the_web_ui_runs_on(host_mod
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1, errors
     assert problem in errors[0] and "not started" in errors[0] and "\n" not in errors[0]
-    assert f"{ROOT.name}-<setting>" in errors[0]   # where the web UI's own settings name it
+    assert "openai_ext-<setting>" in errors[0]   # where the web UI's own settings name it
 
 
 def test_a_bad_override_from_the_web_ui_is_one_logged_error(host_modules, caplog):
-    host_modules.shared.settings["openai-port"] = "not a port"
+    host_modules.shared.settings["openai_ext-port"] = "not a port"
     ext = load_extension(host_modules.shared)
     assert ext.server is None
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
@@ -316,8 +315,8 @@ def test_a_bad_override_from_the_web_ui_is_one_logged_error(host_modules, caplog
 def test_a_missing_certificate_frees_the_port_it_had_bound(host_modules, caplog, tmp_path):
     port = free_port()
     shared = host_modules.shared
-    shared.settings.update({"openai-port": port, "openai-cert_path": str(tmp_path / "no-cert.pem"),
-                            "openai-key_path": str(tmp_path / "no-key.pem")})
+    shared.settings.update({"openai_ext-port": port, "openai_ext-cert_path": str(tmp_path / "no-cert.pem"),
+                            "openai_ext-key_path": str(tmp_path / "no-key.pem")})
     ext = load_extension(shared)
     assert ext.server is None
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
@@ -334,7 +333,7 @@ def test_every_setting_is_a_param_the_web_ui_can_override(host_modules):
     missing = set(Settings.model_fields) - set(params)
     assert not missing, f"settings the web UI's settings.yaml could not set: {sorted(missing)}"
     shared = host_modules.shared
-    shared.settings.update({"openai-port": free_port(), "openai-max_n": 2, "openai-allowed_hosts": ["api.lan"]})
+    shared.settings.update({"openai_ext-port": free_port(), "openai_ext-max_n": 2, "openai_ext-allowed_hosts": ["api.lan"]})
     ext = load_extension(shared)
     try:
         base = ext.server.url

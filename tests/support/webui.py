@@ -16,7 +16,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def import_extension(name="openai"):
+def import_extension(name="openai_ext"):
     """Imports script.py the way the host imports a user extension."""
     spec = importlib.util.spec_from_file_location(f"user_ext_{name}", ROOT / "script.py")
     ext = importlib.util.module_from_spec(spec)
@@ -24,7 +24,7 @@ def import_extension(name="openai"):
     return ext
 
 
-def load_extension(shared, name="openai"):
+def load_extension(shared, name="openai_ext"):
     """Loads script.py the way the host loads a user extension, applies the host's settings
     (`<name>-<param>` keys) to its params, as the host does to the keys params has, then calls
     setup(). Like the host's loader, it lets an Exception through but not a SystemExit."""
