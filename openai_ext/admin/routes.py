@@ -147,7 +147,7 @@ def internal_router(text: TextService, manager: ModelManager | None) -> APIRoute
         While it runs, a placeholder serves: generations and tokenizer routes answer 503 rather than
         reach a model that is being closed. The change is shielded from cancellation: a client that
         goes away must not leave the placeholder serving once the load is done."""
-        async with text.queue.admit(), text.prepare_limiter:
+        async with text.exclusive(), text.prepare_limiter:
             old = text.host
             text.host = NoModel(old.describe().get("loader"), code="model_changing",
                                 message="The model is being changed; retry in a moment.")
@@ -178,14 +178,14 @@ def internal_router(text: TextService, manager: ModelManager | None) -> APIRoute
     @r.post("/lora/load", dependencies=admin)
     async def lora_load(body: LoadLorasRequest):
         m = managed()
-        async with text.queue.admit():
+        async with text.exclusive():
             await text.run(m.load_loras, body.lora_names)
         return "OK"
 
     @r.post("/lora/unload", dependencies=admin)
     async def lora_unload():
         m = managed()
-        async with text.queue.admit():
+        async with text.exclusive():
             await text.run(m.unload_loras)
         return "OK"
 

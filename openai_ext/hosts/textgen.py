@@ -21,7 +21,7 @@ from typing import Any, Iterator
 from ..core.errors import InvalidRequestError, ServiceUnavailableError
 from . import textgen_scores as scores
 from .base import HOST_SAMPLERS, ChatPrompt, Host, HostAbilities, Piece, Prompt, TokenLogprob
-from .textgen_replies import Follower, host_failures
+from .textgen_replies import Follower, Turns, host_failures
 
 log = logging.getLogger(__name__)
 
@@ -77,9 +77,10 @@ def messages_to_history(messages: list[dict[str, Any]]) -> tuple[str, str, dict[
 
 
 @functools.lru_cache(maxsize=16)
-def _abilities(loader: str | None, samplers: frozenset[str]) -> HostAbilities:
+def _abilities(loader: str | None, samplers: frozenset[str], parallel: int) -> HostAbilities:
     return HostAbilities(
         samplers=samplers,
+        parallel=parallel,
         # llama.cpp and ExLlamaV3 report them (n_probs); the Transformers-based loaders run a
         # logits processor. TensorRT-LLM has neither.
         logprobs=loader in scores.NATIVE + scores.HF,
@@ -92,19 +93,36 @@ def _abilities(loader: str | None, samplers: frozenset[str]) -> HostAbilities:
     )
 
 
+# The model classes whose generations the host runs side by side (text_generation.generate_reply).
+PARALLEL_MODELS = ("Exllamav3Model", "LlamaServer", "TensorRTLLMModel")
+
+
 class TextgenHost(Host):
     owned_by = "local"
 
     def __init__(self, modules: SimpleNamespace | None = None):
         self.m = modules or import_host_modules()
         self._wake_lock = threading.Lock()
+        self._turns = Turns()
 
     @property
     def abilities(self) -> HostAbilities:
         """Read for each request: the user may load another model, with another loader, in the
         web UI while the server runs."""
         loader = getattr(getattr(self.m.shared, "args", None), "loader", None)
-        return _abilities(loader, self._samplers(loader))
+        return _abilities(loader, self._samplers(loader), self._slots())
+
+    def _slots(self) -> int:
+        """Generations the host runs at once. Its generate_reply skips the generation lock for a
+        request with a stop event on the models that serve parallel slots (llama.cpp with
+        --parallel N above 1, ExLlamaV3, TensorRT-LLM); there the API runs up to --parallel of
+        them at once (llama.cpp divides its context among them). Elsewhere the lock serialises
+        every generation, so one at a time."""
+        name = type(self.m.shared.model).__name__
+        slots = int(getattr(getattr(self.m.shared, "args", None), "parallel", 1) or 1)
+        if name not in PARALLEL_MODELS or (name == "LlamaServer" and slots <= 1):
+            return 1
+        return max(1, slots)
 
     def _samplers(self, loader: str | None) -> frozenset[str]:
         """The host samplers a request may set: those of the web UI's settings that its loader
@@ -200,6 +218,14 @@ class TextgenHost(Host):
         token with its entry (see textgen_scores).
         """
         self._require_model()
+        # The llama.cpp and ExLlamaV3 loaders keep the log-probabilities of "the" generation in
+        # one attribute of the model: a generation that reads them runs alone.
+        alone = settings.get("logprobs") is not None and self._slots() > 1
+        with self._turns.take(alone, stop_event) as turn:
+            if turn:
+                yield from self._generate(prompt, settings, stop_event)
+
+    def _generate(self, prompt: Prompt, settings: dict[str, Any], stop_event: threading.Event) -> Iterator[Piece]:
         state = self._state(settings)
         # stream: without it the host generates the whole reply before it yields anything, and
         # the server could not stop it at a stop string.

@@ -102,3 +102,42 @@ class Follower:
         out = base[self._sent:]
         self._sent = max(self._sent, len(base))
         return out
+
+
+class Turns:
+    """Generations that may run side by side, and ones that must run alone.
+
+    A generation that must run alone waits until the others have finished, and the ones that
+    come after it wait for it (first come first served, so it is not starved). Waiting gives up
+    when the generation's stop event is set (its client left)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._running = 0
+        self._alone = False
+        self._waiting_alone = 0
+
+    @contextlib.contextmanager
+    def take(self, alone: bool, stop: threading.Event) -> Iterator[bool]:
+        """Waits for the turn; gives whether it came (False: stopped while waiting)."""
+        got = False
+        with self._cond:
+            self._waiting_alone += alone
+            while not stop.is_set():
+                if not (self._alone or (self._running if alone else self._waiting_alone)):
+                    self._running += 1
+                    self._alone, got = alone, True
+                    break
+                self._cond.wait(0.1)
+            self._waiting_alone -= alone
+            self._cond.notify_all()
+        if not got:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            with self._cond:
+                self._running -= 1
+                self._alone = self._alone and not alone
+                self._cond.notify_all()
