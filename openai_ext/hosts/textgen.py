@@ -21,6 +21,7 @@ from typing import Any, Iterator
 from ..core.errors import InvalidRequestError, ServiceUnavailableError
 from . import textgen_scores as scores
 from .base import HOST_SAMPLERS, ChatPrompt, Host, HostAbilities, Piece, Prompt, TokenLogprob
+from .textgen_chat import messages_to_history, resolve_chat, resolve_preset
 from .textgen_replies import Follower, Turns, host_failures
 
 log = logging.getLogger(__name__)
@@ -33,47 +34,6 @@ _NO_TRUNCATION = 10 ** 9
 def import_host_modules() -> SimpleNamespace:
     names = ("shared", "text_generation", "chat", "models", "utils", "LoRA", "loaders", "models_settings")
     return SimpleNamespace(**{n: importlib.import_module(f"modules.{n}") for n in names})
-
-
-def messages_to_history(messages: list[dict[str, Any]]) -> tuple[str, str, dict[str, Any]]:
-    """Converts OpenAI messages into the web UI's chat history.
-
-    Returns (user_input, leading system text, history). Leading system messages become the
-    host's ``custom_system_message``; later ones keep their place as system rows, so no system
-    message is dropped. ``user_input`` is the last user message when nothing answered it yet.
-    """
-    system: list[str] = []
-    rows: list[list[Any]] = []
-    pending: str | None = None
-    started = False
-
-    def flush_user():
-        nonlocal pending
-        if pending is not None:
-            rows.append([pending, "", "", {}])
-            pending = None
-
-    for m in messages:
-        role, content = m["role"], m.get("content") or ""
-        if role == "system" and not started:
-            system.append(content)
-            continue
-        started = True
-        if role == "system":
-            flush_user()
-            rows.append([content, "", "", {"role": "system"}])
-        elif role == "user":
-            flush_user()
-            pending = content
-        elif role == "assistant":
-            meta = {"tool_calls": m["tool_calls"]} if m.get("tool_calls") else {}
-            rows.append([pending or "", content, "", meta])
-            pending = None
-        elif role == "tool":
-            flush_user()
-            rows.append(["", "", content, {"tool_call_id": m.get("tool_call_id")} if m.get("tool_call_id") else {}])
-    history = {"internal": rows, "visible": copy.deepcopy(rows), "metadata": {}}
-    return pending or "", "\n".join(system), history
 
 
 @functools.lru_cache(maxsize=16)
@@ -90,6 +50,7 @@ def _abilities(loader: str | None, samplers: frozenset[str], parallel: int) -> H
         logit_bias=loader == "llama.cpp",
         # These loaders apply the host's grammar_string; none has a lazy (triggered) grammar.
         grammar=loader in ("llama.cpp", "Transformers", "ExLlamav3_HF"),
+        web_ui=True,
     )
 
 
@@ -189,11 +150,18 @@ class TextgenHost(Host):
         return self.m.text_generation.decode([int(t) for t in tokens], skip_special_tokens=False)
 
     def _state(self, settings: dict[str, Any]) -> dict[str, Any]:
-        # Missing keys make the host's loaders fail silently, so start from all of its settings.
+        # Missing keys make the host's loaders fail silently, so start from all of its settings;
+        # a preset's samplers come next, then the request's own.
         state = copy.deepcopy(self.m.shared.settings)
+        if settings.get("preset"):
+            state.update(resolve_preset(self.m, settings["preset"]))
         state.update(settings)
-        state["mode"] = "instruct"
+        state["mode"] = settings.get("mode", "instruct")   # the API's default, whatever the UI's is
         return state
+
+    def check_settings(self, settings: dict[str, Any]) -> None:
+        if settings.get("preset"):
+            resolve_preset(self.m, settings["preset"])
 
     def chat_prompt(self, messages: list[dict[str, Any]], settings: dict[str, Any]) -> ChatPrompt:
         self._require_model()   # the prompt builder may count tokens
@@ -201,12 +169,20 @@ class TextgenHost(Host):
         state = self._state(settings)
         state.update(history=history, custom_system_message=system, truncation_length=_NO_TRUNCATION,
                      max_new_tokens=0)
+        state.update(resolve_chat(self.m, settings))
         try:
-            text = self.m.chat.generate_chat_prompt(user_input, state)
+            text = self.m.chat.generate_chat_prompt(user_input, state, _continue=bool(settings.get("continue_")))
         except Exception as e:
-            raise InvalidRequestError(f"The model's instruction template could not render these messages ({e}).",
+            raise InvalidRequestError(f"The chat template could not render these messages ({e}).",
                                       param="messages") from None
         return ChatPrompt(text, list(self.m.chat.get_stopping_strings(state)))
+
+    def split_reasoning(self, text: str) -> tuple[str | None, str]:
+        """The web UI's own splitter (modules/reasoning.py), which knows its models' formats."""
+        try:
+            return importlib.import_module("modules.reasoning").extract_reasoning(text)
+        except ImportError:
+            return super().split_reasoning(text)
 
     def generate(self, prompt: Prompt, settings: dict[str, Any], stop_event: threading.Event) -> Iterator[Piece]:
         """The host's reply as pieces, each with the tokens it took, the last with the finish reason.

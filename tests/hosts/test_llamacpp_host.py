@@ -79,3 +79,20 @@ def test_internal_logits_on_the_embedded_host(live):
     assert "Paris" in "".join(r.json()["logits"])   # a small model still knows this one
     refused = httpx.post(f"{live.url}/internal/logits", json={"prompt": "x", "use_samplers": True}, timeout=60)
     assert refused.status_code == 400 and refused.json()["error"]["param"] == "use_samplers"
+
+
+def test_the_web_uis_fields_on_the_embedded_host(live):
+    """Without the web UI there are no characters, templates or presets to load: a field that
+    would change the answer is a 400 naming it; one that would not is ignored."""
+    import httpx
+
+    hi = {"model": "x", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1}
+    for field, value in (("mode", "chat"), ("character", "Pirate"), ("instruction_template", "Alpaca"),
+                         ("user_name", "Ann"), ("preset", "Creative")):
+        r = httpx.post(f"{live.url}/chat/completions", json={**hi, field: value}, timeout=60)
+        assert r.status_code == 400 and r.json()["error"]["param"] == field, r.text
+        assert "web UI" in r.json()["error"]["message"]
+    for field, value in (("enable_thinking", False), ("reasoning_effort", "low"), ("max_tokens_second", 5),
+                         ("truncation_length", 2048)):
+        r = httpx.post(f"{live.url}/chat/completions", json={**hi, field: value}, timeout=60)
+        assert r.status_code == 200, r.text

@@ -21,6 +21,17 @@ CHATML = (
     "{%- endfor %}{%- if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{%- endif %}"
 )
 
+# The host's default template of chat mode (modules/shared.py)
+CHAT_MODE = (
+    "{%- for message in messages %}\n    {%- if message['role'] == 'system' -%}\n        {%- if message['content'] -%}\n"
+    "            {{- message['content'] + '\\n\\n' -}}\n        {%- endif -%}\n        {%- if user_bio -%}\n"
+    "            {{- user_bio + '\\n\\n' -}}\n        {%- endif -%}\n    {%- elif message['role'] == 'tool' -%}\n"
+    "        {{- '[Tool result: ' + message['content'] + ']\\n' -}}\n    {%- elif message['role'] == 'user' -%}\n"
+    "        {{- name1 + ': ' + message['content'] + '\\n'-}}\n    {%- else -%}\n"
+    "        {{- name2 + ': ' + message['content'] + '\\n' -}}\n    {%- endif -%}\n{%- endfor -%}\n"
+    "{%- if add_generation_prompt %}\n    {{- name2 + ':' -}}\n{%- endif %}"
+)
+
 # The real dict has ~100 keys; these are the ones generation reads, with the host's defaults.
 settings = {
     "mode": "instruct", "max_new_tokens": 512, "auto_max_new_tokens": True, "ban_eos_token": False,
@@ -35,7 +46,7 @@ settings = {
     "penalty_alpha": 0, "guidance_scale": 1, "mirostat_mode": 0, "mirostat_tau": 5, "mirostat_eta": 0.1,
     "do_sample": True, "dynamic_temperature": False, "temperature_last": False, "grammar_string": "",
     "max_tokens_second": 0, "name1": "You", "name2": "AI", "user_bio": "", "context": "",
-    "custom_system_message": "", "instruction_template_str": CHATML, "chat_template_str": CHATML,
+    "custom_system_message": "", "instruction_template_str": CHATML, "chat_template_str": CHAT_MODE,
     "enable_thinking": True, "reasoning_effort": "medium", "character": "Assistant", "preset": None,
     "chat-instruct_command": "Continue the chat dialogue below. Write a single reply for the character "
                              "\"<|character|>\".\n\n<|prompt|>",
