@@ -27,7 +27,11 @@ NOT_STARTED = "The OpenAI-compatible API is not started."
 
 def host_settings(params: Mapping[str, Any], shared: Any) -> dict[str, Any]:
     """The host's layer of settings: this extension's params (which the web UI has already
-    overridden from its own settings file), plus the web UI's own --listen and --api-key."""
+    overridden from its own settings file), plus the web UI's own --listen and --api-key.
+
+    Not its --public-api: that flag starts the web UI's built-in API (port 5000) with a tunnel
+    of its own, and taking it here too would open a second tunnel for the one flag. This API's
+    tunnel is its own public_api setting."""
     layer = dict(params)
     args = getattr(shared, "args", None)
     if getattr(args, "listen", False):
@@ -38,10 +42,6 @@ def host_settings(params: Mapping[str, Any], shared: Any) -> dict[str, Any]:
         layer["api_key"] = args.api_key
     if not layer.get("admin_key") and getattr(args, "admin_key", ""):
         layer["admin_key"] = args.admin_key
-    if getattr(args, "public_api", False):
-        layer["public_api"] = True
-        if getattr(args, "public_api_id", None):
-            layer["public_api_id"] = args.public_api_id
     if getattr(args, "api_enable_ipv6", False):
         layer["ipv6"] = True
     return layer

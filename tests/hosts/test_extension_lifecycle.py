@@ -203,3 +203,29 @@ def test_nothing_suggests_the_reserved_name():
     for path in ("script.py", "README.md", "openai_ext/extension.py"):
         text = (ROOT / path).read_text()
         assert "openai-port" not in text and "--extensions openai " not in text and "extensions/openai/" not in text, path
+
+
+def test_the_web_uis_public_api_is_not_a_second_tunnel(host_modules, web_ui_logging, monkeypatch):
+    """The web UI's --public-api starts its built-in API with its own tunnel (port 5000): the
+    extension must not open another for the same flag; its own public_api setting does that."""
+    from openai_ext.core import tunnel
+
+    opened = []
+    monkeypatch.setattr(tunnel, "_open", lambda settings, port: opened.append(port))
+    shared = host_modules.shared
+    shared.args.public_api, shared.args.api_key = True, "k"
+    shared.settings["openai_ext-port"] = free_port()
+    ext = load_extension(shared)
+    try:
+        assert ext.server is not None and not ext.server.settings.public_api and opened == []
+    finally:
+        ext.server.stop()
+    shared.settings.update({"openai_ext-port": free_port(), "openai_ext-public_api": True})
+    ext = load_extension(shared)
+    try:
+        tunnel_thread = [t for t in __import__("threading").enumerate() if t.name == "public-tunnel"]
+        for t in tunnel_thread:
+            t.join(5)
+        assert opened == [ext.server.port]   # asked for by its own setting: one tunnel, to this API
+    finally:
+        ext.server.stop()
