@@ -113,3 +113,31 @@ def test_a_generation_with_logprobs_runs_alone(extension, host_modules, traced):
     tags = [tag for tag, _, _ in events]
     runs = [tag for i, tag in enumerate(tags) if i == 0 or tags[i - 1] != tag]
     assert sorted(runs) == ["alpha", "beta", "gamma"] and most[0] == 1   # never interleaved
+
+
+def test_a_model_change_waits_until_nothing_runs(extension, host_modules, traced):
+    """A slot is free, but a generation runs: the model is changed only once it has ended."""
+    events, most, barrier = traced
+    host_modules.shared.args.parallel = 2
+    host_modules.text_generation.SCRIPT = [f" t{i}" for i in range(400)]   # long enough to be overtaken
+    barrier[0] = threading.Barrier(2)
+    models = host_modules.models
+    original = models.load_model
+
+    def load_model(name, loader=None):
+        events.append(("load", 0, False))
+        return original(name, loader)
+    models.load_model = load_model
+    loaded = {}
+
+    def change():
+        barrier[0].wait(timeout=20)   # the generation is under way
+        loaded["status"] = httpx.post(f"{extension.server.url}/internal/model/load", timeout=60,
+                                      json={"model_name": "Other-Model-3B-Instruct.Q5_K_M.gguf"}).status_code
+    changer = threading.Thread(target=change)
+    changer.start()
+    results = run_together(extension.server.url, ["alpha"], max_tokens=400)
+    changer.join()
+    assert loaded["status"] == 200 and results["alpha"][1] == "".join(host_modules.text_generation.SCRIPT)
+    tags = [tag for tag, _, _ in events]
+    assert tags == ["alpha"] * 400 + ["load"]   # after the generation ended
