@@ -46,6 +46,12 @@ def _checked(name: str, value: Any, kind: type) -> Any:
     return value
 
 
+def _default(key: str, value: Any) -> bool:
+    """A value that asks for what a host without the web UI does anyway: instruct mode (the
+    model's own template), no continuation, nothing named."""
+    return value in (None, "", False, "None") or (key == "mode" and value == "instruct")
+
+
 def _not_here(name: str) -> InvalidRequestError:
     return InvalidRequestError(f"{name} is a field of text-generation-webui's API (its chat modes, characters, "
                                "templates and presets); this server runs without the web UI, so it cannot apply "
@@ -62,6 +68,8 @@ def template_settings(extra: dict[str, Any], abilities: HostAbilities, *, chat: 
             if not chat:
                 continue   # params.plan names it as a chat field
             if not abilities.web_ui:
+                if _default(key, value):
+                    continue   # what this host does anyway (clients of the web UI's API send these)
                 raise _not_here(name)
             out[key] = _checked(name, value, TEMPLATE_FIELDS[key])
         elif key in REASONING_FIELDS and abilities.web_ui and chat:
@@ -84,7 +92,7 @@ def generation_settings(extra: dict[str, Any], abilities: HostAbilities) -> dict
     """The web UI's generation fields (preset, max_tokens_second) as host settings."""
     out: dict[str, Any] = {}
     for name, kind in GENERATION_FIELDS.items():
-        if name in extra and extra[name] is not None:
+        if name in extra and not _default(name, extra[name]):
             if not abilities.web_ui:
                 if name == "preset":
                     raise _not_here(name)

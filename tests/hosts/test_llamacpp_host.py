@@ -93,6 +93,7 @@ def test_the_web_uis_fields_on_the_embedded_host(live):
         assert r.status_code == 400 and r.json()["error"]["param"] == field, r.text
         assert "web UI" in r.json()["error"]["message"]
     for field, value in (("enable_thinking", False), ("reasoning_effort", "low"), ("max_tokens_second", 5),
-                         ("truncation_length", 2048)):
+                         ("truncation_length", 2048), ("mode", "instruct"), ("character", None),
+                         ("continue_", False), ("preset", "")):   # what this host does anyway
         r = httpx.post(f"{live.url}/chat/completions", json={**hi, field: value}, timeout=60)
         assert r.status_code == 200, r.text
