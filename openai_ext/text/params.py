@@ -78,7 +78,7 @@ RULES: tuple[Rule, ...] = (
     Rule("safety_identifier", CHAT, "ignored", "-", "Accepted; nothing to do locally."),
     Rule("moderation", CHAT, "ignored", "-", "Outputs are not moderated; call /v1/moderations yourself."),
     # This project's extensions: the web UI API's own fields (see webui_fields.py).
-    Rule("mode", CHAT, "mapped", "mode", "Extension: the web UI's chat mode, instruct (default), chat or chat-instruct. Standalone: 400."),
+    Rule("mode", CHAT, "mapped", "mode", "Extension: the web UI's chat mode, instruct (default), chat or chat-instruct. Standalone: 400 for any but instruct. Like every field below, an empty value (null, \"\", false) asks for nothing."),
     Rule("character", CHAT, "mapped", "name2, context, greeting", "Extension: a character of the web UI's characters folder, by name (chat and chat-instruct modes); an unknown one is a 400 listing those there. Standalone: 400."),
     Rule("instruction_template", CHAT, "mapped", "instruction_template_str", "Extension: a template of the web UI's instruction-templates folder, by name, instead of the model's own. Standalone: 400."),
     Rule("instruction_template_str", CHAT, "mapped", "instruction_template_str", "Extension: a Jinja2 instruction template; takes precedence over instruction_template. Standalone: 400."),
