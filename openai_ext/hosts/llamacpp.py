@@ -332,6 +332,23 @@ class LlamaCppHost(Host):
         assert len(out) == len(scored)
         return out
 
+    def next_token_probabilities(self, prompt: str, settings: dict[str, Any], use_samplers: bool,
+                                 top: int) -> dict[str, float]:
+        """The model's own distribution after the prompt (no sampler touches it)."""
+        if use_samplers:
+            from ..core.errors import InvalidRequestError
+            raise InvalidRequestError("use_samplers is not supported by the embedded host: it reports the model's "
+                                      "own probabilities only. Remove use_samplers.", param="use_samplers")
+        tokens = self.tokenize(prompt) or self.document_start()
+        with self._lock:
+            self._prepare(tokens)
+            logits = np.ctypeslib.as_array(self._L.llama_get_logits_ith(self._ctx, -1), shape=(self._n_vocab,))
+            probs = np.exp(logits - logits.max())
+            probs /= probs.sum()
+            best = np.argsort(-probs)[:top]
+            return {_escaped(self._piece(int(t), True).decode("utf-8", errors="replace")): float(probs[t])
+                    for t in best}
+
     def stop_all(self) -> None:
         self._stop_all.set()
 
@@ -343,3 +360,8 @@ class LlamaCppHost(Host):
         # The file's name, not its path: the folder layout of the machine is not the client's business.
         return {"model_name": self.model_id, "lora_names": [], "loader": "llama.cpp", "file": self.path.name,
                 "n_ctx": self.context_length(), "chat_template": self.has_chat_template}
+
+
+def _escaped(token: str) -> str:
+    """Control characters written as escapes, as the web UI's /v1/internal/logits shows them."""
+    return "".join(repr(c)[1:-1] if ord(c) <= 0x1F or 0x7F <= ord(c) <= 0x9F else c for c in token)

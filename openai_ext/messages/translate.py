@@ -25,8 +25,8 @@ from pydantic import ValidationError
 
 from ..core.errors import InvalidRequestError, from_validation_errors, unrecognized
 from ..hosts.base import HOST_SAMPLERS
-from ..text.params import WEB_UI_FIELDS
 from ..text.protocol import ChatCompletionRequest
+from ..text.webui_fields import ALL as WEB_UI_FIELDS
 from .protocol import (
     CountTokensRequest,
     InputMessage,
@@ -257,7 +257,7 @@ def _tools(req: CountTokensRequest) -> dict[str, Any]:
                 raise _bad(f"tools[{j}].input_schema must be a JSON Schema with type 'object'.",
                            f"tools[{j}].input_schema")
             tools.append({"type": "function", "function": {"name": name, "description": t.get("description") or "",
-                                                           "parameters": schema}})
+                                                           "parameters": schema, "strict": t.get("strict") is True}})
         if tools:
             out["tools"] = tools
     choice = req.tool_choice

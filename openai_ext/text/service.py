@@ -1,12 +1,13 @@
 """The text family's shared parts: the host that serves now, its line of requests, the thread
 that generates, and the one place where a text request goes from validated body to response.
 
-- ``queue`` admits at most ``max_queue`` waiting requests (more get a 429 at once) and lets one
-  generation run at a time, first come first served. In extension mode the host's own
-  generation lock is taken inside ``generate_reply`` as well; this line makes the order fair.
-- ``worker`` is one long-lived thread that runs every generation (they are serialised anyway). A
-  fresh thread per request costs time to first token: llama.cpp's compute threads are set up per
-  calling thread.
+- ``queue`` admits at most ``max_queue`` waiting requests (more get a 429 at once) and lets as
+  many generations run at once as the host serves (its parallel slots: the web UI's llama.cpp
+  with --parallel N; one everywhere else), first come first served. In extension mode the host's
+  own generation lock is taken inside ``generate_reply`` as well, except on parallel loaders;
+  this line makes the order fair.
+- ``worker`` holds one long-lived thread per slot, which run the generations. A fresh thread per
+  request costs time to first token: llama.cpp's compute threads are set up per calling thread.
 - ``prepare`` runs prompt rendering and tokenizing on a worker thread, one request at a time (a
   tokenizer may not be safe to share between threads), so the event loop keeps serving.
 """
@@ -15,8 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import hashlib
-from typing import Any, Callable, Protocol
+from typing import Any, AsyncIterator, Callable, Protocol
 
 import anyio
 from fastapi import Request
@@ -37,6 +39,31 @@ class TextService:
         self.queue = Admission("generation", max_waiting=settings.max_queue)
         self.worker = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="generation")
         self._prepare: anyio.CapacityLimiter | None = None
+        self._exclusive = 0   # model changes waiting for, or holding, the model alone
+
+    def follow_host(self) -> None:
+        """Runs as many generations at once as the host serves now (the user may load another
+        model, or the same one with another number of slots, at any time)."""
+        slots = max(1, int(getattr(self.host.abilities, "parallel", 1) or 1))
+        if slots == self.queue.capacity or self._exclusive:
+            return
+        self.queue.resize(slots)
+        old, self.worker = self.worker, concurrent.futures.ThreadPoolExecutor(
+            max_workers=slots, thread_name_prefix="generation")
+        old.shutdown(wait=False)   # its running generations finish on their threads
+
+    @contextlib.asynccontextmanager
+    async def exclusive(self) -> AsyncIterator[None]:
+        """A turn in line during which nothing else runs (a model or LoRA change): the line
+        is narrowed to one until the generations already running have finished."""
+        self._exclusive += 1
+        try:
+            self.queue.resize(1)
+            async with self.queue.admit():
+                yield
+        finally:
+            self._exclusive -= 1
+            self.follow_host()
 
     @property
     def prepare_limiter(self) -> anyio.CapacityLimiter:
@@ -88,6 +115,7 @@ class TextEndpoint(Protocol):
 async def generate(text: TextService, request: Request, endpoint: TextEndpoint, body: Any) -> Any:
     """Runs one text request from its validated body to its response."""
     text.require_model()
+    text.follow_host()
     # The place in line is taken first: when the line is full, the 429 comes at once, not after
     # every earlier request's prepare below. A request that fails there gives it back.
     place = text.queue.admit()

@@ -125,8 +125,8 @@ def test_tool_choice_none_and_auto(claude):
     (dict(tools=[{"name": "f", "input_schema": {"type": "object", "properties": {"x": {"type": 12}}}}]),
      "tools[0].input_schema"),
     (dict(tools=[WEATHER], tool_choice={"type": "tool", "name": "nope"}), "nope"),
-    (dict(tools=[{"name": "f", "input_schema": {"type": "object", "properties": {"n": {"type": "integer",
-                                                                                      "minimum": 1}}}}],
+    (dict(tools=[{"name": "f", "strict": True, "input_schema": {"type": "object", "properties": {"n": {
+        "type": "integer", "minimum": 1}}}}],
           tool_choice={"type": "any"}), "tools[0].input_schema.properties.n.minimum"),
     (dict(tool_choice={"type": "any"}), "tool_choice"),
     (dict(messages=[*ASK, {"role": "assistant", "content": [
