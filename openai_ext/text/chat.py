@@ -82,13 +82,16 @@ def template_input(host: Host, req: ChatCompletionRequest,
     return messages, ({"tools": tools_arg} if tools_arg else {})
 
 
-def prepare(text: TextService, req: ChatCompletionRequest) -> Job:
+def prepare(text: TextService, req: ChatCompletionRequest, *, truncate: bool | None = None) -> Job:
+    """``truncate`` overrides the truncate_prompt setting, for an API whose request says what to
+    do with a prompt that does not fit (the Responses API's ``truncation``)."""
     host = text.host
     toolset = tools.parse(req)
     rendered = host.chat_prompt(*template_input(host, req, toolset))
     prompt = Prompt(rendered.text, host.tokenize(rendered.text), rendered.stops)
     requested = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
-    prompt = fit_prompt(host, prompt, requested=requested, truncate=text.settings.truncate_prompt, param="messages")
+    cut = text.settings.truncate_prompt if truncate is None else truncate
+    prompt = fit_prompt(host, prompt, requested=requested, truncate=cut, param="messages")
     plan = params.plan(req, abilities=host.abilities, room=host.context_length() - len(prompt.tokens),
                        max_n=text.settings.max_n, toolset=toolset,
                        allow_unknown=text.settings.allow_unknown_fields)
