@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any, Mapping
 
 from .app import create_app
@@ -37,6 +38,13 @@ def host_settings(params: Mapping[str, Any], shared: Any) -> dict[str, Any]:
     return layer
 
 
+def user_data(shared: Any) -> Path:
+    """The web UI's user data folder (where it keeps models, characters, settings), relative to
+    the folder it runs in unless it says otherwise."""
+    args = getattr(shared, "args", None)
+    return Path(getattr(shared, "user_data_dir", None) or getattr(args, "user_data_dir", None) or "user_data")
+
+
 def start(params: Mapping[str, Any], modules: Any = None, name: str = "openai") -> ApiServer | None:
     """Starts the API on a daemon thread. A problem the user must fix (a bad setting, a taken
     port) is logged in one line and the API stays off: the web UI itself keeps running.
@@ -44,6 +52,8 @@ def start(params: Mapping[str, Any], modules: Any = None, name: str = "openai") 
     host = TextgenHost(modules)
     try:
         settings = load_settings(host=host_settings(params, host.m.shared))
+        if not settings.data_dir:
+            settings = settings.model_copy(update={"data_dir": str(user_data(host.m.shared) / "openai_ext")})
         sockets = bind_all(settings)
         try:
             server = ApiServer(create_app(settings, host, TextgenModels(host.m)), settings, sockets)
