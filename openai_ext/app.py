@@ -7,6 +7,7 @@ Route groups, all under /v1 (and again without it, for clients given a bare base
 | family      | routes                                                            |
 |-------------|-------------------------------------------------------------------|
 | text        | /chat/completions, /completions, legacy /engines/... and /edits   |
+| responses   | /responses, /conversations                                        |
 | embeddings  | /embeddings                                                       |
 | moderations | /moderations                                                      |
 | audio       | /audio/speech, /audio/transcriptions, /audio/translations         |
@@ -35,6 +36,7 @@ from .hosts.base import Host
 from .hosts.manager import ModelManager
 from .images import routes as images
 from .moderations import routes as moderations
+from .responses import routes as responses
 from .state import ApiState
 from .text import legacy
 from .text import routes as text
@@ -85,6 +87,7 @@ def create_app(settings: Settings, host: Host, manager: ModelManager | None = No
     routers = [
         admin.models_router(state.catalog),
         text.router(state.text),
+        responses.router(state.responses),
         legacy.router(state.text, state.embeddings, state.catalog),
         embeddings.router(state.embeddings),
         moderations.router(state.moderations),
