@@ -110,6 +110,11 @@ class _Output:
         self.pending_lp: list[TokenLogprob] = []
         self.message_lp: list[TokenLogprob] = []         # the open message's, for output_text.done
 
+    def start(self) -> list[dict[str, Any]]:
+        """Without tools the answer can only be a message: it is opened before the first token, as
+        OpenAI does, so the first token travels alone."""
+        return self._open_message() if self.calls is None else []
+
     # text ------------------------------------------------------------------------------------
     def feed(self, text: str, logprobs: list[TokenLogprob]) -> list[dict[str, Any]]:
         if self.turn.want_logprobs:
@@ -233,6 +238,8 @@ async def events(text: TextService, turn: Turn, place: Place) -> AsyncIterator[d
             state.status = "in_progress"
             yield turn.event("response.in_progress", response=state.snapshot())
             out = _Output(turn)
+            for e in out.start():
+                yield e
             async with contextlib.aclosing(run_job(text, turn.job, _Held())) as generated:  # type: ignore[arg-type]
                 async for ev in generated:
                     if ev.delta is not None:

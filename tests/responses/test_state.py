@@ -107,3 +107,16 @@ def test_one_key_shares_every_object(llama_host, make_server, tmp_path):
     client = openai_client(server, api_key="only-key")
     resp, _ = create(client, input="Say hi.", max_output_tokens=16)
     assert client.responses.retrieve(resp.id).id == resp.id
+
+
+def test_concurrent_requests_are_all_stored(rclient):
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(i):
+        return create(rclient, input=f"Say the number {i}.", max_output_tokens=16, metadata={"i": str(i)})[1]
+
+    with ThreadPoolExecutor(6) as pool:
+        bodies = list(pool.map(one, range(6)))
+    for i, body in enumerate(bodies):
+        stored = rclient.responses.with_raw_response.retrieve(body["id"]).http_response.json()
+        assert stored == body and stored["metadata"] == {"i": str(i)}

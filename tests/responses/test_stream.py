@@ -131,3 +131,11 @@ def test_a_failure_without_stream_is_a_500_and_a_failed_response(failing):
     with pytest.raises(openai.InternalServerError) as e:
         client.responses.create(model="x", input=Q, max_output_tokens=40, temperature=0)
     assert_valid("ErrorResponse", e.value.response.json())
+
+
+def test_a_client_that_leaves_a_plain_request_stops_it_too(rserver):
+    health = rserver.url.removesuffix("/v1") + "/health"
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{rserver.url}/responses", timeout=httpx.Timeout(60, read=1.5),
+                   json={"input": "Write a very long story about a dragon.", "temperature": 0})
+    wait_until(lambda: httpx.get(health).json()["running"] == 0, "the generation stopped")
