@@ -7,6 +7,7 @@ Route groups, all under /v1 (and again without it, for clients given a bare base
 | family      | routes                                                            |
 |-------------|-------------------------------------------------------------------|
 | text        | /chat/completions, /completions, legacy /engines/... and /edits   |
+| responses   | /responses, /conversations                                        |
 | embeddings  | /embeddings                                                       |
 | moderations | /moderations                                                      |
 | audio       | /audio/speech, /audio/transcriptions, /audio/translations         |
@@ -46,6 +47,7 @@ from .messages import errors as messages_errors
 from .messages import models as messages_models
 from .messages import routes as messages
 from .moderations import routes as moderations
+from .responses import routes as responses
 from .state import ApiState
 from .text import legacy
 from .text import routes as text
@@ -112,6 +114,7 @@ def create_app(settings: Settings, host: Host, manager: ModelManager | None = No
         admin.models_router(state.catalog, [messages_models.AnthropicModels(state.text)]),
         text.router(state.text),
         messages.router(state.text),
+        responses.router(state.responses),
         legacy.router(state.text, state.embeddings, state.catalog),
         embeddings.router(state.embeddings),
         moderations.router(state.moderations),

@@ -6,6 +6,7 @@ import importlib
 import logging
 import sys
 import threading
+from pathlib import Path
 from typing import Any, Mapping
 
 from .app import create_app
@@ -47,6 +48,13 @@ def host_settings(params: Mapping[str, Any], shared: Any) -> dict[str, Any]:
     return layer
 
 
+def user_data(shared: Any) -> Path:
+    """The web UI's user data folder (where it keeps models, characters, settings), relative to
+    the folder it runs in unless it says otherwise."""
+    args = getattr(shared, "args", None)
+    return Path(getattr(shared, "user_data_dir", None) or getattr(args, "user_data_dir", None) or "user_data")
+
+
 def start(params: Mapping[str, Any], modules: Any = None, name: str = "openai_ext") -> ApiServer | None:
     """Starts the API on a daemon thread. A problem the user must fix (a bad setting, a taken
     port) is told in one line in the web UI's console and the API stays off: the web UI itself
@@ -61,6 +69,8 @@ def start(params: Mapping[str, Any], modules: Any = None, name: str = "openai_ex
     try:
         settings = load_settings(host=host_settings(params, host.m.shared))
         route_logs(debug=settings.debug)
+        if not settings.data_dir:
+            settings = settings.model_copy(update={"data_dir": str(user_data(host.m.shared) / "openai_ext")})
         sockets = bind_all(settings)
         try:
             server = ApiServer(create_app(settings, host, TextgenModels(host.m)), settings, sockets)

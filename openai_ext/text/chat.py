@@ -98,11 +98,14 @@ def _content_chars(req: ChatCompletionRequest) -> int:
     return total
 
 
-def prepare(text: TextService, req: ChatCompletionRequest, *, prefill: str = "") -> Job:
+def prepare(text: TextService, req: ChatCompletionRequest, *, prefill: str = "",
+            truncate: bool | None = None) -> Job:
     """``prefill``: the start of the answer, already written; the model continues it (the text
-    is not repeated in the output)."""
+    is not repeated in the output). ``truncate`` overrides the truncate_prompt setting, for an
+    API whose request says what to do with a prompt that does not fit (the Responses API's
+    ``truncation``)."""
     host = text.host
-    truncate = text.settings.truncate_prompt
+    truncate = text.settings.truncate_prompt if truncate is None else truncate
     # Messages whose text alone cannot fit are refused before the template and the tokenizer
     # run over them (a list of 100,000 messages would keep both busy for minutes).
     bound_text(host, _content_chars(req), truncate=truncate, param="messages")
