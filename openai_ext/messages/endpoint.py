@@ -69,7 +69,8 @@ def count_tokens(text: TextService, req: CountTokensRequest) -> dict[str, int]:
 
 
 def _blocks(turn: Turn, *, incremental: bool) -> Blocks:
-    return Blocks(turn.job.tools, incremental=incremental)
+    host = turn.job.host
+    return Blocks(turn.job.tools, incremental=incremental, split=host.split_reasoning if host is not None else None)
 
 
 async def complete(text: TextService, turn: Turn, place: Place) -> dict[str, Any]:

@@ -71,6 +71,8 @@ def fold(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
             delta, block = ev["delta"], blocks[ev["index"]]
             if delta["type"] == "text_delta":
                 block["text"] += delta["text"]
+            elif delta["type"] == "thinking_delta":
+                block["thinking"] += delta["thinking"]
             else:
                 partial[ev["index"]] = partial.get(ev["index"], "") + delta["partial_json"]
         elif kind == "content_block_stop" and ev["index"] in partial:

@@ -61,7 +61,7 @@ RULES: tuple[Rule, ...] = (
     Rule("tools", "mapped", "tools", "Custom tools (name, description, input_schema) become function tools. Anthropic's server tools (web search, code execution, bash, text editor ...) get a 400 naming them."),
     Rule("tool_choice", "mapped", "tool_choice, parallel_tool_calls", "auto -> auto; any -> required; tool -> the named function; none -> none. any and tool are enforced by a grammar, so input always validates against input_schema. disable_parallel_tool_use -> parallel_tool_calls false."),
     Rule("output_config", "mapped", "response_format", "format {type: json_schema, schema} -> response_format json_schema (grammar-enforced); effort is ignored."),
-    Rule("thinking", "server", "-", "Checked as Anthropic checks it (enabled needs budget_tokens >= 1024 and below max_tokens), then ignored: the served models have no reasoning mode this server can switch, so no thinking blocks are returned."),
+    Rule("thinking", "mapped", "enable_thinking", "Checked as Anthropic checks it (enabled needs budget_tokens >= 1024 and below max_tokens). enabled and adaptive turn the model's reasoning switch on, disabled off, where its chat template has one (extension mode); budget_tokens is not enforced. A reasoning model's thinking comes back as a thinking block before the answer (streamed as thinking_delta, signature empty); a model without a reasoning mode, such as the embedded SmolLM2, writes none."),
     Rule("cache_control", "ignored", "-", "On the request or on blocks. No cache is billed; the embedded host reuses the prompt prefix of the previous request by itself. cache_* usage fields are 0."),
     Rule("service_tier", "ignored", "-", "One local tier; usage.service_tier is standard."),
     Rule("inference_geo", "ignored", "-", "Local."),
@@ -102,8 +102,12 @@ def to_chat(req: CountTokensRequest, *, allow_unknown: bool = False) -> Translat
             body["top_k"] = req.top_k     # a host sampler: params.plan checks the host has it
         if req.metadata is not None and req.metadata.user_id is not None:
             body["user"] = req.metadata.user_id
-        body.update({k: v for k, v in (req.model_extra or {}).items() if k in HOST_SAMPLERS})
         _check_thinking(req)
+        if req.thinking is not None:
+            # the model's reasoning switch, where its chat template has one (extension mode)
+            body["enable_thinking"] = req.thinking.type != "disabled"
+    # host samplers and the web UI's own fields mean here what they mean in chat
+    body.update({k: v for k, v in (req.model_extra or {}).items() if k in HOST_SAMPLERS or k in WEB_UI_FIELDS})
     body.update(_tools(req))
     if req.output_config is not None and req.output_config.format is not None:
         body["response_format"] = {"type": "json_schema",
@@ -204,7 +208,7 @@ def _assistant(m: InputMessage, where: str) -> tuple[str, list[dict[str, Any]]]:
             tool_calls.append({"id": b.id, "type": "function",
                                "function": {"name": b.name, "arguments": json.dumps(b.input, ensure_ascii=False)}})
         elif isinstance(b, (ThinkingBlock, RedactedThinkingBlock)):
-            continue   # no reasoning mode: the model is not shown its earlier thinking
+            continue   # reasoning models' templates drop earlier turns' thinking too (Qwen3, gpt-oss)
         else:
             raise _unreadable(b, f"{where}[{j}]")
     return "\n".join(texts), tool_calls

@@ -70,7 +70,8 @@ def test_parameters_without_a_chat_counterpart():
                  thinking={"type": "disabled"}, service_tier="auto", cache_control={"type": "ephemeral"})
     chat = tr.chat
     assert (chat.temperature, chat.top_p, chat.stream, chat.user, chat.max_tokens) == (0.3, 0.5, True, "u-9", 10)
-    assert chat.model_extra == {"top_k": 7, "min_p": 0.1}        # host samplers, checked by params.plan
+    assert chat.model_extra == {"top_k": 7, "min_p": 0.1,        # host samplers, checked by params.plan
+                                "enable_thinking": False}    # the reasoning switch
     assert chat.stop == tr.stops == ["a", "b", "c", "d", "e", "f"]
     assert chat.response_format == {"type": "json_schema", "json_schema": {"name": "output",
                                                                           "schema": {"type": "object"}}}
