@@ -66,6 +66,7 @@ def test_a_character_cut_off_at_the_end_is_dropped_not_replaced(llama_host):
     assert "".join(out) == ""
 
 
+@pytest.mark.slow   # tokenizes a long text twice, whole and in pieces
 def test_a_long_text_is_tokenized_in_pieces_that_give_the_same_tokens(llama_host):
     import random
 
