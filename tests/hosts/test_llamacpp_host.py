@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from openai_ext.hosts.base import Prompt
 
 TEXT = "Dragons 🐉 say naïve things in 日本語 🙂!"
