@@ -144,7 +144,7 @@ def test_rejections_name_the_parameter(req, param):
 
 def test_response_format_becomes_a_grammar():
     s = plan(chat(response_format={"type": "json_object"}), abilities=GRAMMAR, room=10, max_n=1).settings
-    assert "root ::= object" in s["grammar_string"]
+    assert "root ::= j-object" in s["grammar_string"]
     schema = {"type": "object", "properties": {"a": {"type": "boolean"}}, "required": ["a"]}
     s = plan(chat(response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}),
              abilities=GRAMMAR, room=10, max_n=1).settings

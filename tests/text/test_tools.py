@@ -266,7 +266,7 @@ def test_functions_with_definitions_of_the_same_name_keep_them_apart():
         fn("a", {"type": "integer"}), fn("b", {"type": "object", "properties": {"x": {"type": "boolean"}}})]))
     g = tools.call_grammar(ts)
     rules = dict(line.split(" ::= ", 1) for line in g.splitlines())
-    assert rules["ref-fn0-Item"] == "integer" and rules["ref-fn1-Item"].startswith('"{"')
+    assert rules["ref-fn0-Item"] == "j-integer" and rules["ref-fn1-Item"].startswith('"{"')
 
 
 # --- the grammar on the real model ------------------------------------------------------------

@@ -5,10 +5,10 @@ enforced), ``patterns`` writes regular expressions as grammar, ``converter`` tur
 schemas into GBNF.
 """
 
-from .converter import JSON_OBJECT_SCHEMA, available, gbnf, schema_to_gbnf
+from .converter import JSON_OBJECT_SCHEMA, gbnf, schema_to_gbnf
 from .errors import SchemaNotSupported
 from .patterns import gbnf_literal, pattern_gbnf
 from .rewrite import Prepared, prepare
 
-__all__ = ["JSON_OBJECT_SCHEMA", "Prepared", "SchemaNotSupported", "available", "gbnf", "gbnf_literal",
+__all__ = ["JSON_OBJECT_SCHEMA", "Prepared", "SchemaNotSupported", "gbnf", "gbnf_literal",
            "pattern_gbnf", "prepare", "schema_to_gbnf"]
