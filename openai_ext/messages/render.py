@@ -76,5 +76,8 @@ def fold(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
             else:
                 partial[ev["index"]] = partial.get(ev["index"], "") + delta["partial_json"]
         elif kind == "content_block_stop" and ev["index"] in partial:
-            blocks[ev["index"]]["input"] = json.loads(partial.pop(ev["index"]) or "{}")
+            try:
+                blocks[ev["index"]]["input"] = json.loads(partial.pop(ev["index"]) or "{}")
+            except json.JSONDecodeError:
+                pass   # cut by max_tokens inside the input: stop_reason says so; input stays {}
     return blocks

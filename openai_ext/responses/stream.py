@@ -236,11 +236,11 @@ class _Output:
         a call still open was cut short and stays incomplete."""
         out: list[dict[str, Any]] = []
         for k in sorted(self.open_calls):
-            complete = k < len(self.calls.calls)
+            complete = k < len(self.calls.calls) and k not in self.calls.cut   # cut: arguments unfinished
             if not complete and not final:
                 continue
             index, item = self.open_calls.pop(k)
-            if complete:
+            if k < len(self.calls.calls):
                 item["arguments"] = self.calls.calls[k]["function"]["arguments"]
             item["status"] = "completed" if complete else "incomplete"
             out += [self.turn.event("response.function_call_arguments.done", item_id=item["id"], output_index=index,

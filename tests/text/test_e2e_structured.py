@@ -383,3 +383,26 @@ def test_legacy_function_turns_round_trip(client, live):
     resp, _ = raw_chat(client, messages=history, functions=[WEATHER["function"]], function_call="none",
                        temperature=0, max_tokens=40)
     assert resp.choices[0].message.content and resp.choices[0].message.function_call is None
+
+
+@pytest.mark.parametrize("max_tokens", [60, 45, 33])
+def test_calls_cut_by_max_tokens_are_the_same_streamed_or_not_and_never_content(client, max_tokens):
+    """tool_choice required with parallel calls lets the model write a second call until
+    max_tokens cuts it: both ways give the same calls, and no markup reaches the content."""
+    kw = dict(messages=ASK, tools=[WEATHER], tool_choice="required", temperature=0, max_tokens=max_tokens)
+    whole, body = raw_chat(client, **kw)
+    message = body["choices"][0]["message"]
+    assert "tool_call" not in (message["content"] or "") and "</tool" not in (message["content"] or "")
+    calls = {}
+    reason = None
+    for chunk in client.chat.completions.create(model="x", stream=True, **kw):
+        choice = chunk.choices[0]
+        assert "tool_call" not in (choice.delta.content or "")
+        reason = choice.finish_reason or reason
+        for d in choice.delta.tool_calls or []:
+            entry = calls.setdefault(d.index, {"name": None, "arguments": ""})
+            entry["name"] = d.function.name or entry["name"]
+            entry["arguments"] += d.function.arguments or ""
+    streamed = [(c["name"], c["arguments"]) for _, c in sorted(calls.items())]
+    assert streamed == [(c.function.name, c.function.arguments) for c in whole.choices[0].message.tool_calls]
+    assert reason == whole.choices[0].finish_reason

@@ -85,12 +85,17 @@ def test_arguments_stream_before_the_call_closes():
     '<tool_call>\n{"name": "get_weather", "arguments": {"town": "Paris"}}\n</tool_call>',   # schema fails
     '<tool_call>\n{"name": "launch_rocket", "arguments": {}}\n</tool_call>',                # unknown function
     '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par\n</tool_call>',        # broken JSON
-    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}',                 # never closed
 ])
 def test_text_that_is_not_a_valid_call_is_content(bad):
     s = tools.ToolCallStream(toolset(), incremental=False)
     content, calls = summarize(run(s, "ok " + bad, [5, 20]))
     assert calls == [] and content == "ok " + bad and s.calls == []
+
+
+def test_a_complete_call_whose_closing_marker_never_came_is_a_call():
+    s = tools.ToolCallStream(toolset(), incremental=False)
+    content, calls = summarize(run(s, 'ok <tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}', [5]))
+    assert content == "ok " and [c["name"] for c in calls] == ["get_weather"] and s.cut == set()
 
 
 def test_plain_text_passes_through_and_partial_marker_is_released():
@@ -416,3 +421,26 @@ def test_a_non_strict_schema_is_enforced_as_far_as_the_grammar_can_and_a_strict_
     strict = httpx.post(f"{live.url}/chat/completions", timeout=120, json={**body, "response_format": {
         "type": "json_schema", "json_schema": {"name": "n", "schema": schema, "strict": True}}})
     assert strict.status_code == 400 and strict.json()["error"]["param"].endswith(".minimum")
+
+
+@pytest.mark.parametrize("cut_at", ['\n</tool', '"C"}}', '{"city": "Par'])
+def test_a_call_cut_by_max_tokens_is_the_same_call_streamed_or_not_and_never_content(cut_at):
+    """max_tokens ends the text inside a second call: after its JSON (only the closing marker
+    is cut), or inside its arguments. Streamed (calls sent as generated) and whole, the calls
+    are the same, and no markup reaches the content: a call cut inside its arguments is the
+    call with the arguments written so far, as OpenAI returns one cut by max_tokens."""
+    full = CALL + "\n\n" + CALL
+    text = full[:full.rindex(cut_at) + len(cut_at)]
+    got = []
+    for incremental in (True, False):
+        s = tools.ToolCallStream(toolset(parallel_tool_calls=True), incremental=incremental)
+        content, calls = summarize(run(s, text, [7, 40, len(CALL) + 5] if incremental else []))
+        assert content == "", (incremental, content)
+        assert len(s.calls) == len(calls) == 2 and [c["name"] for c in calls] == ["get_weather"] * 2
+        assert s.cut == ({1} if cut_at == '{"city": "Par' else set())
+        got.append([(c["name"], c["arguments"]) for c in calls])
+    assert got[0] == got[1]
+    if cut_at == '{"city": "Par':
+        assert got[0][1][1] == '{"city": "Par'
+    else:
+        assert json.loads(got[0][1][1]) == {"city": "Paris {x}", "unit": "C"}

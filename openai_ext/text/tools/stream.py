@@ -47,6 +47,7 @@ class ToolCallStream:
         self._started: CallDelta | None = None
         self._blank = ""                # whitespace held back: between calls it is not content
         self.calls: list[dict[str, Any]] = []   # completed, valid calls, OpenAI-shaped
+        self.cut: set[int] = set()      # indices of calls cut short inside their arguments
 
     # content ---------------------------------------------------------------------------------
     def feed(self, text: str) -> list[Content | CallDelta]:
@@ -108,11 +109,10 @@ class ToolCallStream:
         return out
 
     def finish(self) -> list[Content | CallDelta]:
-        """The generation ended: what is still held is content (a call cut short is not a call)."""
+        """The generation ended: what is still held is content, except a call it ended inside."""
         out: list[Content | CallDelta] = []
         if self._in_call:
-            if not self.incremental or self._started is None:
-                out.append(Content(CALL_OPEN + self._call + self._buf))
+            out.extend(self._cut_call())
         elif self._buf:
             out.append(Content(self._buf))
         self._buf, self._in_call = "", False
@@ -121,6 +121,29 @@ class ToolCallStream:
             out.append(Content(self._blank))
         self._blank = ""
         return out
+
+    def _cut_call(self) -> list[Content | CallDelta]:
+        """The generation ended inside a call (max_tokens). Streamed or not, the outcome is the
+        same and the markup never becomes content: a call whose JSON is complete is a call (only
+        its closing marker was cut); one cut inside its arguments is a call with the arguments
+        written so far, as OpenAI returns a call cut by max_tokens (finish_reason "length" tells
+        the client); one cut before its name is complete is nothing."""
+        if self._parse(self._call) is not None:
+            return self._close_call()
+        if self.incremental:
+            if self._started is None:
+                return []
+            self.cut.add(len(self.calls))
+            return self._finish_started(cut=True)
+        m = self._HEAD.match(self._call)
+        name = json.loads(f'"{m.group(1)}"') if m else None
+        if name not in self.ts.allowed:
+            return []
+        index, call_id, arguments = len(self.calls), f"call_{uuid.uuid4().hex[:24]}", self._arguments_text()
+        self.cut.add(index)
+        self.calls.append({"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}})
+        return [CallDelta(index, "", id=call_id, name=name),
+                *(CallDelta(index, part) for part in _fragments(arguments))]
 
     # calls -----------------------------------------------------------------------------------
     def _parse(self, text: str) -> tuple[str, Any] | None:
@@ -154,12 +177,14 @@ class ToolCallStream:
         return [CallDelta(index, "", id=call_id, name=name),
                 *(CallDelta(index, part) for part in _fragments(arguments))]
 
-    def _finish_started(self) -> list[Content | CallDelta]:
-        """A streamed call that does not validate (a grammar rules this out). Its id, name and
-        first arguments are out already, so it is finished as written rather than dropped, which
-        would leave the client a half call and give its index to the next one."""
+    def _finish_started(self, *, cut: bool = False) -> list[Content | CallDelta]:
+        """A streamed call that does not validate (a grammar rules this out), or that was cut
+        short. Its id, name and first arguments are out already, so it is finished as written
+        rather than dropped, which would leave the client a half call and give its index to the
+        next one."""
         assert self._started is not None
-        log.warning("a streamed call to %s does not match its schema", self._started.name)
+        if not cut:
+            log.warning("a streamed call to %s does not match its schema", self._started.name)
         self.calls.append({"id": self._started.id, "type": "function",
                            "function": {"name": self._started.name, "arguments": self._arguments_text()}})
         return list(self._stream_arguments(final=True))
