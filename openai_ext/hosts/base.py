@@ -47,6 +47,7 @@ class HostAbilities:
     vocab_size: int | None = None
     grammar: bool = False          # applies a GBNF grammar (grammar_string)
     lazy_grammar: bool = False     # ... from a trigger pattern on (grammar_triggers)
+    parallel: int = 1              # generations it runs at once (as sequences of one batch)
 
 
 # Extra request fields that name the host's own samplers, with their types. The host says which
