@@ -1,12 +1,15 @@
 """The text family's shared parts: the host that serves now, its line of requests, the thread
 that generates, and the one place where a text request goes from validated body to response.
 
-- ``queue`` admits at most ``max_queue`` waiting requests (more get a 429 at once) and lets one
-  generation run at a time, first come first served. In extension mode the host's own
-  generation lock is taken inside ``generate_reply`` as well; this line makes the order fair.
-- ``worker`` is one long-lived thread that runs every generation (they are serialised anyway). A
-  fresh thread per request costs time to first token: llama.cpp's compute threads are set up per
-  calling thread.
+- ``queue`` admits at most ``max_queue`` waiting requests (more get a 429 at once) and lets as
+  many generations run at once as the host can batch (``HostAbilities.parallel``: the embedded
+  llama.cpp host's ``parallel`` setting; one for the web UI host), first come first served. In
+  extension mode the host's own generation lock is taken inside ``generate_reply`` as well; this
+  line makes the order fair.
+- ``worker`` holds the long-lived threads that run the hosts' blocking calls: one per running
+  choice (a request's choices run together on a host that batches). Idle threads are reused, so a
+  host that generates one at a time keeps one thread: a fresh thread per request costs time to
+  first token there (llama.cpp's compute threads are set up per calling thread).
 - ``prepare`` runs prompt rendering and tokenizing on a worker thread, one request at a time (a
   tokenizer may not be safe to share between threads), so the event loop keeps serving.
 """
@@ -32,11 +35,25 @@ from ..hosts.base import Host
 class TextService:
     def __init__(self, settings: Settings, host: Host, *, started: int):
         self.settings = settings
-        self.host = host
         self.started = started
         self.queue = Admission("generation", max_waiting=settings.max_queue)
-        self.worker = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="generation")
+        self.host = host
+        # Running requests, each with up to that many choices at once, one more thread each for
+        # echo's scoring pass, and one for a model change.
+        lanes = max(settings.parallel, host.abilities.parallel)
+        self.worker = concurrent.futures.ThreadPoolExecutor(max_workers=lanes * (lanes + 1) + 1,
+                                                            thread_name_prefix="generation")
         self._prepare: anyio.CapacityLimiter | None = None
+
+    @property
+    def host(self) -> Host:
+        return self._host
+
+    @host.setter
+    def host(self, host: Host) -> None:
+        """Serves with ``host`` from now on; as many generations run at once as it can batch."""
+        self._host = host
+        self.queue.resize(max(1, host.abilities.parallel))
 
     @property
     def prepare_limiter(self) -> anyio.CapacityLimiter:
