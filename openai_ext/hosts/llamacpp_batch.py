@@ -9,7 +9,7 @@ Each sequence runs in a slot: a sequence id of the context with its own KV cells
 keeps one KV stream per slot (llama.cpp's non-unified cache): a sequence's cells lie where they
 would lie if it ran alone, so its numbers, and a seeded request's text, do not depend on what
 runs beside it. llama.cpp puts sequences into one compute pass only while their ids are
-consecutive, so a newcomer takes the lowest free slot.
+consecutive, so a newcomer takes a free slot next to the running ones.
 
 A slot keeps the cells of the sequence that last ran in it. A newcomer whose tokens start with
 tokens some slot holds reuses them: in place when that slot is the one it takes, or copied from
@@ -101,6 +101,11 @@ def common_prefix(a: list[int], b: list[int], limit: int) -> int:
     x, y = np.asarray(a[:n]), np.asarray(b[:n])
     diff = np.flatnonzero(x != y)
     return int(diff[0]) if diff.size else n
+
+
+def _runs(ids: set[int]) -> int:
+    """How many runs of consecutive numbers ``ids`` make."""
+    return sum(1 for i in ids if i - 1 not in ids)
 
 
 class Closed(RuntimeError):
@@ -214,17 +219,18 @@ class Scheduler:
 
     def _place(self, work: Work, free: list[Slot]) -> bool:
         """Puts ``work`` into a free slot, reusing the longest prefix of its tokens held anywhere.
-        False when it should wait: a sibling is still reading the prefix it would copy."""
+        False when it should wait: a sibling is still reading the prefix it would copy.
+
+        The slot: one that keeps the running ids in as few consecutive runs as can be (each run is
+        a compute pass of its own), then the one holding most of its prefix, then the one used
+        longest ago, so the caches of recent requests (the next turn of a chat) stay."""
         limit = work.end() - 1 if work.reuse else 0   # at least one token is decoded, for its logits
-        target = free[0]                               # the lowest free slot keeps ids consecutive
-        here = common_prefix(target.cached, work.tokens, limit)
-        source, there = target, here
-        for slot in self.slots:
-            if slot is not target:
-                n = common_prefix(slot.held(), work.tokens, limit)
-                if n > there:
-                    source, there = slot, n
-        if limit and self._sibling_reading(work, limit, max(here, there)):
+        running = {s.id for s in self.slots if s.work is not None}
+        held = {s.id: common_prefix(s.held(), work.tokens, limit) for s in self.slots}
+        target = min(free, key=lambda s: (_runs(running | {s.id}), -held[s.id], s.used, s.id))
+        source = max(self.slots, key=lambda s: (held[s.id], s is target))
+        here, there = held[target.id], held[source.id]
+        if limit and self._sibling_reading(work, limit, there):
             return False
         mem, L = self._mem, self._L
         if source is not target and there - here >= self.copy_min:
@@ -245,7 +251,7 @@ class Scheduler:
         for other in self._running:
             if other.n_past < other.end() and other.slot is not None:
                 shared = common_prefix(other.tokens, work.tokens, min(limit, other.end()))
-                if shared - have >= self.copy_min and other.n_past < shared:
+                if shared >= self.copy_min and shared > have and other.n_past < shared:
                     return True
         return False
 
