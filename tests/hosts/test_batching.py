@@ -371,3 +371,36 @@ def test_the_line_stays_first_come_first_served_and_bounded(make_server, monkeyp
     finally:
         until(host.idle, "the small host idle")
         host.close()
+
+
+def test_a_model_change_waits_for_the_running_sequences(make_server, tmp_path):
+    import shutil
+
+    from openai_ext.core.config import Settings
+    from openai_ext.hosts.files import default_gguf
+    from openai_ext.hosts.llamacpp import LlamaCppHost
+    from openai_ext.hosts.manager import StandaloneModels
+
+    shutil.copy(default_gguf(), tmp_path / "Second.gguf")
+    make_host = lambda path: LlamaCppHost(path, n_ctx=1024, parallel=2)  # noqa: E731
+    host = make_host(default_gguf())
+    settings = Settings(port=0, models_dir=str(tmp_path), parallel=2)
+    server = make_server(host, StandaloneModels(settings, make_host, extra={host.path.name: host.path}),
+                         models_dir=str(tmp_path), parallel=2)
+    log = Log()
+    body = {"max_tokens": 80, "temperature": 0, "ban_eos_token": True, "stream_options": {"include_usage": True}}
+    streams = [in_thread(stream, server, who, log, {**body, "messages": [{"role": "user", "content": f"{LONG} {who}"}]})
+               for who in ("a", "b")]
+    until(lambda: ("a", "token") in log.first and ("b", "token") in log.first, "both streaming")
+    r = httpx.post(f"{server.url}/internal/model/load", json={"model_name": "Second"}, timeout=300)
+    log.add("load", "done")
+    assert r.status_code == 200 and r.json() == "OK"
+    # both ran to their end on the old model before it was closed
+    assert [f.result()[-1]["usage"]["completion_tokens"] for f in streams] == [80, 80]
+    assert log.index("a", "done") < log.index("load", "done") and log.index("b", "done") < log.index("load", "done")
+    text = server.app.state.api.text
+    assert text.host.model_id == "Second" and text.queue.capacity == 2
+    r = httpx.post(f"{server.url}/chat/completions", timeout=120, json={
+        "model": "x", "max_tokens": 3, "messages": [{"role": "user", "content": "Hi"}]})
+    assert r.status_code == 200 and r.json()["model"] == "Second"
+    text.host.close()
