@@ -1,7 +1,9 @@
 """The web UI's extension entry point, and the standalone launcher (python script.py).
 
 The web UI imports this file, reads ``params`` (and overrides each entry from its own settings,
-e.g. ``openai-port: 5002``), then calls ``setup()``, which starts the API on a daemon thread.
+e.g. ``openai_ext-port: 5002`` for a folder named openai_ext), then calls ``setup()``, which
+starts the API on a daemon thread. Do not name the folder ``openai``: the web UI takes
+``--extensions openai`` for its own built-in API and never loads a folder of that name.
 """
 
 import sys
@@ -12,8 +14,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from openai_ext.core.config import Settings, SettingsError, defaults, read_settings_file  # noqa: E402
 
-# The web UI's name for this extension: its folder, the prefix of its settings ("<name>-port").
-NAME = Path(__file__).resolve().parent.name
+
+def _name() -> str:
+    """The web UI's name for this extension, the prefix of its settings ("<name>-port"): the
+    name it was loaded by (the web UI imports extensions/<name>/script.py as
+    extensions.<name>.script, a user extension as user_ext_<name>), else the folder's."""
+    parts = __name__.split(".")
+    if len(parts) == 3 and parts[0] == "extensions" and parts[2] == "script":
+        return parts[1]
+    if __name__.startswith("user_ext_"):
+        return __name__[len("user_ext_"):]
+    return Path(__file__).resolve().parent.name
+
+
+NAME = _name()
 
 
 def _params() -> dict:

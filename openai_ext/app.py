@@ -7,11 +7,17 @@ Route groups, all under /v1 (and again without it, for clients given a bare base
 | family      | routes                                                            |
 |-------------|-------------------------------------------------------------------|
 | text        | /chat/completions, /completions, legacy /engines/... and /edits   |
+| responses   | /responses, /conversations                                        |
 | embeddings  | /embeddings                                                       |
 | moderations | /moderations                                                      |
 | audio       | /audio/speech, /audio/transcriptions, /audio/translations         |
 | images      | /images/generations, /images/edits, /images/variations            |
+| messages    | /messages, /messages/count_tokens (Anthropic's Messages API)      |
 | admin       | /models, /internal/...                                            |
+
+Errors come in the shape of the API a route belongs to: OpenAI's, except on the Messages routes
+(and /models asked with anthropic-version), which answer in Anthropic's shape. The table of
+those dialects is built here and handed to the error handlers and to every guard.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from .core import debuglog, openapi, tunnel
 from .core.auth import KeyGuard
 from .core.config import Settings
 from .core.debuglog import RequestLog
+from .core.dialects import Dialect, ErrorShapes
 from .core.drain import Drain
 from .core.guards import LOCAL_NAMES, BodyLimit, CatchAll, HostGuard
 from .core.handlers import install_error_handlers
@@ -36,15 +43,27 @@ from .embeddings import routes as embeddings
 from .hosts.base import Host
 from .hosts.manager import ModelManager
 from .images import routes as images
+from .messages import errors as messages_errors
+from .messages import models as messages_models
+from .messages import routes as messages
 from .moderations import routes as moderations
+from .responses import routes as responses
 from .state import ApiState
 from .text import legacy
 from .text import routes as text
 
-# Routes that take file uploads, which have their own (larger) size limit.
 # Routes that answer with server-sent events when asked to (documented in /openapi.json).
-STREAMING_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/audio/speech", "/v1/audio/transcriptions")
+STREAMING_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/audio/speech",
+                   "/v1/audio/transcriptions")
+# Routes that take file uploads, which have their own (larger) size limit.
 UPLOAD_ROUTES = ("/audio/transcriptions", "/audio/translations", "/images/edits", "/images/variations")
+
+# Routes that answer errors in Anthropic's shape: the Messages API, and the model list for
+# Anthropic's clients (they send anthropic-version with every request).
+ERROR_SHAPES = ErrorShapes([
+    Dialect(("/v1/messages", "/messages"), messages_errors.reply),
+    Dialect(("/v1/models", "/models"), messages_errors.reply, header=messages_models.HEADER),
+])
 
 
 def create_app(settings: Settings, host: Host, manager: ModelManager | None = None) -> FastAPI:
@@ -62,21 +81,22 @@ def create_app(settings: Settings, host: Host, manager: ModelManager | None = No
                   docs_url=None, redoc_url=None, lifespan=lifespan)
     app.state.api = state
     app.state.drain = Drain()   # told by the server when it begins to shut down (core/drain.py)
-    install_error_handlers(app)
+    install_error_handlers(app, ERROR_SHAPES)
     # Middleware, innermost first: unexpected exceptions as 500 errors, the body limit, the key,
     # the Host check, and CORS outermost, so that even the guards' errors reach browser apps
     # readably. The key is checked before the body limit reads the body.
-    app.add_middleware(CatchAll)
+    app.add_middleware(CatchAll, shapes=ERROR_SHAPES)
     debuglog.configure(settings.debug, settings.debug_streams)
     if settings.debug:
         app.add_middleware(RequestLog)   # sees the body BodyLimit has read whole
     app.add_middleware(BodyLimit, json_limit=int(settings.max_body_mb * 2 ** 20),
-                       upload_limit=int(settings.max_upload_mb * 2 ** 20), upload_suffixes=UPLOAD_ROUTES)
+                       upload_limit=int(settings.max_upload_mb * 2 ** 20), upload_suffixes=UPLOAD_ROUTES,
+                       shapes=ERROR_SHAPES)
     if settings.api_key:
-        app.add_middleware(KeyGuard, api_key=settings.api_key, admin_key=settings.admin_key)
+        app.add_middleware(KeyGuard, api_key=settings.api_key, admin_key=settings.admin_key, shapes=ERROR_SHAPES)
     if not settings.listen:
         app.add_middleware(HostGuard, allowed=LOCAL_NAMES | {h.lower() for h in settings.allowed_hosts},
-                           allowed_suffixes=tunnel.host_suffixes(settings))
+                           allowed_suffixes=tunnel.host_suffixes(settings), shapes=ERROR_SHAPES)
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["*"],
                            allow_headers=["*"], allow_credentials=settings.cors_origins != ["*"])
@@ -91,8 +111,10 @@ def create_app(settings: Settings, host: Host, manager: ModelManager | None = No
         return JSONResponse(body, status_code=200 if loaded else 503)
 
     routers = [
-        admin.models_router(state.catalog),
+        admin.models_router(state.catalog, [messages_models.AnthropicModels(state.text)]),
         text.router(state.text),
+        messages.router(state.text),
+        responses.router(state.responses),
         legacy.router(state.text, state.embeddings, state.catalog),
         embeddings.router(state.embeddings),
         moderations.router(state.moderations),

@@ -20,6 +20,7 @@ from .hosts.base import Host
 from .hosts.manager import ModelManager
 from .images.service import ImagesService
 from .moderations.service import ModerationsService
+from .responses.service import ResponsesService
 from .text.service import TextService
 
 
@@ -34,6 +35,7 @@ class ApiState:
     transcription: TranscriptionService
     images: ImagesService
     catalog: Catalog
+    responses: ResponsesService
     manager: ModelManager | None = None   # model management (StandaloneModels / TextgenModels)
     started: int = field(default_factory=lambda: int(time.time()))
 
@@ -51,7 +53,7 @@ class ApiState:
                            speech.model_cards, transcription.model_cards],
                           aliases=[embeddings.alias_card])
         return cls(settings, text, tables, embeddings, moderations, speech, transcription,
-                   ImagesService(settings), catalog, manager, started)
+                   ImagesService(settings), catalog, ResponsesService(settings, text), manager, started)
 
     @property
     def host(self) -> Host:
@@ -61,5 +63,6 @@ class ApiState:
     def close(self) -> None:
         """Closes every family's engines and stops their threads. The text host is closed by
         whoever made it: in extension mode it is the web UI's own model."""
-        for service in (self.text, self.embeddings, self.moderations, self.speech, self.transcription):
+        for service in (self.responses, self.text, self.embeddings, self.moderations, self.speech,
+                        self.transcription):
             service.close()

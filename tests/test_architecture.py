@@ -115,7 +115,7 @@ def test_only_the_composition_root_knows_the_app_and_the_state():
 
 
 def test_the_core_and_the_hosts_know_no_family():
-    families = ("text", "embeddings", "moderations", "audio", "images", "admin")
+    families = ("text", "messages", "responses", "embeddings", "moderations", "audio", "images", "admin")
     for name, deps in graph().items():
         layer = name.split(".")[1] if name.count(".") else ""
         if layer in ("core", "hosts"):
@@ -127,3 +127,14 @@ def test_modules_hold_one_concept():
     long = {name: n for name, path in modules().items()
             if (n := len(path.read_text().splitlines())) > MAX_LINES and name not in DATA_MODULES}
     assert not long, long
+
+
+def test_test_modules_have_unique_basenames():
+    """pytest imports test modules by basename (the folders have no __init__.py): two files of one
+    name stop the whole run at collection."""
+    seen: dict[str, Path] = {}
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        if any(part.startswith(".") for part in path.relative_to(ROOT).parts):
+            continue   # scratch virtual environments of the install tests
+        assert path.name not in seen, f"{path} and {seen[path.name]} share a basename"
+        seen[path.name] = path

@@ -1,6 +1,6 @@
 """Fuzzing the API through its own OpenAPI schema (schemathesis): a bounded number of valid and
-invalid requests per operation. No answer may be a 5xx, and every error body must be an OpenAI
-error object.
+invalid requests per operation. No answer may be a 5xx, and every error body must be the API's
+own error object: OpenAI's, or Anthropic's on the Messages routes.
 
 Two servers are fuzzed: the extension-mode server on the web UI double (fast, so many cases), and
 the standalone server on the real model with a tiny context (few cases, real generation). Both
@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 from support import DOUBLES
+from support.anthropic_types import strict
 from support.spec import errors
 
 from openai_ext.core.config import Settings
@@ -35,7 +36,12 @@ def check(response, case) -> None:
     assert response.status_code < 500, where
     if response.status_code >= 400:
         body = response.json()
-        assert not errors("ErrorResponse", body), where
+        if case.path.removeprefix("/v1").startswith("/messages"):
+            from anthropic.types.shared import ErrorResponse
+
+            strict(ErrorResponse, body)
+        else:
+            assert not errors("ErrorResponse", body), where
 
 
 # Unloading the model is destructive by design: every later generation would rightly answer 503

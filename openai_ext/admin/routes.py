@@ -5,11 +5,11 @@ Model and LoRA management needs the admin key (admin_key, or the api_key when it
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol, Sequence
 
 import anyio
-from fastapi import APIRouter, Depends
-from pydantic import BaseModel, Field, StrictInt
+from fastapi import APIRouter, Depends, Request
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from ..core.auth import require_admin
 from ..core.catalog import Catalog
@@ -20,8 +20,8 @@ from ..core.errors import (
 )
 from ..hosts.base import Host
 from ..hosts.manager import ModelChangeFailed, ModelManager, NoModel
-from ..text import chat, tools
-from ..text.protocol import ChatCompletionRequest
+from ..text import chat, params, tools
+from ..text.protocol import ChatCompletionRequest, CompletionRequest
 from ..text.service import TextService
 
 # Text tokenized by one /internal/encode or /internal/token-count call at most: a third of a second of
@@ -46,15 +46,43 @@ class LoadLorasRequest(BaseModel):
     lora_names: list[str]
 
 
-def models_router(catalog: Catalog) -> APIRouter:
+class LogitsRequest(BaseModel):
+    """The web UI's LogitsRequest: a prompt, and the generation fields of a completion request
+    (used with use_samplers)."""
+    model_config = ConfigDict(extra="allow")
+    prompt: str
+    use_samplers: bool = False
+    top_logits: int = Field(50, ge=1, le=1000)
+
+
+class ModelListing(Protocol):
+    """Another API's view of /v1/models, for the requests that carry its ``header`` (Anthropic's
+    clients send anthropic-version with every request and list models at the same path)."""
+    header: str
+
+    def list(self, query: dict[str, str]) -> dict[str, Any]: ...
+
+    def retrieve(self, model_id: str) -> dict[str, Any]: ...
+
+
+def models_router(catalog: Catalog, listings: Sequence[ModelListing] = ()) -> APIRouter:
     r = APIRouter()
 
+    def listing(request: Request) -> ModelListing | None:
+        return next((v for v in listings if request.headers.get(v.header) is not None), None)
+
     @r.get("/models")
-    async def list_models():
+    async def list_models(request: Request):
+        other = listing(request)
+        if other is not None:
+            return other.list(dict(request.query_params))
         return {"object": "list", "data": catalog.cards()}
 
     @r.get("/models/{model_id:path}")
-    async def retrieve_model(model_id: str):
+    async def retrieve_model(model_id: str, request: Request):
+        other = listing(request)
+        if other is not None:
+            return other.retrieve(model_id)
         return catalog.retrieve(model_id)
 
     return r
@@ -103,6 +131,25 @@ def internal_router(text: TextService, manager: ModelManager | None) -> APIRoute
         rendered = await text.tokenizer_work(host.chat_prompt, messages, settings)
         return {"prompt": rendered.text}
 
+    @r.post("/logits")
+    async def logits(body: LogitsRequest):
+        """The next token's most likely candidates with their probabilities, as the web UI's
+        own API returns them: {"logits": {token: probability}}."""
+        host = loaded_host()
+        fields = {"max_tokens": 1, **(body.model_extra or {}), "prompt": body.prompt}
+        request = CompletionRequest.model_validate(fields)
+        plan = params.plan(request, abilities=host.abilities, room=1, max_n=1,
+                           allow_unknown=text.settings.allow_unknown_fields)
+        place = text.queue.admit()   # in line with generations: without samplers it takes the model too
+        async with place:
+            try:
+                found = await text.run(host.next_token_probabilities, body.prompt, plan.settings,
+                                       body.use_samplers, body.top_logits)
+            except NotImplementedError:
+                raise NotImplementedByServer("The loaded model's backend cannot report next-token "
+                                             "probabilities.") from None
+        return {"logits": found}
+
     @r.post("/stop-generation", dependencies=admin)   # it stops other users' generations too
     async def stop_generation():
         text.host.stop_all()
@@ -123,7 +170,7 @@ def internal_router(text: TextService, manager: ModelManager | None) -> APIRoute
         While it runs, a placeholder serves: generations and tokenizer routes answer 503 rather than
         reach a model that is being closed. The change is shielded from cancellation: a client that
         goes away must not leave the placeholder serving once the load is done."""
-        async with text.queue.admit(), text.prepare_limiter:
+        async with text.exclusive(), text.prepare_limiter:
             old = text.host
             text.host = NoModel(old.describe().get("loader"), code="model_changing",
                                 message="The model is being changed; retry in a moment.")
@@ -154,14 +201,14 @@ def internal_router(text: TextService, manager: ModelManager | None) -> APIRoute
     @r.post("/lora/load", dependencies=admin)
     async def lora_load(body: LoadLorasRequest):
         m = managed()
-        async with text.queue.admit():
+        async with text.exclusive():
             await text.run(m.load_loras, body.lora_names)
         return "OK"
 
     @r.post("/lora/unload", dependencies=admin)
     async def lora_unload():
         m = managed()
-        async with text.queue.admit():
+        async with text.exclusive():
             await text.run(m.unload_loras)
         return "OK"
 

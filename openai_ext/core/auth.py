@@ -3,6 +3,9 @@
 The api_key is checked by an ASGI guard in front of every route but health, before the body is
 read: a client without the key never gets a body buffered or parsed for it. The admin key is a
 route dependency of the model-management routes.
+
+A key is sent as ``Authorization: Bearer <key>`` (OpenAI's clients) or as ``x-api-key: <key>``
+(Anthropic's clients); either header is read, on every route.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from fastapi import Request
 
 from . import tunnel
 from .config import Settings
+from .dialects import OPENAI_ONLY, ErrorShapes
 from .errors import AuthenticationError, PermissionDeniedError
 from .guards import Receive, Scope, Send, header, send_error
 
@@ -26,6 +30,12 @@ def _bearer(authorization: str | None) -> str | None:
     return token.strip() if scheme.lower() == "bearer" else None
 
 
+def _tokens(get) -> list[str]:
+    """The keys a request offers: its bearer token and its x-api-key, as sent. ``get`` reads a
+    header by its lower-case name."""
+    return [t for t in (_bearer(get("authorization")), get("x-api-key")) if t is not None]
+
+
 def _matches(token: str | None, key: str) -> bool:
     # compare_digest: the time taken must not tell an attacker how much of the key matched
     return token is not None and hmac.compare_digest(token.encode(), key.encode())
@@ -34,15 +44,16 @@ def _matches(token: str | None, key: str) -> bool:
 class KeyGuard:
     """Every route but health needs the api_key, when one is set (the admin key also passes)."""
 
-    def __init__(self, app: Any, api_key: str, admin_key: str):
+    def __init__(self, app: Any, api_key: str, admin_key: str, shapes: ErrorShapes = OPENAI_ONLY):
         self.app = app
         self.keys = [k for k in (api_key, admin_key) if k]
+        self.shapes = shapes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] != "OPTIONS" and scope["path"] not in OPEN_PATHS:
-            token = _bearer(header(scope, b"authorization"))
-            if not any(_matches(token, key) for key in self.keys):
-                await send_error(send, AuthenticationError())
+            tokens = _tokens(lambda name: header(scope, name.encode()))
+            if not any(_matches(token, key) for token in tokens for key in self.keys):
+                await send_error(send, AuthenticationError(), scope, self.shapes)
                 return
         await self.app(scope, receive, send)
 
@@ -59,7 +70,7 @@ def require_admin(settings: Settings) -> Callable[[Request], None]:
     def check(request: Request) -> None:
         key = settings.admin_key or settings.api_key
         if key:
-            if not _matches(_bearer(request.headers.get("authorization")), key):
+            if not any(_matches(token, key) for token in _tokens(request.headers.get)):
                 raise AuthenticationError("This route needs the admin key: send 'Authorization: Bearer <admin_key>'.")
         elif tunnel.opens(settings):
             raise PermissionDeniedError("This route is closed while the public tunnel is open without a key: anyone "

@@ -93,6 +93,18 @@ class Settings(BaseSettings):
     sd_timeout: float = Field(120.0, gt=0, description="Seconds to wait for the Stable Diffusion web UI.")
     models_dir: str = Field("", description="Standalone: folder of GGUF files that /v1/internal/model/load may load.")
 
+    # --- stored data (the Responses and Conversations APIs) ----------------------------------
+    data_dir: str = Field("", description="Folder of the server's database of stored responses and conversations; "
+                                          "empty: $XDG_DATA_HOME/openai_ext (~/.local/share/openai_ext) standalone, "
+                                          "user_data/openai_ext in the web UI.")
+    responses_store: bool = Field(True, description="Keep responses and conversations (store: true, OpenAI's default); "
+                                                    "off: nothing is stored, as if every request sent store: false.")
+    responses_max_stored: int = Field(10000, ge=0, description="Most stored responses kept; beyond it the oldest are "
+                                                               "deleted. 0: no limit.")
+    responses_max_age_days: float = Field(30.0, ge=0, description="Stored responses and conversations unused for longer "
+                                                                  "are deleted (OpenAI keeps responses 30 days). 0: kept "
+                                                                  "until deleted.")
+
     @field_validator("api_key", "admin_key")
     @classmethod
     def _key_fits_a_header(cls, key: str) -> str:

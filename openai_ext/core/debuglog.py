@@ -74,7 +74,9 @@ class RequestLog:
 
 
 def configure(debug: bool, streams: bool) -> None:
-    """The levels of this server's loggers: DEBUG for its own with debug, and for the SSE
-    library's per-chunk lines only with debug_streams (their parents stay as the host set them)."""
-    logging.getLogger("openai_ext").setLevel(logging.DEBUG if debug else logging.NOTSET)
+    """The one place that sets the levels of this server's loggers: DEBUG for its own with debug
+    (INFO otherwise), and for the SSE library's per-chunk lines only with debug_streams."""
+    # INFO, not the parent's level: in extension mode the web UI's root logger stops at ERROR, and
+    # this server's warnings (a prompt cut, a stream dropped) must still be seen
+    logging.getLogger("openai_ext").setLevel(logging.DEBUG if debug else logging.INFO)
     logging.getLogger("sse_starlette").setLevel(logging.DEBUG if debug and streams else logging.INFO)

@@ -1,5 +1,6 @@
 """ASGI guards in front of every route: the Host header check, the request body limit, and the
-catch-all that turns an unexpected exception into a 500 OpenAI error.
+catch-all that turns an unexpected exception into a 500 error. Their errors take the shape of the
+API the request was made to (``ErrorShapes``), as the app's own errors do.
 
 They are plain ASGI middleware rather than Starlette's BaseHTTPMiddleware, which would buffer
 streamed responses and add a task per request.
@@ -13,6 +14,7 @@ import re
 from typing import Any, Awaitable, Callable
 
 from .bodies import check_json_text
+from .dialects import OPENAI_ONLY, ErrorShapes
 from .errors import (
     InvalidRequestError,
     OpenAIError,
@@ -28,12 +30,19 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 LOCAL_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 
 
-async def send_error(send: Send, err: OpenAIError) -> None:
+async def send_error(send: Send, err: OpenAIError, scope: Scope | None = None,
+                     shapes: ErrorShapes = OPENAI_ONLY) -> None:
+    """Answers ``err`` in the shape of the API that ``scope``'s request was made to."""
     logging.getLogger("openai_ext.requests").debug("answered %d %s: %s", err.status, err.type, err.message)
-    body = json.dumps(err.body()).encode()
+    if scope is None:
+        status, obj, extra = err.status, err.body(), err.headers
+    else:
+        status, obj, extra = shapes.reply(err, scope.get("path", ""),
+                                          lambda name: header(scope, name.lower().encode()))
+    body = json.dumps(obj).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    headers += [(k.lower().encode(), v.encode()) for k, v in err.headers.items()]
-    await send({"type": "http.response.start", "status": err.status, "headers": headers})
+    headers += [(k.lower().encode(), v.encode()) for k, v in extra.items()]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 
@@ -63,8 +72,10 @@ class HostGuard:
     """Defends against DNS rebinding: while the API listens on localhost only, a request whose
     Host is some other name came through a browser tricked into calling it, and is refused."""
 
-    def __init__(self, app: Any, allowed: frozenset[str], allowed_suffixes: tuple[str, ...] = ()):
+    def __init__(self, app: Any, allowed: frozenset[str], allowed_suffixes: tuple[str, ...] = (),
+                 shapes: ErrorShapes = OPENAI_ONLY):
         self.app = app
+        self.shapes = shapes
         self.allowed = allowed
         self.allowed_suffixes = allowed_suffixes   # e.g. the public tunnel's ".trycloudflare.com"
 
@@ -74,7 +85,7 @@ class HostGuard:
             if name not in self.allowed and not (self.allowed_suffixes and name.endswith(self.allowed_suffixes)):
                 await send_error(send, InvalidRequestError(
                     f"Invalid Host header {name!r}: this server only answers to {', '.join(sorted(self.allowed))}. "
-                    "Add the name to the allowed_hosts setting, or turn listen on."))
+                    "Add the name to the allowed_hosts setting, or turn listen on."), scope, self.shapes)
                 return
         await self.app(scope, receive, send)
 
@@ -84,8 +95,10 @@ class BodyLimit:
     files) have their own, larger limit. A JSON body that is not Unicode text is refused here
     too (bodies.check_json_text), since this is where every body is read whole."""
 
-    def __init__(self, app: Any, json_limit: int, upload_limit: int, upload_suffixes: tuple[str, ...]):
+    def __init__(self, app: Any, json_limit: int, upload_limit: int, upload_suffixes: tuple[str, ...],
+                 shapes: ErrorShapes = OPENAI_ONLY):
         self.app = app
+        self.shapes = shapes
         self.json_limit = json_limit
         self.upload_limit = upload_limit
         self.upload_suffixes = upload_suffixes
@@ -105,7 +118,7 @@ class BodyLimit:
                                          code="request_too_large")
         declared = header(scope, b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
-            await send_error(send, too_large)
+            await send_error(send, too_large, scope, self.shapes)
             return
         # Read the body up to the limit (chunked bodies declare no length), then replay it to the
         # app; later receive() calls go to the client connection, so disconnects are still seen.
@@ -118,7 +131,7 @@ class BodyLimit:
             body = message.get("body", b"")
             size += len(body)
             if size > limit:
-                await send_error(send, too_large)
+                await send_error(send, too_large, scope, self.shapes)
                 return
             chunks.append(body)
             if not message.get("more_body", False):
@@ -128,7 +141,7 @@ class BodyLimit:
             try:
                 check_json_text(chunks[0])
             except OpenAIError as e:
-                await send_error(send, e)
+                await send_error(send, e, scope, self.shapes)
                 return
         await self.app(scope, _replay(chunks, None, receive), send)
 
@@ -147,8 +160,9 @@ class CatchAll:
     """An exception that no handler took becomes a 500 OpenAI error here, inside CORS, so that a
     browser app can read it (Starlette's own last-resort handler sits outside CORS)."""
 
-    def __init__(self, app: Any):
+    def __init__(self, app: Any, shapes: ErrorShapes = OPENAI_ONLY):
         self.app = app
+        self.shapes = shapes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -167,4 +181,4 @@ class CatchAll:
             log.error("unhandled error", exc_info=exc)
             if started:
                 raise   # the status line is gone: the server ends the connection
-            await send_error(send, internal_error(exc))
+            await send_error(send, internal_error(exc), scope, self.shapes)

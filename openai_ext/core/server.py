@@ -20,6 +20,7 @@ from fastapi import FastAPI
 
 from .config import Settings, SettingsError
 from .drain import Drain
+from .streaming import DROPPED_ON_PURPOSE
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +123,7 @@ class ApiServer:
         drain = getattr(app.state, "drain", None)
         self.drain = drain if isinstance(drain, Drain) else Drain()
         self.server = _Server(config, self.drain)
+        logging.getLogger("uvicorn.error").addFilter(DROPPED_ON_PURPOSE)   # once: filters are a set
         self.thread: threading.Thread | None = None
 
     @property

@@ -2,7 +2,8 @@
 
 - ``event_stream`` frames chunks as OpenAI does (``data: {json}``, then ``data: [DONE]``); an
   error after the stream began becomes an error event. ``framing`` lets another API family
-  (Anthropic's named events, say) write its own frames over the same machinery.
+  (Anthropic's named events, say) write its own frames over the same machinery, its keep-alive
+  pings included (a framing with ``ping()``; OpenAI's are SSE comments).
 - ``EventStream`` gives up on a client that stopped reading, and runs ``on_close`` once the
   response is over, however it ended: that is where a stream gives back its place in line
   (``ClosingStream`` does the same for a plain streamed body).
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import inspect
 import json
 import logging
@@ -22,7 +24,7 @@ import anyio
 from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 from sse_starlette import EventSourceResponse
-from sse_starlette.sse import SendTimeoutError
+from sse_starlette.sse import AppStatus
 
 from .drain import Drain
 from .errors import OpenAIError, ServiceUnavailableError, internal_error_body
@@ -111,6 +113,27 @@ async def sse_stream(chunks: AsyncIterator[Any], framing: Any = None,
         yield end
 
 
+# Set, in the request's own context, when a stream is dropped on purpose (a client that reads
+# nothing): the server then ends the connection without completing the response, which uvicorn
+# would log as an error. uvicorn logs it from the same task, after the app returns, so the flag
+# is still there for DroppedOnPurpose to see.
+_dropped: contextvars.ContextVar[bool] = contextvars.ContextVar("stream_dropped", default=False)
+
+
+class DroppedOnPurpose(logging.Filter):
+    """Keeps uvicorn's "returned without completing response" error for real faults only."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (_dropped.get() and record.msg == "ASGI callable returned without completing response.")
+
+
+DROPPED_ON_PURPOSE = DroppedOnPurpose()
+
+
+class SendTimeout(TimeoutError):
+    """A send to the client made no progress for the stream's send_timeout."""
+
+
 class EventStream(EventSourceResponse):
     """An event stream (a generation's, a transcription's) that gives up on a client that
     stopped reading, and calls ``on_close`` when it is over.
@@ -118,10 +141,15 @@ class EventStream(EventSourceResponse):
     Such a client fills the socket's buffers, the send then waits, and the work waits with
     it, holding its place in line or the model's turn: everyone else would wait for a client
     that may never read again. After ``send_timeout`` seconds without progress the stream is
-    closed, which stops the work and frees its place; the server then drops the connection."""
+    closed, which stops the work and frees its place; the server then drops the connection.
+
+    It works on sse-starlette 1.6 (the web UI pins it) as on 3.x: the send timeout is applied
+    here, to every send (sse-starlette 1.x has none), and on 1.x the wait for the server's exit
+    does not use that version's process-wide event, which binds to the first event loop that
+    waits on it and breaks streams of any other server in the process (the web UI's own API)."""
 
     def __init__(self, chunks: AsyncIterator[Any], framing: Any = None, *,
-                 on_close: Callable[[], None] | None = None, **kwargs: Any):
+                 on_close: Callable[[], None] | None = None, send_timeout: float | None = None, **kwargs: Any):
         if _HAS_SHUTDOWN_EVENT:
             # sse-starlette 3.3+ cancels open streams when it sees the server stop; the grace
             # lets the stream send its closing error event first (see core/drain.py).
@@ -129,6 +157,9 @@ class EventStream(EventSourceResponse):
         super().__init__(self._frames(chunks, framing), **kwargs)
         self._on_close = on_close
         self._drain: Drain | None = None
+        self.send_timeout = send_timeout
+        if hasattr(EventSourceResponse, "listen_for_exit_signal"):   # sse-starlette 1.x
+            self.listen_for_exit_signal = _exit_signal
 
     async def _frames(self, chunks: AsyncIterator[Any], framing: Any) -> AsyncIterator[bytes]:
         # Built when the response starts, so the app's drain (known from the scope) is in place.
@@ -138,18 +169,37 @@ class EventStream(EventSourceResponse):
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         app = scope.get("app")
         self._drain = getattr(getattr(app, "state", None), "drain", None)
+
+        async def timed_send(message: Any) -> None:
+            with anyio.move_on_after(self.send_timeout) as scope_:
+                await send(message)
+            if scope_.cancel_called:
+                raise SendTimeout()
+
         try:
-            await super().__call__(scope, receive, send)
+            await super().__call__(scope, receive, timed_send if self.send_timeout else send)
         except BaseException as e:
             if not _only_send_timeouts(e):
                 raise
+            _dropped.set(True)
             log.warning("a client read nothing of its stream for %g s: the stream was dropped and its "
                         "work stopped (stream_send_timeout)", self.send_timeout)
         finally:
+            # sse-starlette 1.x leaves the content unclosed when a send fails: closing it stops the work.
+            with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+                aclose = getattr(self.body_iterator, "aclose", None)
+                if aclose is not None:
+                    await aclose()
             # A client that left before the first event never started the generator, so its
             # own cleanup never ran: what it holds is given back here.
             if self._on_close is not None:
                 self._on_close()
+
+
+async def _exit_signal() -> None:
+    """sse-starlette 1.x's wait for the server's exit, on a flag instead of its shared event."""
+    while not AppStatus.should_exit:
+        await anyio.sleep(0.5)
 
 
 class ClosingStream(StreamingResponse):
@@ -173,14 +223,18 @@ def _only_send_timeouts(error: BaseException) -> bool:
     inner = getattr(error, "exceptions", None)
     if isinstance(inner, (list, tuple)) and inner:
         return all(_only_send_timeouts(e) for e in inner)
-    return isinstance(error, SendTimeoutError)
+    return isinstance(error, SendTimeout) or type(error).__name__ == "SendTimeoutError"
 
 
 def event_stream(chunks: AsyncIterator[Any], send_timeout: float | None = None, *, framing: Any = None,
-                 on_close: Callable[[], None] | None = None, ping: int = PING_SECONDS,
+                 on_close: Callable[[], None] | None = None, ping: float | None = None,
                  headers: dict[str, str] | None = None) -> EventSourceResponse:
+    """``ping``: seconds between keep-alive pings (default: the framing's ``ping_seconds``, else
+    PING_SECONDS)."""
+    if ping is None:
+        ping = getattr(framing, "ping_seconds", PING_SECONDS)
     return EventStream(chunks, framing, sep="\n", ping=ping, send_timeout=send_timeout,
-                       on_close=on_close, headers=headers)
+                       on_close=on_close, headers=headers, ping_message_factory=getattr(framing, "ping", None))
 
 
 async def until_disconnect(request: Request, work: Awaitable[Any]) -> Any:

@@ -47,7 +47,13 @@ class HostAbilities:
     vocab_size: int | None = None
     grammar: bool = False          # applies a GBNF grammar (grammar_string)
     lazy_grammar: bool = False     # ... from a trigger pattern on (grammar_triggers)
-    parallel: int = 1              # generations it runs at once (as sequences of one batch)
+    prompt_logprobs: bool | None = None   # scores a prompt (completions echo); None: as logprobs
+    parallel: int = 1              # generations it runs at once (parallel slots, or sequences of one batch)
+    web_ui: bool = False           # renders the web UI's chat modes, characters, templates, presets
+
+    @property
+    def scores_prompts(self) -> bool:
+        return self.logprobs if self.prompt_logprobs is None else self.prompt_logprobs
 
 
 # Extra request fields that name the host's own samplers, with their types. The host says which
@@ -64,7 +70,8 @@ HOST_SAMPLERS: dict[str, type] = {
     "epsilon_cutoff": float, "eta_cutoff": float, "tfs": float, "top_a": float,
     "penalty_alpha": float, "guidance_scale": float, "negative_prompt": str,
     "ban_eos_token": bool, "add_bos_token": bool, "skip_special_tokens": bool,
-    "custom_token_bans": str,
+    "custom_token_bans": str, "sampler_priority": str, "dry_sequence_breakers": str,
+    "prompt_lookup_num_tokens": int, "static_cache": bool,
 }
 
 
@@ -132,6 +139,22 @@ class Host(ABC):
         """Scores of the prompt's visible tokens (a leading BOS is left out), for echo."""
         raise NotImplementedError
 
+    def check_settings(self, settings: dict[str, Any]) -> None:
+        """Refuses (InvalidRequestError) settings that name what the host does not have (a
+        preset, say), before anything runs."""
+
+    def split_reasoning(self, text: str) -> tuple[str | None, str]:
+        """(thinking, answer) of a reply so far; thinking is None when the reply has none. A
+        reply that may still be opening a thinking block gives ("", "")."""
+        return split_think_tags(text)
+
+    def next_token_probabilities(self, prompt: str, settings: dict[str, Any], use_samplers: bool,
+                                 top: int) -> dict[str, float]:
+        """The ``top`` most likely next tokens after ``prompt`` with their probabilities, from
+        the model's own distribution or, with ``use_samplers``, after the request's samplers
+        (the web UI's /v1/internal/logits)."""
+        raise NotImplementedError
+
     def stop_all(self) -> None:
         """Asks any running generation to stop (internal stop-generation endpoint)."""
 
@@ -140,3 +163,24 @@ class Host(ABC):
 
     def describe(self) -> dict[str, Any]:
         return {"model_name": self.model_id}
+
+
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+
+
+def split_think_tags(text: str) -> tuple[str | None, str]:
+    """The common thinking format: a <think>...</think> block first (or only its end, from
+    templates that open it themselves, as Qwen3's does when thinking is on)."""
+    stripped = text.lstrip()
+    if stripped and THINK_OPEN.startswith(stripped):
+        return "", ""   # the tag may be arriving
+    if stripped.startswith(THINK_OPEN):
+        body = stripped[len(THINK_OPEN):]
+        end = body.find(THINK_CLOSE)
+        if end == -1:
+            return body, ""
+        return body[:end], body[end + len(THINK_CLOSE):].lstrip()
+    end = text.find(THINK_CLOSE)
+    if end != -1:
+        return text[:end], text[end + len(THINK_CLOSE):].lstrip()
+    return None, text

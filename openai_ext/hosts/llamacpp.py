@@ -25,7 +25,7 @@ import numpy as np
 from .base import ChatPrompt, Host, HostAbilities, Piece, Prompt, TokenLogprob
 from .llamacpp_batch import Closed, Scheduler, Work
 from .llamacpp_sampling import NEUTRAL, SAMPLERS, Detokenizer, sampler_chain
-from .llamacpp_work import END, OUTBOX, Generation, Scoring
+from .llamacpp_work import END, OUTBOX, Generation, NextToken, Scoring
 
 log = logging.getLogger(__name__)
 
@@ -346,6 +346,20 @@ class LlamaCppHost(Host):
         assert len(work.scores) == len(scored)
         return work.scores
 
+    def next_token_probabilities(self, prompt: str, settings: dict[str, Any], use_samplers: bool,
+                                 top: int) -> dict[str, float]:
+        """The model's own distribution after the prompt (no sampler touches it)."""
+        if use_samplers:
+            from ..core.errors import InvalidRequestError
+            raise InvalidRequestError("use_samplers is not supported by the embedded host: it reports the model's "
+                                      "own probabilities only. Remove use_samplers.", param="use_samplers")
+        work = NextToken(self, self.tokenize(prompt) or self.document_start(), top)
+        self._submit(work)   # one sequence of the batch, as a scoring pass is
+        work.finished.wait()
+        if work.error is not None:
+            raise work.error
+        return {_escaped(self._piece(t, True).decode("utf-8", errors="replace")): p for t, p in work.best}
+
     def stop_all(self) -> None:
         self._sched.halt_all()
 
@@ -369,3 +383,8 @@ class LlamaCppHost(Host):
         # The file's name, not its path: the folder layout of the machine is not the client's business.
         return {"model_name": self.model_id, "lora_names": [], "loader": "llama.cpp", "file": self.path.name,
                 "n_ctx": self.context_length(), "chat_template": self.has_chat_template, "parallel": self.parallel}
+
+
+def _escaped(token: str) -> str:
+    """Control characters written as escapes, as the web UI's /v1/internal/logits shows them."""
+    return "".join(repr(c)[1:-1] if ord(c) <= 0x1F or 0x7F <= ord(c) <= 0x9F else c for c in token)

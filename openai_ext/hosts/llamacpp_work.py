@@ -14,6 +14,8 @@ import threading
 from collections import deque
 from typing import Any
 
+import numpy as np
+
 from .base import Piece, TokenLogprob
 from .llamacpp_batch import Scheduler, Work
 from .llamacpp_sampling import Constrained
@@ -137,6 +139,33 @@ class Scoring(Work):
             self.scores.append(self.h._logprob(first + i, self.tokens[start + i + 1], self.top))
         if self.n_past >= self.end():
             self.done = True
+
+    def fail(self, error: BaseException) -> None:
+        self.error = error
+        self.done = True
+
+    def retire(self) -> None:
+        self.finished.set()
+
+
+class NextToken(Work):
+    """The model's own distribution of the token after ``tokens`` (no sampler touches it): the
+    top ``top`` token ids with their probabilities, for /v1/internal/logits."""
+
+    def __init__(self, host: Any, tokens: list[int], top: int):
+        super().__init__(list(tokens))
+        self.h, self.top = host, top
+        self.best: list[tuple[int, float]] = []
+        self.error: BaseException | None = None
+        self.finished = threading.Event()
+
+    def produce(self, sched: Scheduler, first: int, count: int) -> None:
+        h = self.h
+        logits = np.ctypeslib.as_array(h._L.llama_get_logits_ith(h._ctx, first + count - 1), shape=(h._n_vocab,))
+        probs = np.exp(logits - logits.max())
+        probs /= probs.sum()
+        self.best = [(int(t), float(probs[t])) for t in np.argsort(-probs)[:self.top]]
+        self.done = True
 
     def fail(self, error: BaseException) -> None:
         self.error = error

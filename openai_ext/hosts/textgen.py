@@ -14,13 +14,15 @@ import copy
 import functools
 import importlib
 import logging
-import os
 import threading
 from types import SimpleNamespace
 from typing import Any, Iterator
 
 from ..core.errors import InvalidRequestError, ServiceUnavailableError
-from .base import HOST_SAMPLERS, ChatPrompt, Host, HostAbilities, Piece, Prompt
+from . import textgen_scores as scores
+from .base import HOST_SAMPLERS, ChatPrompt, Host, HostAbilities, Piece, Prompt, TokenLogprob
+from .textgen_chat import messages_to_history, resolve_chat, resolve_preset
+from .textgen_replies import Follower, Turns, host_failures
 
 log = logging.getLogger(__name__)
 
@@ -28,66 +30,32 @@ log = logging.getLogger(__name__)
 # itself (and answers context_length_exceeded), so the prompt builder is told not to cut.
 _NO_TRUNCATION = 10 ** 9
 
-# What a decoder shows for a character whose bytes have not all been generated yet.
-REPLACEMENT = "\ufffd"
-
 
 def import_host_modules() -> SimpleNamespace:
     names = ("shared", "text_generation", "chat", "models", "utils", "LoRA", "loaders", "models_settings")
     return SimpleNamespace(**{n: importlib.import_module(f"modules.{n}") for n in names})
 
 
-def messages_to_history(messages: list[dict[str, Any]]) -> tuple[str, str, dict[str, Any]]:
-    """Converts OpenAI messages into the web UI's chat history.
-
-    Returns (user_input, leading system text, history). Leading system messages become the
-    host's ``custom_system_message``; later ones keep their place as system rows, so no system
-    message is dropped. ``user_input`` is the last user message when nothing answered it yet.
-    """
-    system: list[str] = []
-    rows: list[list[Any]] = []
-    pending: str | None = None
-    started = False
-
-    def flush_user():
-        nonlocal pending
-        if pending is not None:
-            rows.append([pending, "", "", {}])
-            pending = None
-
-    for m in messages:
-        role, content = m["role"], m.get("content") or ""
-        if role == "system" and not started:
-            system.append(content)
-            continue
-        started = True
-        if role == "system":
-            flush_user()
-            rows.append([content, "", "", {"role": "system"}])
-        elif role == "user":
-            flush_user()
-            pending = content
-        elif role == "assistant":
-            meta = {"tool_calls": m["tool_calls"]} if m.get("tool_calls") else {}
-            rows.append([pending or "", content, "", meta])
-            pending = None
-        elif role == "tool":
-            flush_user()
-            rows.append(["", "", content, {"tool_call_id": m.get("tool_call_id")} if m.get("tool_call_id") else {}])
-    history = {"internal": rows, "visible": copy.deepcopy(rows), "metadata": {}}
-    return pending or "", "\n".join(system), history
-
-
 @functools.lru_cache(maxsize=16)
-def _abilities(loader: str | None, samplers: frozenset[str]) -> HostAbilities:
+def _abilities(loader: str | None, samplers: frozenset[str], parallel: int) -> HostAbilities:
     return HostAbilities(
         samplers=samplers,
-        logprobs=False,
+        parallel=parallel,
+        # llama.cpp and ExLlamaV3 report them (n_probs); the Transformers-based loaders run a
+        # logits processor. TensorRT-LLM has neither.
+        logprobs=loader in scores.NATIVE + scores.HF,
+        # echo: llama.cpp scores a prompt (prompt_logprobs), the others by a forward pass
+        prompt_logprobs=loader == "llama.cpp" or loader in scores.HF,
         # The host forwards logit_bias to llama.cpp; its other loaders would ignore it.
         logit_bias=loader == "llama.cpp",
         # These loaders apply the host's grammar_string; none has a lazy (triggered) grammar.
         grammar=loader in ("llama.cpp", "Transformers", "ExLlamav3_HF"),
+        web_ui=True,
     )
+
+
+# The model classes whose generations the host runs side by side (text_generation.generate_reply).
+PARALLEL_MODELS = ("Exllamav3Model", "LlamaServer", "TensorRTLLMModel")
 
 
 class TextgenHost(Host):
@@ -96,13 +64,26 @@ class TextgenHost(Host):
     def __init__(self, modules: SimpleNamespace | None = None):
         self.m = modules or import_host_modules()
         self._wake_lock = threading.Lock()
+        self._turns = Turns()
 
     @property
     def abilities(self) -> HostAbilities:
         """Read for each request: the user may load another model, with another loader, in the
         web UI while the server runs."""
         loader = getattr(getattr(self.m.shared, "args", None), "loader", None)
-        return _abilities(loader, self._samplers(loader))
+        return _abilities(loader, self._samplers(loader), self._slots())
+
+    def _slots(self) -> int:
+        """Generations the host runs at once. Its generate_reply skips the generation lock for a
+        request with a stop event on the models that serve parallel slots (llama.cpp with
+        --parallel N above 1, ExLlamaV3, TensorRT-LLM); there the API runs up to --parallel of
+        them at once (llama.cpp divides its context among them). Elsewhere the lock serialises
+        every generation, so one at a time."""
+        name = type(self.m.shared.model).__name__
+        slots = int(getattr(getattr(self.m.shared, "args", None), "parallel", 1) or 1)
+        if name not in PARALLEL_MODELS or (name == "LlamaServer" and slots <= 1):
+            return 1
+        return max(1, slots)
 
     def _samplers(self, loader: str | None) -> frozenset[str]:
         """The host samplers a request may set: those of the web UI's settings that its loader
@@ -169,11 +150,18 @@ class TextgenHost(Host):
         return self.m.text_generation.decode([int(t) for t in tokens], skip_special_tokens=False)
 
     def _state(self, settings: dict[str, Any]) -> dict[str, Any]:
-        # Missing keys make the host's loaders fail silently, so start from all of its settings.
+        # Missing keys make the host's loaders fail silently, so start from all of its settings;
+        # a preset's samplers come next, then the request's own.
         state = copy.deepcopy(self.m.shared.settings)
+        if settings.get("preset"):
+            state.update(resolve_preset(self.m, settings["preset"]))
         state.update(settings)
-        state["mode"] = "instruct"
+        state["mode"] = settings.get("mode", "instruct")   # the API's default, whatever the UI's is
         return state
+
+    def check_settings(self, settings: dict[str, Any]) -> None:
+        if settings.get("preset"):
+            resolve_preset(self.m, settings["preset"])
 
     def chat_prompt(self, messages: list[dict[str, Any]], settings: dict[str, Any]) -> ChatPrompt:
         self._require_model()   # the prompt builder may count tokens
@@ -181,12 +169,20 @@ class TextgenHost(Host):
         state = self._state(settings)
         state.update(history=history, custom_system_message=system, truncation_length=_NO_TRUNCATION,
                      max_new_tokens=0)
+        state.update(resolve_chat(self.m, settings))
         try:
-            text = self.m.chat.generate_chat_prompt(user_input, state)
+            text = self.m.chat.generate_chat_prompt(user_input, state, _continue=bool(settings.get("continue_")))
         except Exception as e:
-            raise InvalidRequestError(f"The model's instruction template could not render these messages ({e}).",
+            raise InvalidRequestError(f"The chat template could not render these messages ({e}).",
                                       param="messages") from None
         return ChatPrompt(text, list(self.m.chat.get_stopping_strings(state)))
+
+    def split_reasoning(self, text: str) -> tuple[str | None, str]:
+        """The web UI's own splitter (modules/reasoning.py), which knows its models' formats."""
+        try:
+            return importlib.import_module("modules.reasoning").extract_reasoning(text)
+        except ImportError:
+            return super().split_reasoning(text)
 
     def generate(self, prompt: Prompt, settings: dict[str, Any], stop_event: threading.Event) -> Iterator[Piece]:
         """The host's reply as pieces, each with the tokens it took, the last with the finish reason.
@@ -194,41 +190,140 @@ class TextgenHost(Host):
         The host is given no stop strings: the server applies them to this text (holding back
         what could still become one) and stops the host through ``stop_event``. Given stop
         strings, the host would cut a partial one off the end of its final text, and that text
-        would no longer show how much was generated.
+        would no longer show how much was generated. With log-probabilities, each piece is one
+        token with its entry (see textgen_scores).
         """
         self._require_model()
+        # The llama.cpp and ExLlamaV3 loaders keep the log-probabilities of "the" generation in
+        # one attribute of the model: a generation that reads them runs alone.
+        alone = settings.get("logprobs") is not None and self._slots() > 1
+        with self._turns.take(alone, stop_event) as turn:
+            if turn:
+                yield from self._generate(prompt, settings, stop_event)
+
+    def _generate(self, prompt: Prompt, settings: dict[str, Any], stop_event: threading.Event) -> Iterator[Piece]:
         state = self._state(settings)
         # stream: without it the host generates the whole reply before it yields anything, and
         # the server could not stop it at a stop string.
         state.update(stop_event=stop_event, custom_stopping_strings=[], stream=True)
-        follow = _Follower()
+        source, aligner = self._scores(state, settings.get("logprobs"))
+        follow = Follower()
         reported = 0
-        replies = self.m.text_generation.generate_reply(prompt.text, state, stopping_strings=[], is_chat=False)
-        # closing() matters: the host releases its generation lock in the generator's finally.
-        with contextlib.closing(replies):
-            for text in replies:
-                new = follow.follow(text)
-                if new:
-                    yield Piece(new, tokens=follow.steps - reported)
-                    reported = follow.steps
-                if stop_event.is_set():
-                    return
+        with host_failures() as failures:
+            replies = self.m.text_generation.generate_reply(prompt.text, state, stopping_strings=[], is_chat=False)
+            # closing() matters: the host releases its generation lock in the generator's finally.
+            with contextlib.closing(replies):
+                for text in replies:
+                    new = follow.follow(text)
+                    if aligner is None:
+                        if new:
+                            yield Piece(new, tokens=follow.steps - reported)
+                            reported = follow.steps
+                    else:
+                        aligner.add_text(new)
+                        aligner.add(source.new())
+                        for piece in aligner.pieces():
+                            reported += piece.tokens or 0
+                            yield piece
+                    if stop_event.is_set():
+                        return
+        if failures.error is not None:
+            raise RuntimeError(f"the web UI's generation failed: {failures.error}") from failures.error
         tail = follow.finish()
         limit = int(settings.get("max_new_tokens", 0))
-        produced = self._produced(follow)
+        if aligner is not None:
+            aligner.add_text(tail)
+            yield from self._last_scored(source, aligner)
+            reported = aligner.tokens
+            tail = aligner.text
+        produced = max(self._produced(follow), aligner.tokens if aligner is not None else 0)
         # The host stopped by itself: at an end-of-text token, or at max_new_tokens (then it
         # generated exactly that many).
         finish = "length" if produced >= limit > 0 else "stop"
         total = limit if finish == "length" else produced
         yield Piece(tail, tokens=max(0, total - reported), finish_reason=finish)
 
-    def _produced(self, follow: "_Follower") -> int:
+    def _scores(self, state: dict[str, Any], wanted: Any) -> tuple[Any, "scores.Aligner | None"]:
+        """Asks the host's loader for log-probabilities, as the web UI's own API does."""
+        if wanted is None:
+            return None, None
+        top = int(wanted)
+        loader = getattr(self.m.shared.args, "loader", None)
+        state["logprobs"] = max(top, 1)   # the loader asks for none at 0
+        if loader in scores.NATIVE:
+            return scores.NativeEntries(self.m.shared.model, top), scores.Aligner()
+        recorder = scores.Recorder(top, self._decode_output, self.m.shared.tokenizer)
+        state["logits_processor"] = recorder
+        return recorder, scores.Aligner()
+
+    def _last_scored(self, source: Any, aligner: "scores.Aligner") -> Iterator[Piece]:
+        """The entries still to come once the host has stopped, and the pieces they complete."""
+        aligner.add(source.new())
+        if isinstance(source, scores.Recorder):
+            # the last token sampled is seen by no later call: its text is what is left
+            rest = aligner.text[len("".join(s.text for s in aligner.queue)):]
+            aligner.add(source.finish(rest, functools.partial(self.tokenize, add_bos=False)))
+        yield from aligner.pieces(final=True)
+
+    def _decode_output(self, ids: list[int]) -> str:
+        return self.m.text_generation.decode([int(t) for t in ids], skip_special_tokens=True)
+
+    def prompt_logprobs(self, tokens: list[int], top: int) -> list[TokenLogprob]:
+        """Scores of the prompt's tokens (a leading start token apart), for echo. A prompt that
+        does not begin with the start token gets it in front, so its first token is scored too."""
+        self._require_model()
+        start = self.document_start()
+        visible = tokens[1:] if start and tokens[:1] == start else tokens
+        ids = start + visible
+        if len(ids) == len(visible):
+            raise InvalidRequestError("The loaded model has no start-of-text token, so the first token of the "
+                                      "prompt cannot be scored; remove echo or logprobs.", param="echo")
+        loader = getattr(self.m.shared.args, "loader", None)
+        model = self.m.shared.model
+        if loader == "llama.cpp":
+            scored = scores.native_prompt_scores(model, ids, top)
+        else:
+            scored = scores.hf_prompt_scores(model, ids, top, self._decode_output, self.m.shared.tokenizer)
+        return [s.entry for s in scored[-len(visible):]] if visible else []
+
+    def document_start(self) -> list[int]:
+        """The start-of-text token: BOS, as the tokenizer adds it, or the one the model names
+        (the llama.cpp loader's bos_token, a Transformers tokenizer's bos or eos token)."""
+        start = self.tokenize("", add_bos=True)
+        if start:
+            return start[:1]
+        model, tokenizer = self.m.shared.model, self.m.shared.tokenizer
+        for token_id in (getattr(tokenizer, "bos_token_id", None), getattr(tokenizer, "eos_token_id", None)):
+            if isinstance(token_id, int):
+                return [token_id]
+        name = getattr(model, "bos_token", None)
+        if isinstance(name, str) and name:
+            ids = self.tokenize(name, add_bos=False)
+            if len(ids) == 1:
+                return ids
+        return []
+
+    def _produced(self, follow: Follower) -> int:
         """How many tokens the host generated. It reports text, not tokens, so this is the
         larger of two lower bounds: the yields that brought new text (one token at least each),
         and the token count of the whole untrimmed text (a tokenizer may merge what the model
         generated as several tokens)."""
         counted = len(self.tokenize(follow.text, add_bos=False)) if follow.text else 0
         return max(follow.steps, counted)
+
+    def next_token_probabilities(self, prompt: str, settings: dict[str, Any], use_samplers: bool,
+                                 top: int) -> dict[str, float]:
+        """The web UI's own get_next_logits, as its /v1/internal/logits calls it: it takes the
+        generation lock itself (without samplers) or generates one token (with them)."""
+        self._require_model()
+        state = self._state(settings)
+        state.update(stream=True, max_new_tokens=1, auto_max_new_tokens=False, custom_stopping_strings=[])
+        with host_failures() as failures:
+            result = importlib.import_module("modules.logits").get_next_logits(
+                prompt, state, use_samplers, "", top_logits=top, return_dict=True)
+        if not isinstance(result, dict):
+            raise RuntimeError(f"the web UI could not compute the next token's logits ({failures.error or result})")
+        return {str(k): float(v) for k, v in result.items()}
 
     def stop_all(self) -> None:
         self.m.text_generation.stop_everything_event()
@@ -237,56 +332,3 @@ class TextgenHost(Host):
         shared = self.m.shared
         return {"model_name": self.model_id, "lora_names": list(getattr(shared, "lora_names", []) or []),
                 "loader": getattr(getattr(shared, "args", None), "loader", None)}
-
-
-class _Follower:
-    """Turns the cumulative texts the host yields into new text to send.
-
-    - A trailing U+FFFD is held back: some loaders decode the whole reply at each step, so a
-      character whose bytes span two tokens shows as U+FFFD until its last token arrives.
-    - If the host changes text it yielded before, what was sent cannot be unsent. When the host
-      goes on from the changed text, it is followed: from their longest common prefix on, the
-      characters already sent stand for as many of the host's, and what lies beyond is new.
-      A change in the host's very last yield (its output hooks may rewrite the whole reply)
-      is not followed.
-    """
-
-    def __init__(self):
-        self.text = ""          # the host's last text followed, as it yielded it
-        self.steps = 0          # texts followed: each came from one token at least
-        self._base = ""         # that text without a trailing U+FFFD
-        self._sent = 0          # characters sent; the client's text stands for _base[:_sent]
-        self._changed: str | None = None   # a text that changed sent text, not yet followed
-
-    def follow(self, text: str) -> str:
-        out = ""
-        if self._changed is not None:   # more text came after the change: follow it
-            out += self._take(self._changed)
-            self._changed = None
-        if text == self.text:
-            return out
-        if text.rstrip(REPLACEMENT).startswith(self._base[:self._sent]):
-            out += self._take(text)
-        else:
-            self._changed = text
-        return out
-
-    def finish(self) -> str:
-        """What is left to send once the host has stopped: a U+FFFD that no later token
-        completed is the model's real output."""
-        self._changed = None
-        out = self.text[self._sent:]
-        self._sent = max(self._sent, len(self.text))
-        return out
-
-    def _take(self, text: str) -> str:
-        base = text.rstrip(REPLACEMENT)
-        if not base.startswith(self._base[:self._sent]):
-            common = len(os.path.commonprefix([base, self._base[:self._sent]]))
-            log.debug("the host changed its reply after %d characters; %d were sent already",
-                      common, self._sent)
-        self.text, self._base = text, base
-        self.steps += 1
-        out = base[self._sent:]
-        self._sent = max(self._sent, len(base))
-        return out

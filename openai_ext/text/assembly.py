@@ -24,6 +24,7 @@ class StopMatcher:
         self.stops = [s for s in (stops or []) if s]
         self._held = ""
         self.stopped = False
+        self.matched: str | None = None   # the stop string that was found
 
     def push(self, text: str) -> str:
         """Adds text and returns what is now safe to release."""
@@ -38,7 +39,7 @@ class StopMatcher:
         for stop in self.stops:
             i = buf.find(stop)
             if i != -1 and (cut == -1 or (i + len(stop), i) < (cut_end, cut)):
-                cut, cut_end = i, i + len(stop)
+                cut, cut_end, self.matched = i, i + len(stop), stop
         if cut != -1:
             self._held = ""
             self.stopped = True
@@ -91,6 +92,11 @@ class ChoiceAssembler:
     @property
     def text(self) -> str:
         return "".join(self.text_parts)
+
+    @property
+    def stop(self) -> str | None:
+        """The stop string that ended the choice, if one did."""
+        return self._matcher.matched
 
     def feed(self, piece: Piece) -> Delta | None:
         if self._matcher.stopped:

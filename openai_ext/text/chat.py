@@ -8,10 +8,11 @@ from typing import Any, AsyncIterator
 from ..core.admission import Place
 from ..core.errors import InvalidRequestError
 from ..hosts.base import Host, Prompt, TokenLogprob
-from . import params, render, tools
+from . import params, render, tools, webui_fields
 from .assembly import usage
 from .generation import ChoiceResult, Job, bound_text, fit_prompt, new_job, run_job
 from .protocol import ChatCompletionRequest, ChatMessage
+from .reasoning import ReasoningStream
 from .service import TextService
 
 
@@ -79,7 +80,11 @@ def template_input(host: Host, req: ChatCompletionRequest,
     """The messages and settings the host's chat template renders for this request."""
     native = tools.template_is_native(host.chat_template)
     messages, tools_arg = tools.for_template(normalize_messages(req), toolset, native=native)
-    return messages, ({"tools": tools_arg} if tools_arg else {})
+    settings: dict[str, Any] = {"tools": tools_arg} if tools_arg else {}
+    # the web UI's chat modes, characters, templates and reasoning switches (extension mode)
+    settings.update(webui_fields.template_settings(req.model_extra or {}, host.abilities, chat=True,
+                                                   reasoning_effort=req.reasoning_effort))
+    return messages, settings
 
 
 def _content_chars(req: ChatCompletionRequest) -> int:
@@ -93,22 +98,28 @@ def _content_chars(req: ChatCompletionRequest) -> int:
     return total
 
 
-def prepare(text: TextService, req: ChatCompletionRequest) -> Job:
+def prepare(text: TextService, req: ChatCompletionRequest, *, prefill: str = "",
+            truncate: bool | None = None) -> Job:
+    """``prefill``: the start of the answer, already written; the model continues it (the text
+    is not repeated in the output). ``truncate`` overrides the truncate_prompt setting, for an
+    API whose request says what to do with a prompt that does not fit (the Responses API's
+    ``truncation``)."""
     host = text.host
-    truncate = text.settings.truncate_prompt
+    truncate = text.settings.truncate_prompt if truncate is None else truncate
     # Messages whose text alone cannot fit are refused before the template and the tokenizer
     # run over them (a list of 100,000 messages would keep both busy for minutes).
     bound_text(host, _content_chars(req), truncate=truncate, param="messages")
     toolset = tools.parse(req)
     rendered = host.chat_prompt(*template_input(host, req, toolset))
-    rendered_text = bound_text(host, rendered.text, truncate=truncate, param="messages")
-    prompt = Prompt(rendered_text, host.tokenize(rendered_text), rendered.stops)
+    prompt_text = bound_text(host, rendered.text + prefill, truncate=truncate, param="messages")
+    prompt = Prompt(prompt_text, host.tokenize(prompt_text), rendered.stops)
     requested = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     prompt = fit_prompt(host, prompt, requested=requested, truncate=truncate, param="messages")
     plan = params.plan(req, abilities=host.abilities, room=host.context_length() - len(prompt.tokens),
                        max_n=text.settings.max_n, toolset=toolset,
                        allow_unknown=text.settings.allow_unknown_fields)
     _check_grammar(host, plan.settings.get("grammar_string"), toolset)
+    host.check_settings(plan.settings)
     job = new_job("chatcmpl", [prompt], plan, host)
     job.tools = toolset if toolset is not None and toolset.calling else None
     return job
@@ -124,19 +135,32 @@ def _check_grammar(host, gbnf: str | None, toolset: tools.ToolSet | None) -> Non
                               "schema (patterns especially).", param=param)
 
 
+class Thinking:
+    """A stretch of the model's thinking (sent as reasoning_content, never as content)."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str):
+        self.text = text
+
+
 class _Choice:
     """One choice on its way out: its text split into content and tool calls."""
 
     def __init__(self, job: Job, *, incremental: bool):
         self.calls = tools.ToolCallStream(job.tools, incremental=incremental) if job.tools else None
         self.legacy = bool(job.tools and job.tools.legacy)
+        self.thinking = ReasoningStream(job.host.split_reasoning if job.host is not None else None)
         self.content: list[str] = []
         self.opened = False   # the role has been sent
 
-    def events(self, text: str, *, final: bool = False) -> list[tools.Content | tools.CallDelta]:
+    def events(self, text: str, *, final: bool = False) -> list[tools.Content | tools.CallDelta | Thinking]:
+        """The model's thinking first (apart from the answer), then the answer's content and calls."""
+        thought, text = self.thinking.feed(text, final=final)
+        out: list[Any] = [Thinking(thought)] if thought else []
         if self.calls is None:
-            return [tools.Content(text)] if text else []
-        out = self.calls.feed(text)
+            return out + ([tools.Content(text)] if text else [])
+        out += self.calls.feed(text)
         if final:
             out += self.calls.finish()
         return out
@@ -158,9 +182,11 @@ class _Choice:
         return {"role": "assistant", "content": None if isinstance(event, tools.CallDelta) else "",
                 "refusal": None, **out}
 
-    def _delta(self, event: tools.Content | tools.CallDelta | None) -> dict[str, Any]:
+    def _delta(self, event: tools.Content | tools.CallDelta | Thinking | None) -> dict[str, Any]:
         if event is None:
             return {}
+        if isinstance(event, Thinking):
+            return {"reasoning_content": event.text}
         if isinstance(event, tools.Content):
             return {"content": event.text}
         if self.legacy:
@@ -173,10 +199,12 @@ class _Choice:
         return {"tool_calls": [call]}
 
     def message(self, result: ChoiceResult) -> tuple[str | None, list[dict[str, Any]] | None]:
-        """(content, tool calls) for a whole, non-streamed answer."""
+        """(content, tool calls) for a whole, non-streamed answer; its thinking goes to
+        ``self.thinking.text``."""
+        events = self.events(result.text, final=True)
+        text = "".join(e.text for e in events if isinstance(e, tools.Content))
         if self.calls is None:
-            return result.text, None
-        text = "".join(e.text for e in self.events(result.text, final=True) if isinstance(e, tools.Content))
+            return text, None
         calls = self.calls.calls or None
         return (text or None) if calls else text, calls
 
@@ -194,6 +222,8 @@ async def complete(text: TextService, job: Job, place: Place) -> dict[str, Any]:
         content, calls = out.message(r)
         choice = render.chat_choice(r.index, content, out.finish_reason(r.finish_reason),
                                        r.logprobs if want_lp else None)
+        if out.thinking.text:
+            choice["message"]["reasoning_content"] = out.thinking.text
         if calls and out.legacy:
             choice["message"]["function_call"] = calls[0]["function"]
         elif calls:

@@ -54,6 +54,7 @@ def prepare(text: TextService, req: CompletionRequest) -> Job:
     room = host.context_length() - max(len(p.tokens) for p in prompts)
     plan = params.plan(req, abilities=host.abilities, room=room, max_n=text.settings.max_n,
                        allow_unknown=text.settings.allow_unknown_fields)
+    host.check_settings(plan.settings)
     job = new_job("cmpl", prompts, plan, host)
     if plan.echo:
         job.echo = [p.text for p in prompts]

@@ -95,6 +95,7 @@ class ChoiceResult:
     finish_reason: str = "stop"
     tokens: int = 0
     logprobs: list[TokenLogprob] = field(default_factory=list)
+    stop: str | None = None     # the stop string that ended it (the request's or the template's)
 
 
 async def run_choice(host: Host, prompt: Prompt, settings: dict[str, Any], stops: list[str], *,
@@ -124,6 +125,7 @@ async def run_choice(host: Host, prompt: Prompt, settings: dict[str, Any], stops
         asm.tokens = len(await run(functools.partial(host.tokenize, asm.text, add_bos=False))) \
             if asm.text else 0
     result.text, result.finish_reason, result.tokens = asm.text, asm.finish_reason or "stop", asm.tokens
+    result.stop = asm.stop
     result.logprobs = asm.logprobs
 
 

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from ..core.errors import InvalidRequestError, unrecognized
 from ..hosts.base import HOST_SAMPLERS, HostAbilities
-from . import grammar, tools
+from . import grammar, tools, webui_fields
 from .protocol import ChatCompletionRequest, CompletionRequest
 from .tools import ToolSet
 
@@ -67,7 +67,7 @@ RULES: tuple[Rule, ...] = (
     Rule("audio", CHAT, "rejected", "-", "Audio output is not produced by a text model: 400."),
     Rule("web_search_options", CHAT, "rejected", "-", "There is no web search: 400."),
     Rule("prediction", CHAT, "ignored", "-", "Predicted outputs only change latency at OpenAI; the text is the same without them."),
-    Rule("reasoning_effort", CHAT, "ignored", "-", "Not a reasoning model setting here."),
+    Rule("reasoning_effort", CHAT, "mapped", "reasoning_effort, enable_thinking", "Extension mode: handed to the model's chat template as the web UI's reasoning_effort (minimal: low, xhigh: high); none turns thinking off (enable_thinking false). Standalone: ignored. Either way a reply's thinking comes back apart, as message.reasoning_content."),
     Rule("verbosity", CHAT, "ignored", "-", "No equivalent sampler."),
     Rule("service_tier", BOTH, "ignored", "-", "One local tier."),
     Rule("store", CHAT, "ignored", "-", "Nothing is stored."),
@@ -77,16 +77,28 @@ RULES: tuple[Rule, ...] = (
     Rule("prompt_cache_options", CHAT, "ignored", "-", "As prompt_cache_key."),
     Rule("safety_identifier", CHAT, "ignored", "-", "Accepted; nothing to do locally."),
     Rule("moderation", CHAT, "ignored", "-", "Outputs are not moderated; call /v1/moderations yourself."),
-    Rule("web UI fields", BOTH, "ignored", "-", "Fields of the web UI's own API that mean nothing here (mode, character, instruction_template, preset, truncation_length ...; see WEB_UI_FIELDS) are accepted and ignored. Any other unknown field gets a 400 naming it, as at OpenAI, unless the allow_unknown_fields setting is on."),
+    # This project's extensions: the web UI API's own fields (see webui_fields.py).
+    Rule("mode", CHAT, "mapped", "mode", "Extension: the web UI's chat mode, instruct (default), chat or chat-instruct. Standalone: 400 for any but instruct. Like every field below, an empty value (null, \"\", false) asks for nothing."),
+    Rule("character", CHAT, "mapped", "name2, context, greeting", "Extension: a character of the web UI's characters folder, by name (chat and chat-instruct modes); an unknown one is a 400 listing those there. Standalone: 400."),
+    Rule("instruction_template", CHAT, "mapped", "instruction_template_str", "Extension: a template of the web UI's instruction-templates folder, by name, instead of the model's own. Standalone: 400."),
+    Rule("instruction_template_str", CHAT, "mapped", "instruction_template_str", "Extension: a Jinja2 instruction template; takes precedence over instruction_template. Standalone: 400."),
+    Rule("chat_template_str", CHAT, "mapped", "chat_template_str", "Extension: the Jinja2 template of chat mode. Standalone: 400."),
+    Rule("name1", CHAT, "mapped", "name1", "Extension: the user's name in chat modes (also user_name). Standalone: 400."),
+    Rule("name2", CHAT, "mapped", "name2", "Extension: the bot's name, over the character's (also bot_name). Standalone: 400."),
+    Rule("context", CHAT, "mapped", "context", "Extension: the character's context, over the character's own. Standalone: 400."),
+    Rule("greeting", CHAT, "mapped", "greeting", "Extension: the character's greeting, over its own. Standalone: 400."),
+    Rule("user_bio", CHAT, "mapped", "user_bio", "Extension: the user's description in chat modes. Standalone: 400."),
+    Rule("chat_instruct_command", CHAT, "mapped", "chat-instruct_command", "Extension: the chat-instruct command (<|character|>, <|prompt|>). Standalone: 400."),
+    Rule("continue_", CHAT, "mapped", "_continue", "Extension: continue the last assistant message instead of starting a new one. Standalone: 400."),
+    Rule("enable_thinking", CHAT, "mapped", "enable_thinking", "Extension: handed to the model's chat template (Qwen3 and others read it). Standalone: ignored."),
+    Rule("preset", BOTH, "mapped", "the preset's samplers", "Extension: a preset of the web UI's presets folder, by name: its samplers apply, and the request's own sampler fields override them (OpenAI defaults such as temperature 1 are then not applied). Standalone: 400."),
+    Rule("max_tokens_second", BOTH, "mapped", "max_tokens_second", "Extension: the web UI's output pacing. Standalone: ignored."),
+    Rule("truncation_length", BOTH, "ignored", "-", "The server fits each request to the model's context itself."),
+    Rule("auto_max_new_tokens", BOTH, "ignored", "-", "max_tokens decides; without it, as described above."),
+    Rule("unknown fields", BOTH, "rejected", "-", "Any other unknown field gets a 400 naming it, as at OpenAI, unless the allow_unknown_fields setting is on."),
     Rule("host samplers", BOTH, "mapped", "same name", "Extra fields named after the host's own samplers: " + ", ".join(
         ("top_k", "min_p", "typical_p", "repetition_penalty", "...")) + " (see HOST_SAMPLERS). 400 if the host lacks one."),
 )
-
-# Request fields of the web UI's own API that make no sense through this one: accepted from
-# clients written for that API, and ignored.
-WEB_UI_FIELDS = {"mode", "character", "instruction_template", "instruction_template_str", "preset",
-                  "name1", "name2", "context", "greeting", "chat_template_str", "user_bio",
-                  "continue_", "truncation_length", "auto_max_new_tokens", "max_tokens_second"}
 
 _RULES_BY_NAME = {r.name: r for r in RULES}
 
@@ -145,6 +157,16 @@ def plan(req: CompletionRequest | ChatCompletionRequest, *, abilities: HostAbili
     settings["presence_penalty"] = float(req.presence_penalty or 0.0)
     settings["frequency_penalty"] = float(req.frequency_penalty or 0.0)
     settings["seed"] = -1 if req.seed is None else int(req.seed)
+    extra = req.model_extra or {}
+    web_ui = webui_fields.generation_settings(extra, abilities)
+    if "preset" in web_ui:
+        # The preset's samplers apply; only the ones the request names override them.
+        for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty"):
+            if name not in sent:
+                settings.pop(name)
+        if "temperature" not in sent:
+            settings.pop("do_sample")
+    settings.update(web_ui)
 
     stops = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
     stops = [s for s in stops if s]
@@ -173,6 +195,9 @@ def plan(req: CompletionRequest | ChatCompletionRequest, *, abilities: HostAbili
         if not abilities.logprobs:
             raise _reject("logprobs", "The loaded model's backend cannot report log-probabilities; remove logprobs.")
         settings["logprobs"] = logprobs
+        if getattr(req, "echo", False) and not abilities.scores_prompts:
+            raise _reject("echo", "The loaded model's backend reports log-probabilities while generating but cannot "
+                                  "score a prompt; remove echo or logprobs.")
 
     # --- choices ------------------------------------------------------------------------
     n = req.n or 1
@@ -212,17 +237,25 @@ def plan(req: CompletionRequest | ChatCompletionRequest, *, abilities: HostAbili
     # --- the host's own samplers, sent as extra fields ----------------------------------
     endpoint = CHAT if chat else COMPLETIONS
     ignored = [name for name in sent if _RULES_BY_NAME.get(name) and _RULES_BY_NAME[name].action == "ignored"]
-    for name, value in (req.model_extra or {}).items():
+    if chat and "reasoning_effort" in sent and not abilities.web_ui:
+        ignored.append("reasoning_effort")   # only the web UI's templates take it
+    for name, value in extra.items():
         if name in HOST_SAMPLERS:
             if name not in abilities.samplers:
                 raise _reject(name, f"{name} is not a sampler of the loaded model's backend; remove it.")
+            if name == "sampler_priority" and isinstance(value, list) and all(isinstance(v, str) for v in value):
+                value = "\n".join(value)   # the web UI takes a list or one name a line
             settings[name] = _coerce(name, value, HOST_SAMPLERS[name])
             if name == "custom_token_bans":
                 settings[name] = _token_bans(value, abilities)
         elif name in ignored:
             pass  # an OpenAI parameter that only has a rule, already listed
-        elif name in WEB_UI_FIELDS or allow_unknown:
+        elif name in webui_fields.IGNORED or allow_unknown:
             ignored.append(name)
+        elif name in webui_fields.ALL and (chat or webui_fields.ALIASES.get(name, name) not in webui_fields.TEMPLATE_FIELDS):
+            if chat or name in webui_fields.GENERATION_FIELDS:
+                continue   # read by webui_fields (prompt fields by chat.template_input)
+            ignored.append(name)   # enable_thinking and reasoning_effort of a completion
         else:
             # OpenAI refuses what it does not know, and so do we: a misspelt parameter
             # (max_token, top_kk) silently ignored would give the wrong answer.
@@ -275,8 +308,11 @@ def _response_schema(rf: dict[str, Any] | None) -> Any | None:
 def _constraints(req: ChatCompletionRequest, ts: ToolSet | None, abilities: HostAbilities) -> dict[str, Any]:
     """Grammar settings for response_format and tool_choice."""
     schema = _response_schema(req.response_format)
-    where = "response_format.json_schema.schema" if schema is not None and \
-        req.response_format.get("type") == "json_schema" else "response_format"
+    named = schema is not None and req.response_format.get("type") == "json_schema"
+    where = "response_format.json_schema.schema" if named else "response_format"
+    # strict: true keeps every keyword the grammar cannot enforce a 400, as OpenAI refuses them;
+    # a non-strict schema is enforced as far as the grammar can
+    strict = named and req.response_format["json_schema"].get("strict") is True
     calling = ts is not None and ts.calling
     if calling and ts.forced:
         if not abilities.grammar:
@@ -288,7 +324,7 @@ def _constraints(req: ChatCompletionRequest, ts: ToolSet | None, abilities: Host
         if not abilities.grammar:
             raise _reject("response_format", "The loaded model's backend cannot constrain output with a grammar, "
                                              "so JSON output cannot be guaranteed; remove response_format.")
-        return {"grammar_string": tools.call_grammar(ts, response=(schema, where))}
+        return {"grammar_string": tools.call_grammar(ts, response=(schema, where, strict))}
     if calling:
         if not abilities.lazy_grammar:
             return {}
@@ -298,7 +334,7 @@ def _constraints(req: ChatCompletionRequest, ts: ToolSet | None, abilities: Host
         if not abilities.grammar:
             raise _reject("response_format", "The loaded model's backend cannot constrain output with a grammar, "
                                              "so JSON output cannot be guaranteed; remove response_format.")
-        return {"grammar_string": grammar.schema_to_gbnf(schema, where=where)}
+        return {"grammar_string": grammar.schema_to_gbnf(schema, where=where, strict=strict)}
     return {}
 
 

@@ -2,10 +2,11 @@
 that generates, and the one place where a text request goes from validated body to response.
 
 - ``queue`` admits at most ``max_queue`` waiting requests (more get a 429 at once) and lets as
-  many generations run at once as the host can batch (``HostAbilities.parallel``: the embedded
-  llama.cpp host's ``parallel`` setting; one for the web UI host), first come first served. In
-  extension mode the host's own generation lock is taken inside ``generate_reply`` as well; this
-  line makes the order fair.
+  many generations run at once as the host serves (``HostAbilities.parallel``: the embedded
+  llama.cpp host's ``parallel`` setting, the sequences it decodes as one batch; the web UI's
+  parallel slots, its llama.cpp with --parallel N; one everywhere else), first come first served.
+  In extension mode the host's own generation lock is taken inside ``generate_reply`` as well,
+  except on parallel loaders; this line makes the order fair.
 - ``worker`` holds the long-lived threads that run the hosts' blocking calls: one per running
   choice (a request's choices run together on a host that batches). Idle threads are reused, so a
   host that generates one at a time keeps one thread: a fresh thread per request costs time to
@@ -18,8 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import hashlib
-from typing import Any, Callable, Protocol
+from typing import Any, AsyncIterator, Callable, Protocol
 
 import anyio
 from fastapi import Request
@@ -32,28 +34,46 @@ from ..core.streaming import event_stream, until_disconnect
 from ..hosts.base import Host
 
 
+def _threads(slots: int) -> int:
+    """Threads for ``slots`` running requests: each with up to that many choices at once (a
+    request's choices run together on a host that batches), one more each for echo's scoring
+    pass, and one for a model change."""
+    return slots * (slots + 1) + 1
+
+
 class TextService:
     def __init__(self, settings: Settings, host: Host, *, started: int):
         self.settings = settings
         self.started = started
         self.queue = Admission("generation", max_waiting=settings.max_queue)
         self.host = host
-        # Running requests, each with up to that many choices at once, one more thread each for
-        # echo's scoring pass, and one for a model change.
-        lanes = max(settings.parallel, host.abilities.parallel)
-        self.worker = concurrent.futures.ThreadPoolExecutor(max_workers=lanes * (lanes + 1) + 1,
-                                                            thread_name_prefix="generation")
+        self.worker = concurrent.futures.ThreadPoolExecutor(max_workers=_threads(1), thread_name_prefix="generation")
         self._prepare: anyio.CapacityLimiter | None = None
+        self._exclusive = 0   # model changes waiting for, or holding, the model alone
 
-    @property
-    def host(self) -> Host:
-        return self._host
+    def follow_host(self) -> None:
+        """Runs as many generations at once as the host serves now (the user may load another
+        model, or the same one with another number of slots, at any time)."""
+        slots = max(1, int(getattr(self.host.abilities, "parallel", 1) or 1))
+        if slots == self.queue.capacity or self._exclusive:
+            return
+        self.queue.resize(slots)
+        old, self.worker = self.worker, concurrent.futures.ThreadPoolExecutor(
+            max_workers=_threads(slots), thread_name_prefix="generation")
+        old.shutdown(wait=False)   # its running generations finish on their threads
 
-    @host.setter
-    def host(self, host: Host) -> None:
-        """Serves with ``host`` from now on; as many generations run at once as it can batch."""
-        self._host = host
-        self.queue.resize(max(1, host.abilities.parallel))
+    @contextlib.asynccontextmanager
+    async def exclusive(self) -> AsyncIterator[None]:
+        """A turn in line during which nothing else runs (a model or LoRA change): the line
+        is narrowed to one until the generations already running have finished."""
+        self._exclusive += 1
+        try:
+            self.queue.resize(1)
+            async with self.queue.admit():
+                yield
+        finally:
+            self._exclusive -= 1
+            self.follow_host()
 
     @property
     def prepare_limiter(self) -> anyio.CapacityLimiter:
@@ -92,7 +112,8 @@ class TextService:
 
 class TextEndpoint(Protocol):
     """What an endpoint module (chat, completions) offers: ``prepare`` validates a body into a
-    job, on a worker thread; ``complete`` and ``stream`` run it."""
+    job, on a worker thread; ``complete`` and ``stream`` run it. An endpoint of another API may
+    also have a ``framing`` for its event stream (see core.streaming; OpenAI's by default)."""
 
     def prepare(self, text: TextService, body: Any) -> Any: ...
 
@@ -104,6 +125,7 @@ class TextEndpoint(Protocol):
 async def generate(text: TextService, request: Request, endpoint: TextEndpoint, body: Any) -> Any:
     """Runs one text request from its validated body to its response."""
     text.require_model()
+    text.follow_host()
     # The place in line is taken first: when the line is full, the 429 comes at once, not after
     # every earlier request's prepare below. A request that fails there gives it back.
     place = text.queue.admit()
@@ -115,7 +137,7 @@ async def generate(text: TextService, request: Request, endpoint: TextEndpoint, 
         raise
     if job.plan.stream:
         return event_stream(endpoint.stream(text, job, place), send_timeout=text.settings.stream_send_timeout,
-                            on_close=place.release)
+                            on_close=place.release, framing=getattr(endpoint, "framing", None))
     try:
         return await until_disconnect(request, endpoint.complete(text, job, place))
     finally:

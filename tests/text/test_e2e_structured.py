@@ -199,17 +199,20 @@ def test_legacy_functions_answer_with_function_call(client):
     assert "tool_calls" not in body["choices"][0]["message"]
 
 
+# strict schemas: a keyword the grammar cannot enforce is a 400 naming it (non-strict ones are
+# enforced as far as the grammar can: see test_tools.py)
 @pytest.mark.parametrize("kwargs, param", [
     (dict(response_format={"type": "json_schema", "json_schema": {
-        "name": "n", "schema": {"type": "object", "properties": {"n": {"type": "number", "minimum": 0}}}}}),
+        "name": "n", "strict": True, "schema": {"type": "object", "properties": {"n": {"type": "number", "minimum": 0}}}}}),
      "response_format.json_schema.schema.properties.n.minimum"),
     (dict(response_format={"type": "json_schema", "json_schema": {"schema": PERSON}}), "response_format.json_schema"),
     (dict(response_format={"type": "json_schema", "json_schema": {
-        "name": "n", "schema": {"type": "object", "not": {"required": ["a"]}}}}), "response_format.json_schema.schema.not"),
+        "name": "n", "strict": True, "schema": {"type": "object", "not": {"required": ["a"]}}}}),
+     "response_format.json_schema.schema.not"),
     (dict(tools=[WEATHER], tool_choice={"type": "function", "function": {"name": "get_time"}}), "tool_choice"),
     (dict(tool_choice="required"), "tool_choice"),
     (dict(tools=[{"type": "function", "function": {"name": "x y"}}]), "tools[0].function.name"),
-    (dict(tools=[{"type": "function", "function": {"name": "f", "parameters": {
+    (dict(tools=[{"type": "function", "function": {"name": "f", "strict": True, "parameters": {
         "type": "object", "properties": {"k": {"type": "string", "format": "email", "uniqueItems": True}}}}}],
         tool_choice="required"), "tools[0].function.parameters.properties.k.uniqueItems"),
     (dict(tools=[WEATHER], functions=[WEATHER["function"]]), "functions"),
@@ -224,7 +227,7 @@ def test_legacy_functions_answer_with_function_call(client):
      "response_format.json_schema.schema.properties.w.pattern"),                        # lookahead
     (dict(parallel_tool_calls=False), "parallel_tool_calls"),                           # OpenAI: only with tools
     (dict(functions=[WEATHER["function"]], tool_choice="auto"), "tool_choice"),
-    (dict(functions=[{"name": "f", "parameters": {"type": "object", "properties": {
+    (dict(functions=[{"name": "f", "strict": True, "parameters": {"type": "object", "properties": {
         "n": {"type": "integer", "maximum": 3}}}}], function_call={"name": "f"}), "functions[0].parameters.properties.n.maximum"),
 ])
 def test_structured_output_errors(client, kwargs, param):

@@ -81,6 +81,7 @@ def test_the_real_legacy_client(live, llama_host, legacy_python):
     assert out["error"]["status"] == 400 and out["error"]["param"] == "messages"
 
 
+@pytest.mark.engines   # loads the embedding model behind the legacy engines route
 def test_engine_embeddings_are_the_embeddings_of_the_input(live):
     inputs = ["hello world", "goodbye"]
     r = httpx.post(f"{live.url}/engines/text-embedding-ada-002/embeddings", json={"input": inputs}, timeout=120)

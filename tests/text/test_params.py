@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -92,7 +93,7 @@ def test_host_samplers_as_extra_fields():
     p = plan(ChatCompletionRequest(messages=MSG, top_k=40, min_p=0.1, mode="instruct"),
              abilities=FULL, room=10, max_n=1)
     assert p.settings["top_k"] == 40 and p.settings["min_p"] == 0.1
-    assert p.ignored == ["mode"]
+    assert p.ignored == []   # mode is the web UI's chat mode, which chat.template_input reads
     with pytest.raises(InvalidRequestError) as e:
         plan(ChatCompletionRequest(messages=MSG, min_p=0.1), abilities=BARE, room=10, max_n=1)
     assert e.value.param == "min_p"
@@ -211,10 +212,16 @@ def test_unknown_fields_are_refused_by_name(req, param, hint):
     assert hint is None or hint in e.value.message
 
 
-def test_web_ui_fields_are_ignored_and_the_setting_allows_unknown_fields():
-    p = plan(chat(mode="instruct", character="Assistant", preset="simple-1"), abilities=FULL, room=10, max_n=1)
-    assert p.ignored == ["character", "mode", "preset"]
-    assert not {"mode", "character", "preset"} & set(p.settings)
+def test_web_ui_fields_map_on_the_web_ui_and_the_setting_allows_unknown_fields():
+    web_ui = dataclasses.replace(FULL, web_ui=True)
+    p = plan(chat(mode="instruct", character="Assistant", preset="simple-1", truncation_length=9),
+             abilities=web_ui, room=10, max_n=1)
+    assert p.ignored == ["truncation_length"] and p.settings["preset"] == "simple-1"
+    assert "temperature" not in p.settings   # the preset's, unless the request names it
+    assert not {"mode", "character"} & set(p.settings)   # the prompt's: chat.template_input reads them
+    with pytest.raises(InvalidRequestError) as e:   # a host without the web UI has no presets
+        plan(chat(preset="simple-1"), abilities=FULL, room=10, max_n=1)
+    assert e.value.param == "preset"
     p = plan(chat(frobnicate=True), abilities=FULL, room=10, max_n=1, allow_unknown=True)
     assert p.ignored == ["frobnicate"] and "frobnicate" not in p.settings
 

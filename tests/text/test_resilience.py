@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import logging
 import random
 import socket
 import threading
@@ -197,6 +198,10 @@ def test_a_client_that_stops_reading_is_dropped_and_frees_the_queue(llama_host, 
 
     assert Settings().stream_send_timeout == 60
     server = make_server(llama_host, stream_send_timeout=2)
+    errors: list[logging.LogRecord] = []   # what uvicorn logs as an error: nothing, the drop is on purpose
+    catcher = logging.Handler(logging.ERROR)
+    catcher.emit = errors.append
+    logging.getLogger("uvicorn.error").addHandler(catcher)
     max_tokens = 1800
     sock = stalled_stream(server.port, {"messages": STORY, "max_tokens": max_tokens, "stream": True,
                                         "temperature": 0, "ban_eos_token": True})
@@ -215,8 +220,10 @@ def test_a_client_that_stops_reading_is_dropped_and_frees_the_queue(llama_host, 
         sock.settimeout(10)
         while sock.recv(65536):
             pass
+        assert not errors, [r.getMessage() for r in errors]
     finally:
         sock.close()
+        logging.getLogger("uvicorn.error").removeHandler(catcher)
 
 
 @pytest.mark.parametrize("body, content_type", [
@@ -308,3 +315,59 @@ def test_overload_is_served_or_refused_never_hung(llama_host, make_server, monke
     assert idle(server, llama_host)
     r = httpx.post(f"{server.url}/chat/completions", json={"messages": STORY, "max_tokens": 3}, timeout=60)
     assert r.status_code == 200
+
+
+def _deep(levels: int, key: str) -> dict:
+    schema: dict = {"type": "string"}
+    for _ in range(levels):
+        schema = {"type": "array", "items": schema} if key == "items" else {"anyOf": [schema, {"type": "null"}]}
+    return schema
+
+
+HOSTILE = [
+    # (path, raw body or JSON, what it probes)
+    ("/chat/completions", b'{"model":"x","messages":[{"role":"user","content":"\\ud800"}]}', "lone surrogate"),
+    ("/chat/completions", b'{"model":"x","messages":[{"role":"user","content":"\xed\xa0\x80"}]}', "raw surrogate"),
+    ("/embeddings", b'{"model":"text-embedding-3-small","input":["ok","bad \\udfff"]}', "bad batch member"),
+    ("/internal/token-count", {"text": "<|im_end|>" * 26_000}, "special-token flood"),
+    ("/chat/completions", {"model": "x", "max_tokens": 1,
+                           "messages": [{"role": "user", "content": "hi"}] * 100_000}, "huge message list"),
+    ("/chat/completions", {"model": "x", "messages": STORY, "max_tokens": 5, "response_format": {
+        "type": "json_schema", "json_schema": {"name": "d", "schema": _deep(150, "items")}}}, "deep items schema"),
+    ("/chat/completions", {"model": "x", "messages": STORY, "max_tokens": 5, "tools": [{"type": "function",
+        "function": {"name": "f", "parameters": {"type": "object", "properties": {"a": _deep(100, "anyOf")}}}}],
+        "tool_choice": "required"}, "deep anyOf tool"),
+]
+
+
+@pytest.mark.engines   # the embeddings probe loads the embedding model
+def test_hostile_probes_get_4xx_and_never_hurt_the_requests_beside_them(live, llama_host):
+    """The probes found by hand, sent together with ordinary requests: each gets a client error
+    (never a 5xx, never a hang), and every ordinary request beside them is served."""
+
+    def send(item):
+        path, body, what = item
+        if isinstance(body, bytes):
+            r = httpx.post(f"{live.url}{path}", content=body, headers={"content-type": "application/json"},
+                           timeout=120)
+        else:
+            r = httpx.post(f"{live.url}{path}", json=body, timeout=120)
+        return what, r
+
+    def ordinary(i):
+        return httpx.post(f"{live.url}/chat/completions", timeout=120, json={
+            "model": "x", "messages": [{"role": "user", "content": f"Count to {i}."}], "max_tokens": 4})
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=16) as pool:
+        probes = [pool.submit(send, item) for item in HOSTILE]
+        good = [pool.submit(ordinary, i) for i in range(6)]
+        answered = [p.result() for p in probes]
+        served = [g.result() for g in good]
+    for what, r in answered:
+        if what == "special-token flood":
+            assert r.status_code == 200 and r.json()["length"] == 26_000, what
+        else:
+            assert 400 <= r.status_code < 500, (what, r.status_code, r.text[:300])
+            assert_valid("ErrorResponse", r.json())
+    assert [r.status_code for r in served] == [200] * 6
+    assert idle(live, llama_host)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import httpx
 import pytest
 from jsonschema import Draft202012Validator
 
@@ -159,21 +160,25 @@ def test_native_rendering_passes_tools_and_object_arguments():
     assert msgs[0]["tool_calls"][0]["function"]["arguments"] == {}
 
 
-def test_call_grammar_names_unsupported_parameter_keywords():
-    bad = {"type": "function", "function": {"name": "f", "parameters": {
+def test_call_grammar_names_unsupported_parameter_keywords_of_a_strict_tool():
+    bad = {"type": "function", "function": {"name": "f", "strict": True, "parameters": {
         "type": "object", "properties": {"n": {"type": "integer", "minimum": 1}}}}}
     ts = tools.parse(ChatCompletionRequest(messages=MSG, tools=[WEATHER, bad], tool_choice="required"))
     with pytest.raises(InvalidRequestError) as e:
         tools.call_grammar(ts)
     assert e.value.param == "tools[1].function.parameters.properties.n.minimum"
+    # the same tool, not strict: enforced as far as the grammar can (minimum is left out)
+    lenient = {"type": "function", "function": {**bad["function"], "strict": False}}
+    ts = tools.parse(ChatCompletionRequest(messages=MSG, tools=[WEATHER, lenient], tool_choice="required"))
+    assert "tool-call" in tools.call_grammar(ts)
 
 
 def test_legacy_error_paths_name_functions():
-    bad = {"name": "f", "parameters": {"type": "object", "properties": {"n": {"type": "integer", "minimum": 1}}}}
-    ts = tools.parse(ChatCompletionRequest(messages=MSG, functions=[WEATHER["function"], bad], function_call="auto"))
+    # legacy functions have no `strict`, so only a schema the grammar cannot read at all is refused
+    bad = {"name": "f", "parameters": {"type": "object", "properties": {"n": {"type": "integr"}}}}
     with pytest.raises(InvalidRequestError) as e:
-        tools.call_grammar(ts)
-    assert e.value.param == "functions[1].parameters.properties.n.minimum"
+        tools.parse(ChatCompletionRequest(messages=MSG, functions=[WEATHER["function"], bad], function_call="auto"))
+    assert e.value.param == "functions[1].parameters.properties.n.type"
 
 
 def test_without_parallel_calls_whatever_follows_the_first_call_is_dropped():
@@ -336,3 +341,78 @@ def test_a_grammar_with_no_token_left_ends_the_answer(llama_host):
         pieces = generate(llama_host, prompt, {**GREEDY, "temperature": temperature, "do_sample": temperature > 0,
                                                "top_k": 0, "grammar_string": 'root ::= "a"', "ban_eos_token": True})
         assert "".join(p.text for p in pieces) == "a" and pieces[-1].finish_reason == "stop"
+
+
+def _deep(levels: int, key: str) -> dict:
+    schema: dict = {"type": "string"}
+    for _ in range(levels):
+        schema = {"type": "array", "items": schema} if key == "items" else {"anyOf": [schema, {"type": "null"}]}
+    return schema
+
+
+@pytest.mark.parametrize("where", ["response_format", "tool"])
+@pytest.mark.parametrize("levels,key", [(150, "items"), (100, "anyOf")])
+def test_a_schema_nested_too_deep_is_a_400_naming_the_limit(live, where, levels, key):
+    from openai_ext.text.grammar.errors import MAX_SCHEMA_DEPTH
+
+    body = {"model": "x", "messages": MSG, "max_tokens": 5}
+    if where == "response_format":
+        body["response_format"] = {"type": "json_schema", "json_schema": {"name": "d", "schema": _deep(levels, key)}}
+    else:
+        body["tools"] = [{"type": "function", "function": {"name": "f", "parameters": {
+            "type": "object", "properties": {"a": _deep(levels, key)}}}}]
+        body["tool_choice"] = "required"
+    r = httpx.post(f"{live.url}/chat/completions", json=body, timeout=60)
+    assert r.status_code == 400, r.text
+    assert str(MAX_SCHEMA_DEPTH) in r.json()["error"]["message"]
+
+
+# shell-gpt's default tool: an "example" in a property
+SHELL_GPT_TOOL = {"type": "function", "function": {"name": "execute_shell_command", "description": "Runs a command",
+                  "parameters": {"type": "object", "properties": {"shell_command": {
+                      "type": "string", "description": "Shell command to execute.", "example": "ls -la"}},
+                      "required": ["shell_command"]}}}
+
+
+def test_annotation_keywords_are_accepted_and_nullable_is_honoured(live):
+    r = httpx.post(f"{live.url}/chat/completions", timeout=120, json={
+        "model": "x", "messages": [{"role": "user", "content": "List the files."}], "max_tokens": 60,
+        "temperature": 0, "tools": [SHELL_GPT_TOOL], "tool_choice": "required", "parallel_tool_calls": False})
+    assert r.status_code == 200, r.text
+    call = r.json()["choices"][0]["message"]["tool_calls"][0]
+    assert isinstance(json.loads(call["function"]["arguments"])["shell_command"], str)
+    nullable = {"type": "object", "properties": {"note": {"type": "string", "nullable": True, "x-order": 1,
+                                                          "discriminator": {"propertyName": "kind"}}},
+                "required": ["note"], "additionalProperties": False}
+    g = grammar.schema_to_gbnf(nullable, where="s")
+    assert "null" in g
+
+
+def test_a_pydantic_discriminated_union_works_end_to_end(live):
+    schema = {"$defs": {
+        "Cat": {"type": "object", "properties": {"kind": {"const": "cat"}, "meows": {"type": "boolean"}},
+                "required": ["kind", "meows"]},
+        "Dog": {"type": "object", "properties": {"kind": {"const": "dog"}, "barks": {"type": "boolean"}},
+                "required": ["kind", "barks"]}},
+        "type": "object", "properties": {"pet": {"discriminator": {"propertyName": "kind", "mapping": {
+            "cat": "#/$defs/Cat", "dog": "#/$defs/Dog"}}, "oneOf": [{"$ref": "#/$defs/Cat"}, {"$ref": "#/$defs/Dog"}]}},
+        "required": ["pet"]}
+    r = httpx.post(f"{live.url}/chat/completions", timeout=120, json={
+        "model": "x", "messages": [{"role": "user", "content": "Describe a pet."}], "max_tokens": 60, "temperature": 0,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "pet", "schema": schema}}})
+    assert r.status_code == 200, r.text
+    Draft202012Validator(schema).validate(json.loads(r.json()["choices"][0]["message"]["content"]))
+
+
+def test_a_non_strict_schema_is_enforced_as_far_as_the_grammar_can_and_a_strict_one_refused(live):
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 3, "multipleOf": 3}},
+              "required": ["n"], "additionalProperties": False}
+    body = {"model": "x", "messages": [{"role": "user", "content": "Pick a number."}], "max_tokens": 30,
+            "temperature": 0}
+    lenient = httpx.post(f"{live.url}/chat/completions", timeout=120, json={**body, "response_format": {
+        "type": "json_schema", "json_schema": {"name": "n", "schema": schema}}})
+    assert lenient.status_code == 200, lenient.text
+    assert isinstance(json.loads(lenient.json()["choices"][0]["message"]["content"])["n"], int)
+    strict = httpx.post(f"{live.url}/chat/completions", timeout=120, json={**body, "response_format": {
+        "type": "json_schema", "json_schema": {"name": "n", "schema": schema, "strict": True}}})
+    assert strict.status_code == 400 and strict.json()["error"]["param"].endswith(".minimum")

@@ -128,10 +128,10 @@ def gbnf(rules: dict[str, Any], defs: dict[str, Any], *, where: str) -> str:
         raise SchemaNotSupported(f"{where} cannot be turned into a grammar: {e}", param=where) from None
 
 
-def schema_to_gbnf(schema: Any, *, where: str) -> str:
-    """The GBNF grammar for ``schema``; its top rule is ``root``."""
+def schema_to_gbnf(schema: Any, *, where: str, strict: bool = True) -> str:
+    """The GBNF grammar for ``schema``; its top rule is ``root`` (``strict``: see prepare)."""
     _require_converter(where)
-    prepared = prepare(schema, where)
+    prepared = prepare(schema, where, strict=strict)
     return gbnf({"root": prepared.schema}, prepared.defs, where=where)
 
 

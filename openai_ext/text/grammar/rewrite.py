@@ -20,7 +20,7 @@ from urllib.parse import unquote
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
-from .errors import SchemaNotSupported
+from .errors import SchemaNotSupported, check_depth
 from .patterns import pattern_gbnf
 
 _STRING_KW = {"minLength", "maxLength", "pattern", "format"}
@@ -31,7 +31,8 @@ _ENFORCED = _STRING_KW | _ARRAY_KW | _OBJECT_KW | {"type", "enum", "const", "any
 # Keywords that describe and do not constrain, or that only hold definitions.
 _ANNOTATIONS = {"title", "description", "default", "examples", "$comment", "$schema", "$id", "deprecated",
                 "readOnly", "writeOnly", "$defs", "definitions", "strict", "contentMediaType",
-                "contentEncoding"}
+                "contentEncoding", "$anchor", "$vocabulary",   # and OpenAPI's (nullable: see node())
+                "example", "discriminator", "nullable", "externalDocs", "xml"}
 _TYPES = {"object", "array", "string", "number", "integer", "boolean", "null"}
 # Formats with a grammar of their own; other formats are annotations in JSON Schema 2020-12.
 _FORMATS = {"date", "time", "date-time", "uuid"}
@@ -49,16 +50,19 @@ class Prepared:
     defs: dict[str, Any]
 
 
-def prepare(schema: Any, where: str, *, prefix: str = "") -> Prepared:
-    """Checks ``schema`` and rewrites it for the converter; a 400 names what cannot be enforced.
-    ``prefix`` keeps the names of its definitions apart from those of other schemas."""
+def prepare(schema: Any, where: str, *, prefix: str = "", strict: bool = True) -> Prepared:
+    """Checks ``schema`` and rewrites it for the converter. ``prefix`` keeps the names of its
+    definitions apart from those of other schemas. ``strict`` (a strict tool or json_schema): a
+    keyword the grammar cannot enforce is a 400 naming it; otherwise it is left out of the grammar
+    and the rest is enforced, as OpenAI accepts non-strict schemas."""
+    check_depth(schema, where)
     if isinstance(schema, (dict, bool)):
         try:
             Draft202012Validator.check_schema(schema)
         except SchemaError as e:
             here = _join(where, e.absolute_path)
             raise SchemaNotSupported(f"{here} is not a valid JSON Schema: {e.message}", param=here) from None
-    rewriter = _Rewriter(schema, where, prefix)
+    rewriter = _Rewriter(schema, where, prefix, strict)
     try:
         return Prepared(rewriter.run(), rewriter.defs)
     except RecursionError:
@@ -89,8 +93,8 @@ def _type_meet(a: Any, b: Any) -> list[str]:
 
 
 class _Rewriter:
-    def __init__(self, root: Any, where: str, prefix: str):
-        self.root, self.where, self.prefix = root, where, prefix
+    def __init__(self, root: Any, where: str, prefix: str, strict: bool = True):
+        self.root, self.where, self.prefix, self.strict = root, where, prefix, strict
         self.validator = Draft202012Validator(root if isinstance(root, (dict, bool)) else {})
         self.defs: dict[str, Any] = {}
         self._names: dict[str, str] = {}            # JSON pointer -> name in defs
@@ -108,6 +112,9 @@ class _Rewriter:
         if depth > _MAX_INLINE:
             raise SchemaNotSupported(f"{path}: its references and allOf parts nest too deeply (or loop) to be "
                                      "merged.", param=path)
+        if isinstance(n, dict) and n.get("nullable") is True:
+            # OpenAPI's nullable: the value may also be null
+            n = {"anyOf": [{k: v for k, v in n.items() if k != "nullable"}, {"type": "null"}]}
         n = self._plain(n, path)
         if "$ref" in n:
             rest = {k: v for k, v in n.items() if k != "$ref"}
@@ -140,8 +147,10 @@ class _Rewriter:
             raise SchemaNotSupported(f"{path} must be a JSON Schema object.", param=path)
         for key, value in n.items():
             here = f"{path}.{key}"
-            if key in _ANNOTATIONS:
+            if key in _ANNOTATIONS or key.startswith("x-"):
                 continue
+            if key not in _ENFORCED and not self.strict:
+                continue   # a non-strict schema: enforced as far as the grammar can
             if key not in _ENFORCED:
                 raise SchemaNotSupported(
                     f"{here}: the keyword '{key}' cannot be enforced while generating. Remove it from the schema "
@@ -150,7 +159,7 @@ class _Rewriter:
                 bad = [k for k in (value if isinstance(value, list) else [value]) if k not in _TYPES]
                 if bad:
                     raise SchemaNotSupported(f"{here}: unknown type {bad[0]!r}.", param=here)
-        return {k: v for k, v in n.items() if k not in _ANNOTATIONS}
+        return {k: v for k, v in n.items() if k in _ENFORCED}
 
     def _inline(self, n: Any, path: str, depth: int) -> dict[str, Any]:
         """``n`` with its own reference (if any) merged in, ready to be merged with siblings."""

@@ -11,6 +11,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
 from ...core.errors import InvalidRequestError
+from ..grammar.errors import check_depth
 
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
 _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
@@ -24,6 +25,7 @@ class Tool:
     parameters: dict[str, Any]
     validator: Draft202012Validator
     param_path: str              # where the parameters are in the request, for errors
+    strict: bool = False         # strict: true: a keyword the grammar cannot enforce is a 400
 
     def as_openai(self) -> dict[str, Any]:
         return {"type": "function", "function": {"name": self.name, "description": self.description,
@@ -100,6 +102,7 @@ def parse(req) -> ToolSet | None:
         ppath = f"{where}.function.parameters" if not legacy else f"{where}.parameters"
         if not isinstance(params, dict):
             raise _bad(ppath, f"{ppath} must be a JSON Schema object.")
+        check_depth(params, ppath)   # before the validator walks it
         try:
             validator = Draft202012Validator(params)
             Draft202012Validator.check_schema(params)
@@ -108,7 +111,7 @@ def parse(req) -> ToolSet | None:
             raise _bad(here, f"{here} is not a valid JSON Schema: {e.message}") from None
         if any(t.name == name for t in tools):
             raise _bad(where, f"Two functions are named {name!r}; names must be unique.")
-        tools.append(Tool(name, str(fn.get("description") or ""), params, validator, ppath))
+        tools.append(Tool(name, str(fn.get("description") or ""), params, validator, ppath, fn.get("strict") is True))
 
     names = [t.name for t in tools]
     choice, allowed = "auto", names

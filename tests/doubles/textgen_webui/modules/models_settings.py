@@ -3,7 +3,14 @@ the host's per-model settings file), applied to shared.args before it is loaded.
 
 from . import shared
 
-METADATA = {"Other-Model-3B-Instruct.Q5_K_M.gguf": {"loader": "llama.cpp", "ctx_size": 8192, "gpu_layers": 33}}
+ALPACA = ("{%- for message in messages %}{%- if message['role'] == 'user' %}{{ '### Instruction:\n' + "
+          "message['content'] + '\n\n' }}{%- elif message['role'] == 'assistant' %}{{ '### Response:\n' + "
+          "message['content'] + '\n\n' }}{%- else %}{{ message['content'] + '\n\n' }}{%- endif %}{%- endfor %}"
+          "{%- if add_generation_prompt %}{{ '### Response:\n' }}{%- endif %}")
+# As the host reads them from a GGUF and its per-model settings: the loader, its settings, and
+# the model's own instruction template.
+METADATA = {"Other-Model-3B-Instruct.Q5_K_M.gguf": {"loader": "llama.cpp", "ctx_size": 8192, "gpu_layers": 33,
+                                                     "instruction_template_str": ALPACA}}
 CALLS = []   # model names get_model_metadata was asked for
 
 

@@ -1,10 +1,10 @@
 """Test double of modules.shared: the host's global state."""
 
 import argparse
+import copy
 import threading
 
-model = object()          # a loaded model
-tokenizer = object()
+model = tokenizer = None  # set below: the llama.cpp loader's model, which is its own tokenizer
 model_name = "Double-Model-1B-Instruct.Q4_K_M.gguf"
 lora_names = []
 stop_everything = False
@@ -13,12 +13,23 @@ generation_lock = threading.Lock()   # the real one is a plain Lock, not reentra
 args = argparse.Namespace(loader="llama.cpp", listen=False, listen_host=None, api_key="", admin_key="",
                           public_api=False, verbose=False, model_dir="user_data/models", lora_dir="user_data/loras",
                           ctx_size=4096, gpu_layers=0, threads=0, extra_flags=None, trust_remote_code=False,
-                          idle_timeout=0)
+                          idle_timeout=0, parallel=1, nowebui=False, api=False, public_api_id=None)
 original_args = argparse.Namespace(**vars(args))   # the startup values, as the host keeps them
 
 CHATML = (
     "{%- for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}"
     "{%- endfor %}{%- if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{%- endif %}"
+)
+
+# The host's default template of chat mode (modules/shared.py)
+CHAT_MODE = (
+    "{%- for message in messages %}\n    {%- if message['role'] == 'system' -%}\n        {%- if message['content'] -%}\n"
+    "            {{- message['content'] + '\\n\\n' -}}\n        {%- endif -%}\n        {%- if user_bio -%}\n"
+    "            {{- user_bio + '\\n\\n' -}}\n        {%- endif -%}\n    {%- elif message['role'] == 'tool' -%}\n"
+    "        {{- '[Tool result: ' + message['content'] + ']\\n' -}}\n    {%- elif message['role'] == 'user' -%}\n"
+    "        {{- name1 + ': ' + message['content'] + '\\n'-}}\n    {%- else -%}\n"
+    "        {{- name2 + ': ' + message['content'] + '\\n' -}}\n    {%- endif -%}\n{%- endfor -%}\n"
+    "{%- if add_generation_prompt %}\n    {{- name2 + ':' -}}\n{%- endif %}"
 )
 
 # The real dict has ~100 keys; these are the ones generation reads, with the host's defaults.
@@ -35,6 +46,16 @@ settings = {
     "penalty_alpha": 0, "guidance_scale": 1, "mirostat_mode": 0, "mirostat_tau": 5, "mirostat_eta": 0.1,
     "do_sample": True, "dynamic_temperature": False, "temperature_last": False, "grammar_string": "",
     "max_tokens_second": 0, "name1": "You", "name2": "AI", "user_bio": "", "context": "",
-    "custom_system_message": "", "instruction_template_str": CHATML, "chat_template_str": CHATML,
-    "enable_thinking": True, "reasoning_effort": "medium",
+    "custom_system_message": "", "instruction_template_str": CHATML, "chat_template_str": CHAT_MODE,
+    "enable_thinking": True, "reasoning_effort": "medium", "character": "Assistant", "preset": None,
+    "chat-instruct_command": "Continue the chat dialogue below. Write a single reply for the character "
+                             "\"<|character|>\".\n\n<|prompt|>",
+    "sampler_priority": "", "dry_sequence_breakers": '"\\n", ":", "\\"", "*"', "static_cache": False,
+    "prompt_lookup_num_tokens": 0, "adaptive_target": 0, "adaptive_decay": 0.9,
 }
+default_settings = copy.deepcopy(settings)
+bos_token, eos_token = "<s>", "</s>"
+
+from .text_generation import LlamaServer  # noqa: E402  (after the settings it reads)
+
+model = tokenizer = LlamaServer()

@@ -13,3 +13,21 @@ def get_available_models():
 
 def get_available_loras():
     return ["None"] + sorted(AVAILABLE_LORAS)
+
+
+def get_available_presets():
+    from . import presets
+
+    return sorted(presets.PRESETS)
+
+
+def get_available_characters():
+    from . import chat
+
+    return sorted(chat.CHARACTERS)
+
+
+def get_available_instruction_templates():
+    from . import chat
+
+    return ["None"] + sorted(chat.INSTRUCTION_TEMPLATES)

@@ -1,0 +1,112 @@
+"""POST /v1/messages and /v1/messages/count_tokens over the text family's machinery. No HTTP here.
+
+This module is an endpoint of ``text.service.generate``, as chat is: ``prepare`` translates the
+request and lets ``chat.prepare`` render, tokenize and plan it (on the prepare thread, where
+every 400 happens); ``complete`` and ``stream`` run it in the generation queue with ``run_job``.
+A stream sends ``message_start`` and a ping at once, before its turn comes, and pings while it
+waits; a client that leaves stops the generation, as in chat.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any, AsyncIterator
+
+from ..core.admission import Place
+from ..core.errors import InvalidRequestError
+from ..text import chat, tools
+from ..text.generation import ChoiceResult, Job, run_job
+from ..text.params import Plan
+from ..text.service import TextService
+from . import render, translate
+from .protocol import CountTokensRequest, MessagesRequest
+from .stream import PING, AnthropicFraming, Blocks
+
+framing = AnthropicFraming()
+
+
+@dataclass
+class Turn:
+    """A prepared Messages request: the chat job, and what the Anthropic answer needs besides."""
+    job: Job
+    id: str
+    stops: list[str]
+    max_tokens: int
+
+    @property
+    def plan(self) -> Plan:
+        return self.job.plan
+
+    @property
+    def clamped(self) -> bool:
+        """The context left less room than max_tokens."""
+        return int(self.plan.settings.get("max_new_tokens", 0)) < self.max_tokens
+
+    def stop_reason(self, result: ChoiceResult, blocks: Blocks) -> tuple[str, str | None]:
+        return render.stop_reason(result.finish_reason, result.stop, stops=self.stops, called=blocks.called,
+                                  clamped=self.clamped)
+
+
+def prepare(text: TextService, req: MessagesRequest) -> Turn:
+    tr = translate.to_chat(req, allow_unknown=text.settings.allow_unknown_fields)
+    try:
+        job = chat.prepare(text, tr.chat, prefill=tr.prefill)
+    except InvalidRequestError as e:
+        raise translate.chat_error(e) from None
+    return Turn(job, render.message_id(), tr.stops, tr.max_tokens)
+
+
+def count_tokens(text: TextService, req: CountTokensRequest) -> dict[str, int]:
+    """The prompt's tokens, rendered exactly as POST /v1/messages would render it."""
+    tr = translate.to_chat(req, allow_unknown=text.settings.allow_unknown_fields)
+    host = text.host
+    try:
+        rendered = host.chat_prompt(*chat.template_input(host, tr.chat, tools.parse(tr.chat)))
+    except InvalidRequestError as e:
+        raise translate.chat_error(e) from None
+    return {"input_tokens": len(host.tokenize(rendered.text + tr.prefill))}
+
+
+def _blocks(turn: Turn, *, incremental: bool) -> Blocks:
+    host = turn.job.host
+    return Blocks(turn.job.tools, incremental=incremental, split=host.split_reasoning if host is not None else None)
+
+
+async def complete(text: TextService, turn: Turn, place: Place) -> dict[str, Any]:
+    result: ChoiceResult | None = None
+    async with contextlib.aclosing(run_job(text, turn.job, place)) as events:
+        async for ev in events:
+            if ev.result is not None:
+                result = ev.result
+    assert result is not None
+    # Calls are held until complete and validated, as in a non-streamed chat answer.
+    blocks = _blocks(turn, incremental=False)
+    content = render.fold(blocks.feed(result.text, final=True))
+    reason, sequence = turn.stop_reason(result, blocks)
+    return render.message(turn.id, turn.job.model, content, reason, sequence,
+                          render.usage(turn.job.prompt_tokens, result.tokens))
+
+
+async def stream(text: TextService, turn: Turn, place: Place) -> AsyncIterator[dict[str, Any]]:
+    job = turn.job
+    start = render.message(turn.id, job.model, [], None, None, render.usage(job.prompt_tokens, 0))
+    yield {"type": "message_start", "message": start}
+    yield PING
+    # Calls stream as they are generated when a grammar guarantees them, as in chat.
+    blocks = _blocks(turn, incremental=bool(job.tools and turn.plan.settings.get("grammar_string")))
+    result: ChoiceResult | None = None
+    async with contextlib.aclosing(run_job(text, job, place)) as events:
+        async for ev in events:
+            if ev.delta is not None:
+                for out in blocks.feed(ev.delta.text):
+                    yield out
+            elif ev.result is not None:
+                result = ev.result
+                for out in blocks.feed("", final=True):
+                    yield out
+    assert result is not None
+    reason, sequence = turn.stop_reason(result, blocks)
+    yield {"type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": sequence},
+           "usage": render.delta_usage(job.prompt_tokens, result.tokens)}
+    yield {"type": "message_stop"}

@@ -1,0 +1,137 @@
+"""Pydantic models of the Anthropic Messages requests this server accepts.
+
+Shapes and ranges follow Anthropic's API reference (temperature 0-1, max_tokens at least 1 and
+required), so a malformed request gets a 400 naming the field. Content blocks of a type this
+server cannot read (image, document, the server tools' blocks ...) are parsed as ``OtherBlock``,
+so that translate.py can say what is refused and why, instead of a generic schema error.
+Unknown top-level fields are kept (``extra="allow"``) for translate.py: the host's own samplers
+pass on, anything else gets a 400 naming it.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, StrictBool, StrictInt, StrictStr, Tag
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class TextBlock(_Open):
+    """Also carries cache_control and citations, which change nothing here."""
+    type: Literal["text"]
+    text: StrictStr
+
+
+class ToolUseBlock(_Open):
+    type: Literal["tool_use"]
+    id: StrictStr
+    name: StrictStr
+    input: dict[str, Any]
+
+
+class ToolResultBlock(_Open):
+    type: Literal["tool_result"]
+    tool_use_id: StrictStr
+    content: Union[StrictStr, list["Block"], None] = None
+    is_error: StrictBool | None = None
+
+
+class ThinkingBlock(_Open):
+    type: Literal["thinking"]
+    thinking: StrictStr
+    signature: StrictStr | None = None
+
+
+class RedactedThinkingBlock(_Open):
+    type: Literal["redacted_thinking"]
+    data: StrictStr
+
+
+class OtherBlock(_Open):
+    """Image, document, search_result, the server tools' blocks ...: refused with a reason."""
+    type: StrictStr
+
+
+_KNOWN = {"text", "tool_use", "tool_result", "thinking", "redacted_thinking"}
+
+
+def _block_kind(value: Any) -> str:
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return kind if kind in _KNOWN else "other"
+
+
+Block = Annotated[Union[
+    Annotated[TextBlock, Tag("text")],
+    Annotated[ToolUseBlock, Tag("tool_use")],
+    Annotated[ToolResultBlock, Tag("tool_result")],
+    Annotated[ThinkingBlock, Tag("thinking")],
+    Annotated[RedactedThinkingBlock, Tag("redacted_thinking")],
+    Annotated[OtherBlock, Tag("other")],
+], Discriminator(_block_kind)]
+
+ToolResultBlock.model_rebuild()
+
+
+class InputMessage(_Open):
+    role: Literal["user", "assistant"]
+    content: Union[StrictStr, list[Block]]
+
+
+class ToolChoice(_Open):
+    type: Literal["auto", "any", "tool", "none"]
+    name: StrictStr | None = None
+    disable_parallel_tool_use: StrictBool | None = None
+
+
+class Thinking(_Open):
+    type: Literal["enabled", "disabled", "adaptive"]
+    budget_tokens: StrictInt | None = None
+
+
+class Metadata(_Open):
+    user_id: StrictStr | None = None
+
+
+class OutputFormat(_Open):
+    type: Literal["json_schema"]
+    schema_: dict[str, Any] = Field(alias="schema")
+
+
+class OutputConfig(_Open):
+    effort: Literal["low", "medium", "high", "xhigh", "max"] | None = None
+    format: OutputFormat | None = None
+
+
+class CountTokensRequest(_Open):
+    """POST /v1/messages/count_tokens: what shapes the prompt, nothing that samples."""
+    model: StrictStr
+    messages: Annotated[list[InputMessage], Field(min_length=1)]
+    system: Union[StrictStr, list[TextBlock], None] = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: ToolChoice | None = None
+    thinking: Thinking | None = None
+    output_config: OutputConfig | None = None
+    cache_control: dict[str, Any] | None = None
+
+
+class MessagesRequest(CountTokensRequest):
+    """POST /v1/messages."""
+    max_tokens: StrictInt = Field(ge=1)
+    stop_sequences: list[StrictStr] | None = None
+    stream: StrictBool | None = None
+    temperature: float | None = Field(None, ge=0, le=1)
+    top_p: float | None = Field(None, ge=0, le=1)
+    top_k: StrictInt | None = Field(None, ge=0)
+    metadata: Metadata | None = None
+    service_tier: Literal["auto", "standard_only"] | None = None
+    inference_geo: StrictStr | None = None
+    speed: Literal["standard", "fast"] | None = None
+    container: Any = None
+    mcp_servers: list[Any] | None = None
+    context_management: dict[str, Any] | None = None
+    diagnostics: dict[str, Any] | None = None
+    user_profile_id: StrictStr | None = None
+    workspace_id: StrictStr | None = None

@@ -1,0 +1,114 @@
+"""Anthropic's event stream: content blocks as they are generated, and their SSE framing.
+
+``Blocks`` turns the generated text, split by the tool-call parser into content and calls,
+into ``content_block_start`` / ``content_block_delta`` / ``content_block_stop`` events: text
+as ``text_delta``, each call as a ``tool_use`` block whose input arrives as ``input_json_delta``
+fragments while it is generated (when a grammar guarantees the calls; otherwise each call is
+sent whole once it is complete and valid). A whole, non-streamed answer is folded from the same
+events, so both give the same content.
+
+``AnthropicFraming`` writes each event as ``event: <type>`` and ``data: {json}``, an error after
+the stream began as ``event: error``, no ``[DONE]``, and keep-alive pings as real
+``event: ping`` events, which Anthropic's clients expect (OpenAI's are SSE comments).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ..core.errors import OpenAIError, internal_error
+from ..core.streaming import PING_SECONDS, dumps
+from ..text import tools
+from ..text.reasoning import ReasoningStream
+from . import errors, render
+
+# Seconds between keep-alive pings while a stream waits (for its turn, or for a slow token).
+PING_INTERVAL: float = PING_SECONDS
+
+PING = {"type": "ping"}
+
+
+class Blocks:
+    """One answer's content blocks, as stream events. ``toolset``: the request's tools when the
+    model may call them (None: all text)."""
+
+    def __init__(self, toolset: tools.ToolSet | None, *, incremental: bool,
+                 split: Callable[[str], tuple[str | None, str]] | None = None):
+        self.calls = tools.ToolCallStream(toolset, incremental=incremental) if toolset is not None else None
+        # a reasoning model's thinking, split off by the host as in chat: a thinking block first
+        self.thinking = ReasoningStream(split)
+        self.index = -1
+        self.open: str | None = None     # the type of the block now open
+
+    @property
+    def called(self) -> bool:
+        return bool(self.calls is not None and self.calls.calls)
+
+    def feed(self, text: str, *, final: bool = False) -> list[dict[str, Any]]:
+        thought, text = self.thinking.feed(text, final=final)
+        out: list[dict[str, Any]] = []
+        if thought:
+            if self.open != "thinking":
+                out += self._start({"type": "thinking", "thinking": "", "signature": ""})
+            out.append(self._delta({"type": "thinking_delta", "thinking": thought}))
+        if self.calls is None:
+            parts: list[tools.Content | tools.CallDelta] = [tools.Content(text)] if text else []
+        else:
+            parts = self.calls.feed(text)
+            if final:
+                parts += self.calls.finish()
+        for part in parts:
+            if isinstance(part, tools.Content):
+                if not part.text:
+                    continue
+                if self.open != "text":
+                    out += self._start({"type": "text", "text": ""})
+                out.append(self._delta({"type": "text_delta", "text": part.text}))
+            else:
+                if part.id is not None:
+                    out += self._start({"type": "tool_use", "id": render.tool_use_id(part.id), "name": part.name,
+                                        "input": {}})
+                if part.arguments:
+                    out.append(self._delta({"type": "input_json_delta", "partial_json": part.arguments}))
+        if final:
+            out += self.close()
+        return out
+
+    def close(self) -> list[dict[str, Any]]:
+        if self.open is None:
+            return []
+        self.open = None
+        return [{"type": "content_block_stop", "index": self.index}]
+
+    def _start(self, block: dict[str, Any]) -> list[dict[str, Any]]:
+        out = self.close()
+        self.index += 1
+        self.open = block["type"]
+        return out + [{"type": "content_block_start", "index": self.index, "content_block": block}]
+
+    def _delta(self, delta: dict[str, Any]) -> dict[str, Any]:
+        return {"type": "content_block_delta", "index": self.index, "delta": delta}
+
+
+def event(obj: dict[str, Any]) -> bytes:
+    return b"event: " + obj["type"].encode() + b"\ndata: " + dumps(obj) + b"\n\n"
+
+
+class AnthropicFraming:
+    """The framing of core.streaming.event_stream for Anthropic's streams."""
+
+    @property
+    def ping_seconds(self) -> float:
+        return PING_INTERVAL
+
+    def frame(self, chunk: dict[str, Any]) -> bytes:
+        return event(chunk)
+
+    def error(self, error: OpenAIError | None, exc: BaseException) -> bytes:
+        return event(errors.body(error if error is not None else internal_error(exc)))
+
+    def end(self) -> bytes:
+        return b""
+
+    def ping(self) -> bytes:
+        return event(PING)

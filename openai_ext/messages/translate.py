@@ -1,0 +1,301 @@
+"""A Messages request as the text family's chat request.
+
+The Messages API is served by the chat machinery as it is: the request is rewritten into a
+``ChatCompletionRequest``, and ``chat.prepare`` renders it with the model's chat template,
+``params.plan`` maps it onto host settings, and the tools and grammar modules build and check
+the calls. What has no chat counterpart is mapped here, by the rules in ``RULES`` (the README's
+table is generated from it); nothing here talks to the host.
+
+History: a user turn's ``tool_result`` blocks become ``tool`` messages (the results of the
+previous assistant turn's ``tool_use`` blocks, which become its tool calls); text blocks are
+joined with a newline, as chat joins text parts. ``thinking`` blocks are dropped: the chat
+templates the server renders through have no place for them. A conversation that ends with an
+assistant turn is a prefill: the model continues that text, as at Anthropic.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from ..core.errors import InvalidRequestError, from_validation_errors, unrecognized
+from ..hosts.base import HOST_SAMPLERS
+from ..text.protocol import ChatCompletionRequest
+from ..text.webui_fields import ALL as WEB_UI_FIELDS
+from .protocol import (
+    CountTokensRequest,
+    InputMessage,
+    MessagesRequest,
+    RedactedThinkingBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    action: str      # mapped, server, ignored, rejected
+    chat: str        # what it becomes in the chat request ("-": nothing)
+    note: str
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("model", "server", "model", "Any name is served by the loaded model; the response reports the loaded model's id."),
+    Rule("max_tokens", "mapped", "max_tokens", "Required, at least 1. Clamped to the room left in the context; a reply cut there (not at max_tokens) ends with stop_reason model_context_window_exceeded."),
+    Rule("messages", "mapped", "messages", "Roles user and assistant; content a string or blocks: text, tool_use, tool_result (string or text blocks, is_error), thinking and redacted_thinking (dropped). A last assistant turn is a prefill the model continues. image, document and other blocks get a 400."),
+    Rule("system", "mapped", "messages[0] (system)", "A string or text blocks, joined with newlines."),
+    Rule("stop_sequences", "mapped", "stop", "Any number; the one that ended the reply is returned in stop_sequence (stop_reason stop_sequence)."),
+    Rule("temperature", "mapped", "temperature", "0-1, default 1; 0 is greedy decoding."),
+    Rule("top_p", "mapped", "top_p", "0-1."),
+    Rule("top_k", "mapped", "top_k (host sampler)", "The host's own top_k sampler; 400 if the host has none."),
+    Rule("stream", "mapped", "stream", "Anthropic's named events: message_start, content_block_start/delta/stop, message_delta, message_stop, and ping."),
+    Rule("metadata", "mapped", "user", "metadata.user_id is accepted; nothing is stored."),
+    Rule("tools", "mapped", "tools", "Custom tools (name, description, input_schema) become function tools. Anthropic's server tools (web search, code execution, bash, text editor ...) get a 400 naming them."),
+    Rule("tool_choice", "mapped", "tool_choice, parallel_tool_calls", "auto -> auto; any -> required; tool -> the named function; none -> none. any and tool are enforced by a grammar, so input always validates against input_schema. disable_parallel_tool_use -> parallel_tool_calls false."),
+    Rule("output_config", "mapped", "response_format", "format {type: json_schema, schema} -> response_format json_schema (grammar-enforced); effort is ignored."),
+    Rule("thinking", "mapped", "enable_thinking", "Checked as Anthropic checks it (enabled needs budget_tokens >= 1024 and below max_tokens). enabled and adaptive turn the model's reasoning switch on, disabled off, where its chat template has one (extension mode); budget_tokens is not enforced. A reasoning model's thinking comes back as a thinking block before the answer (streamed as thinking_delta, signature empty); a model without a reasoning mode, such as the embedded SmolLM2, writes none."),
+    Rule("cache_control", "ignored", "-", "On the request or on blocks. No cache is billed; the embedded host reuses the prompt prefix of the previous request by itself. cache_* usage fields are 0."),
+    Rule("service_tier", "ignored", "-", "One local tier; usage.service_tier is standard."),
+    Rule("inference_geo", "ignored", "-", "Local."),
+    Rule("speed", "ignored", "-", "One speed."),
+    Rule("diagnostics", "ignored", "-", "No prompt cache to diagnose."),
+    Rule("user_profile_id, workspace_id", "ignored", "-", "One local user; nothing is stored."),
+    Rule("container", "rejected", "-", "There is no code execution container: 400."),
+    Rule("mcp_servers", "rejected", "-", "The server does not call MCP servers: 400."),
+    Rule("context_management", "rejected", "-", "Context editing is not done here: 400."),
+    Rule("host samplers", "mapped", "same name", "Extra fields named after the host's own samplers (min_p, repetition_penalty ...), as in chat."),
+)
+
+_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+
+
+def _bad(message: str, param: str | None = None) -> InvalidRequestError:
+    return InvalidRequestError(message, param=param)
+
+
+@dataclass
+class Translation:
+    chat: ChatCompletionRequest
+    prefill: str = ""                  # the text of a last assistant turn, continued by the model
+    stops: list[str] = field(default_factory=list)   # the request's own stop_sequences
+    max_tokens: int = 0
+
+
+def to_chat(req: CountTokensRequest, *, allow_unknown: bool = False) -> Translation:
+    """The chat request that renders and samples as ``req`` asks (a MessagesRequest, or a
+    CountTokensRequest, which only shapes the prompt)."""
+    full = isinstance(req, MessagesRequest)
+    _check_fields(req, allow_unknown)
+    messages, prefill = _history(req)
+    body: dict[str, Any] = {"model": req.model, "messages": messages}
+    if full:
+        body.update(max_tokens=req.max_tokens, temperature=req.temperature, top_p=req.top_p, stream=req.stream)
+        if req.top_k is not None:
+            body["top_k"] = req.top_k     # a host sampler: params.plan checks the host has it
+        if req.metadata is not None and req.metadata.user_id is not None:
+            body["user"] = req.metadata.user_id
+        _check_thinking(req)
+        if req.thinking is not None:
+            # the model's reasoning switch, where its chat template has one (extension mode)
+            body["enable_thinking"] = req.thinking.type != "disabled"
+    # host samplers and the web UI's own fields mean here what they mean in chat
+    body.update({k: v for k, v in (req.model_extra or {}).items() if k in HOST_SAMPLERS or k in WEB_UI_FIELDS})
+    body.update(_tools(req))
+    if req.output_config is not None and req.output_config.format is not None:
+        body["response_format"] = {"type": "json_schema",
+                                   "json_schema": {"name": "output", "schema": req.output_config.format.schema_}}
+    try:
+        chat = ChatCompletionRequest.model_validate(body)
+    except ValidationError as e:   # ranges are checked on the Messages model already; a safety net
+        raise from_validation_errors(e.errors()) from None
+    stops = list(req.stop_sequences or []) if full else []
+    chat.stop = stops or None   # any number: chat's limit of 4 is OpenAI's, not Anthropic's
+    if prefill and chat.tool_choice not in (None, "auto", "none"):
+        raise _bad("A prefilled assistant turn cannot be combined with tool_choice any or tool; drop one of "
+                   "them.", "tool_choice")
+    return Translation(chat, prefill, stops, req.max_tokens if full else 0)
+
+
+def _check_fields(req: CountTokensRequest, allow_unknown: bool) -> None:
+    for name in ("container", "mcp_servers", "context_management"):
+        if getattr(req, name, None) is not None:
+            what = {"container": "There is no code execution container on this server",
+                    "mcp_servers": "This server does not call MCP servers",
+                    "context_management": "This server does not edit the context"}[name]
+            raise _bad(f"{what}; remove {name}.", name)
+    extra = [k for k in (req.model_extra or {}) if k not in HOST_SAMPLERS]
+    for name in extra:
+        if name in WEB_UI_FIELDS or allow_unknown:
+            continue
+        known = [*type(req).model_fields, *HOST_SAMPLERS]
+        close = difflib.get_close_matches(name, known, n=1)
+        raise unrecognized(name, f" Did you mean '{close[0]}'?" if close else "")
+
+
+def _check_thinking(req: MessagesRequest) -> None:
+    t = req.thinking
+    if t is None or t.type != "enabled":
+        return
+    if t.budget_tokens is None:
+        raise _bad("thinking.budget_tokens is required when thinking is enabled.", "thinking.budget_tokens")
+    if t.budget_tokens < 1024 or t.budget_tokens >= req.max_tokens:
+        raise _bad("thinking.budget_tokens must be at least 1024 and less than max_tokens.", "thinking.budget_tokens")
+
+
+def _text(blocks: list[Any], where: str) -> str:
+    texts = []
+    for j, b in enumerate(blocks):
+        if not isinstance(b, TextBlock):
+            raise _unreadable(b, f"{where}[{j}]")
+        texts.append(b.text)
+    return "\n".join(texts)
+
+
+def _unreadable(block: Any, where: str) -> InvalidRequestError:
+    kind = block.type
+    if kind in ("image", "document", "search_result", "container_upload"):
+        why = "which the loaded text model cannot read. Send text blocks only"
+    elif kind in ("tool_use", "tool_result", "thinking", "redacted_thinking"):
+        why = "which does not belong here"
+    else:
+        why = "which this server does not take (results of Anthropic's server tools are not run here)"
+    return _bad(f"{where} is a block of type '{kind}', {why}.", f"{where}.type")
+
+
+def _history(req: CountTokensRequest) -> tuple[list[dict[str, Any]], str]:
+    out: list[dict[str, Any]] = []
+    if req.system:
+        out.append({"role": "system",
+                    "content": req.system if isinstance(req.system, str) else _text(req.system, "system")})
+    prefill = ""
+    calls: set[str] = set()     # ids of the previous assistant turn's tool_use blocks
+    last = len(req.messages) - 1
+    for i, m in enumerate(req.messages):
+        where = f"messages[{i}].content"
+        if m.role == "assistant":
+            text, tool_calls = _assistant(m, where)
+            if i == last and not tool_calls:
+                prefill = text
+                continue
+            if i == last:
+                raise _bad(f"messages[{i}] is an assistant turn with tool_use blocks; send their tool_result blocks "
+                           "in a user turn after it.", f"messages[{i}]")
+            calls = {c["id"] for c in tool_calls}
+            out.append({"role": "assistant", "content": text or (None if tool_calls else ""),
+                        **({"tool_calls": tool_calls} if tool_calls else {})})
+        else:
+            out.extend(_user(m, where, calls))
+            calls = set()
+    return out, prefill
+
+
+def _assistant(m: InputMessage, where: str) -> tuple[str, list[dict[str, Any]]]:
+    if isinstance(m.content, str):
+        return m.content, []
+    texts, tool_calls = [], []
+    for j, b in enumerate(m.content):
+        if isinstance(b, TextBlock):
+            texts.append(b.text)
+        elif isinstance(b, ToolUseBlock):
+            tool_calls.append({"id": b.id, "type": "function",
+                               "function": {"name": b.name, "arguments": json.dumps(b.input, ensure_ascii=False)}})
+        elif isinstance(b, (ThinkingBlock, RedactedThinkingBlock)):
+            continue   # reasoning models' templates drop earlier turns' thinking too (Qwen3, gpt-oss)
+        else:
+            raise _unreadable(b, f"{where}[{j}]")
+    return "\n".join(texts), tool_calls
+
+
+def _user(m: InputMessage, where: str, calls: set[str]) -> list[dict[str, Any]]:
+    if isinstance(m.content, str):
+        return [{"role": "user", "content": m.content}]
+    out: list[dict[str, Any]] = []
+    texts: list[str] = []
+
+    def flush() -> None:
+        if texts:
+            out.append({"role": "user", "content": "\n".join(texts)})
+            texts.clear()
+
+    for j, b in enumerate(m.content):
+        if isinstance(b, TextBlock):
+            texts.append(b.text)
+        elif isinstance(b, ToolResultBlock):
+            if b.tool_use_id not in calls:
+                raise _bad(f"{where}[{j}] is a tool_result for '{b.tool_use_id}', which is not the id of a tool_use "
+                           "block in the assistant turn just before it.", f"{where}[{j}].tool_use_id")
+            flush()
+            result = b.content if isinstance(b.content, str) else _text(b.content or [], f"{where}[{j}].content")
+            # is_error has no field in a chat tool message: the model reads it in the text
+            out.append({"role": "tool", "tool_call_id": b.tool_use_id,
+                        "content": f"Error: {result}" if b.is_error else result})
+        else:
+            raise _unreadable(b, f"{where}[{j}]")
+    flush()
+    return out
+
+
+def _tools(req: CountTokensRequest) -> dict[str, Any]:
+    """tools and tool_choice, in chat's terms; chat's tools.parse checks the schemas and names."""
+    out: dict[str, Any] = {}
+    if req.tools is not None:
+        tools = []
+        for j, t in enumerate(req.tools):
+            kind = t.get("type")
+            if kind not in (None, "custom"):
+                raise _bad(f"tools[{j}] is Anthropic's server tool '{kind}', which this server does not run. Only "
+                           "custom tools (name, description, input_schema) can be used.", f"tools[{j}].type")
+            name = t.get("name")
+            if not isinstance(name, str) or not _NAME.match(name):
+                raise _bad(f"tools[{j}].name must be 1-64 letters, digits, underscores or dashes.", f"tools[{j}].name")
+            schema = t.get("input_schema")
+            if not isinstance(schema, dict) or schema.get("type") != "object":
+                raise _bad(f"tools[{j}].input_schema must be a JSON Schema with type 'object'.",
+                           f"tools[{j}].input_schema")
+            tools.append({"type": "function", "function": {"name": name, "description": t.get("description") or "",
+                                                           "parameters": schema, "strict": t.get("strict") is True}})
+        if tools:
+            out["tools"] = tools
+    choice = req.tool_choice
+    if choice is None:
+        return out
+    if choice.type == "tool":
+        if not choice.name:
+            raise _bad("tool_choice of type 'tool' needs the name of the tool.", "tool_choice.name")
+        out["tool_choice"] = {"type": "function", "function": {"name": choice.name}}
+    else:
+        out["tool_choice"] = {"auto": "auto", "any": "required", "none": "none"}[choice.type]
+    if choice.disable_parallel_tool_use and out.get("tools"):
+        out["parallel_tool_calls"] = False
+    return out
+
+
+def chat_error(err: InvalidRequestError) -> InvalidRequestError:
+    """An error of the chat machinery, reworded where it names a chat parameter that this request
+    sent under Anthropic's name (tools[0].function.parameters is tools[0].input_schema)."""
+    for chat_name, ours in ((".function.parameters", ".input_schema"), (".function.name", ".name"),
+                            ("parallel_tool_calls", "tool_choice.disable_parallel_tool_use"),
+                            ("'required'", "'any'"),
+                            ("response_format.json_schema.schema", "output_config.format.schema"),
+                            ("response_format", "output_config.format")):
+        err.message = err.message.replace(chat_name, ours)
+        if err.param:
+            err.param = err.param.replace(chat_name, ours)
+    err.args = (err.message,)
+    return err
+
+
+def markdown_table() -> str:
+    """The README's table of Messages parameters, generated from RULES."""
+    rows = ["| Parameter | What happens | Chat parameter | Notes |", "|---|---|---|---|"]
+    for r in RULES:
+        rows.append(f"| `{r.name}` | {r.action} | {r.chat} | {r.note} |")
+    return "\n".join(rows)

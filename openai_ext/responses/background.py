@@ -1,0 +1,130 @@
+"""Background responses (``background: true``): the request is answered at once with status
+``queued``, and the response runs in line like any other, after the request has returned.
+
+Each run keeps its events in memory while it runs, so ``GET /v1/responses/{id}`` shows its live
+state, a ``stream: true`` request (or ``GET ...?stream=true&starting_after=N``) follows it from any
+point, and ``POST /v1/responses/{id}/cancel`` stops it: cancelling the task leaves ``run_job``,
+which stops the host within a token, as a client that leaves a stream does. When a run ends, its
+events are stored, so a stream can still replay it later (after a restart too).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any, AsyncIterator
+
+import anyio
+
+from ..core.admission import Place
+from ..core.errors import OpenAIError
+from ..text.service import TextService
+from . import stream
+from .store import Store
+from .stream import Turn
+
+log = logging.getLogger(__name__)
+
+
+class Run:
+    """One background response while it runs: its turn, its task and its events so far."""
+
+    def __init__(self, turn: Turn, place: Place):
+        self.turn = turn
+        self.place = place
+        self.log: list[dict[str, Any]] = []
+        self.done = False
+        self.task: asyncio.Task[None] | None = None
+        self._changed = asyncio.Event()
+
+    def append(self, event: dict[str, Any]) -> None:
+        self.log.append(event)
+        self._changed.set()
+
+    def close(self) -> None:
+        self.done = True
+        self._changed.set()
+
+    async def follow(self, after: int = -1) -> AsyncIterator[dict[str, Any]]:
+        """Its events with a sequence_number above ``after``, then the rest as they come."""
+        i = next((k for k, e in enumerate(self.log) if e["sequence_number"] > after), len(self.log))
+        while True:
+            while i < len(self.log):
+                yield self.log[i]
+                i += 1
+            if self.done:
+                return
+            self._changed.clear()
+            if i < len(self.log) or self.done:
+                continue
+            await self._changed.wait()
+
+
+class Background:
+    def __init__(self, text: TextService, store: Store):
+        self.text = text
+        self.store = store
+        self.runs: dict[str, Run] = {}
+
+    def start(self, turn: Turn, place: Place) -> Run:
+        """Runs ``turn`` in the background; ``place`` is its place in line, already admitted."""
+        run = Run(turn, place)
+        self.runs[turn.state.id] = run
+        run.task = asyncio.get_running_loop().create_task(self._drive(run))
+        # A task cancelled before it ever ran skips its own cleanup: this one always runs.
+        run.task.add_done_callback(lambda _: self._cleanup(run))
+        return run
+
+    async def _drive(self, run: Run) -> None:
+        turn = run.turn
+        try:
+            async with contextlib.aclosing(stream.events(self.text, turn, run.place)) as events:
+                async for event in events:
+                    run.append(event)
+        except asyncio.CancelledError:
+            pass   # POST /cancel (or shutdown): the response is stored as cancelled
+        except Exception as e:  # noqa: BLE001 - the response is stored as failed, with its error
+            log.exception("background response %s failed", turn.state.id)
+            for event in stream.failure_events(turn, e if isinstance(e, OpenAIError) else None, e):
+                run.append(event)
+        finally:
+            run.place.release()
+            run.close()
+            with anyio.CancelScope(shield=True):
+                await turn.settle()
+                await anyio.to_thread.run_sync(self._keep_events, run)
+
+    def _keep_events(self, run: Run) -> None:
+        try:
+            self.store.put_events(run.turn.state.id, run.log)
+        except RuntimeError:
+            pass   # the server is shutting down
+
+    def _cleanup(self, run: Run) -> None:
+        run.place.release()
+        run.close()
+        if not run.turn.settled:
+            try:
+                run.turn.settle_now()
+            except RuntimeError:
+                pass
+        self.runs.pop(run.turn.state.id, None)
+
+    def get(self, response_id: str) -> Run | None:
+        return self.runs.get(response_id)
+
+    async def cancel(self, response_id: str) -> dict[str, Any] | None:
+        """Stops a running background response; its Response object once stopped (None: it does
+        not run here)."""
+        run = self.runs.get(response_id)
+        if run is None or run.task is None:
+            return None
+        run.task.cancel()
+        await asyncio.wait({run.task})
+        return run.turn.state.snapshot()
+
+    def close(self) -> None:
+        for run in list(self.runs.values()):
+            if run.task is not None:
+                run.task.cancel()

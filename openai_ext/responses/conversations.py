@@ -1,0 +1,102 @@
+"""The Conversations API: a conversation is a stored list of items that responses continue from
+(``conversation`` on a response) and append their turns to.
+
+Items are read and stored as a response's input items are (``items.parse``), so a conversation
+lists them as OpenAI does: messages with ``input_text`` or ``output_text`` parts, function calls
+and their outputs. Store work runs on a worker thread; every object is owned as in service.py.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import anyio
+
+from . import items
+from .protocol import AddItems, CreateConversation, UpdateConversation
+from .service import ResponsesService, not_found
+
+
+class Conversations:
+    def __init__(self, responses: ResponsesService):
+        self.responses = responses
+        self.store = responses.store
+
+    async def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        self.responses.require_store()
+        return await anyio.to_thread.run_sync(fn, *args)
+
+    def _parse(self, raw: list[dict[str, Any]], who: str | None, before: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        new = items.parse(raw, where="items", resolve=lambda item_id: self.store.item(item_id, who))
+        items.check_call_outputs(before, new, where="items")
+        return new
+
+    async def create(self, body: CreateConversation, owner: str) -> dict[str, Any]:
+        who = self.responses.visible_to(owner)
+        conv = {"id": items.new_id("conv"), "object": "conversation", "created_at": int(time.time()),
+                "metadata": body.metadata or {}}
+
+        def work() -> None:
+            new = self._parse(body.items or [], who, [])
+            self.store.put_conversation(conv, owner, new)
+
+        await self._call(work)
+        return conv
+
+    async def get(self, cid: str, owner: str) -> dict[str, Any]:
+        conv = await self._call(self.store.conversation, cid, self.responses.visible_to(owner))
+        if conv is None:
+            raise not_found("Conversation", cid)
+        return conv
+
+    async def update(self, cid: str, body: UpdateConversation, owner: str) -> dict[str, Any]:
+        conv = await self._call(self.store.set_metadata, cid, self.responses.visible_to(owner), body.metadata)
+        if conv is None:
+            raise not_found("Conversation", cid)
+        return conv
+
+    async def delete(self, cid: str, owner: str) -> dict[str, Any]:
+        if not await self._call(self.store.delete_conversation, cid, self.responses.visible_to(owner)):
+            raise not_found("Conversation", cid)
+        return {"id": cid, "object": "conversation.deleted", "deleted": True}
+
+    async def add_items(self, cid: str, body: AddItems, owner: str) -> dict[str, Any]:
+        who = self.responses.visible_to(owner)
+
+        def work() -> list[dict[str, Any]] | None:
+            before = self.store.conversation_items(cid, who)
+            if before is None:
+                return None
+            new = self._parse(body.items, who, before)
+            return new if self.store.add_conversation_items(cid, who, new) else None
+
+        added = await self._call(work)
+        if added is None:
+            raise not_found("Conversation", cid)
+        return {"object": "list", "data": added, "first_id": added[0]["id"], "last_id": added[-1]["id"],
+                "has_more": False}
+
+    async def list_items(self, cid: str, owner: str, *, after: str | None, limit: int, order: str) -> dict[str, Any]:
+        found = await self._call(self.store.conversation_items, cid, self.responses.visible_to(owner))
+        if found is None:
+            raise not_found("Conversation", cid)
+        return items.page(found, after=after, limit=limit, order=order)
+
+    async def get_item(self, cid: str, item_id: str, owner: str) -> dict[str, Any]:
+        found = await self._call(self.store.conversation_items, cid, self.responses.visible_to(owner))
+        if found is None:
+            raise not_found("Conversation", cid)
+        item = next((it for it in reversed(found) if it["id"] == item_id), None)
+        if item is None:
+            raise not_found("Item", item_id)
+        return item
+
+    async def delete_item(self, cid: str, item_id: str, owner: str) -> dict[str, Any]:
+        who = self.responses.visible_to(owner)
+        conv = await self._call(self.store.conversation, cid, who)
+        if conv is None:
+            raise not_found("Conversation", cid)
+        if not await self._call(self.store.delete_conversation_item, cid, item_id, who):
+            raise not_found("Item", item_id)
+        return conv

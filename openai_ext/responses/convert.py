@@ -1,0 +1,255 @@
+"""A Responses request, with the items before it, as the text family's chat request.
+
+The history (a previous response's items, or a conversation's), the instructions and the new input
+items become chat messages; ``text.format``, ``tools``, ``tool_choice`` and the sampling parameters
+become their chat counterparts. ``chat.prepare()`` then renders, tokenizes and plans it exactly as
+for /v1/chat/completions, so templates, tools, grammars and ``params.plan()`` are shared, not
+copied. Errors it raises are renamed to the parameters the client sent (``messages`` -> ``input``,
+``response_format`` -> ``text.format`` ...).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from typing import Any
+
+from ..core.errors import ContextLengthExceeded, InvalidRequestError, unrecognized
+from ..hosts.base import HOST_SAMPLERS
+from ..text import chat
+from ..text.generation import Job
+from ..text.protocol import ChatCompletionRequest
+from ..text.service import TextService
+from ..text.webui_fields import ALL as WEB_UI_FIELDS
+from . import items as items_
+from .protocol import CreateResponse, InputTokensRequest
+
+# Tools OpenAI runs on its own servers (or that need a client protocol other than function calls).
+HOSTED_TOOLS = {"web_search", "web_search_preview", "web_search_preview_2025_03_11", "web_search_2025_08_26",
+                "file_search", "computer", "computer_use", "computer_use_preview", "code_interpreter",
+                "image_generation", "mcp", "local_shell", "shell", "apply_patch", "custom", "namespace",
+                "tool_search", "programmatic_tool_calling"}
+
+# Chat parameters a client may send here by mistake, with what /v1/responses takes instead.
+CHAT_ONLY = {"messages": "input", "max_tokens": "max_output_tokens", "max_completion_tokens": "max_output_tokens",
+             "response_format": "text.format", "logprobs": 'include: ["message.output_text.logprobs"]',
+             "functions": "tools", "function_call": "tool_choice", "reasoning_effort": "reasoning.effort",
+             "verbosity": "text.verbosity", "stop": None, "seed": None, "n": None, "presence_penalty": None,
+             "frequency_penalty": None, "logit_bias": None, "modalities": None, "audio": None, "prediction": None,
+             "web_search_options": None, "best_of": None, "echo": None, "suffix": None}
+
+LOGPROBS = "message.output_text.logprobs"
+
+# chat's parameter names, as the client sent them here (first match wins)
+_RENAMES = [(re.compile(r"^tools\[(\d+)\]\.function\."), r"tools[\1]."),
+            (re.compile(r"^response_format\.json_schema\.schema"), "text.format.schema"),
+            (re.compile(r"^response_format\.json_schema"), "text.format"),
+            (re.compile(r"^response_format"), "text.format"),
+            (re.compile(r"^max_completion_tokens$"), "max_output_tokens"),
+            (re.compile(r"^messages"), "input"),
+            (re.compile(r"^logprobs$"), "include")]
+_WORDS = [("response_format", "text.format"), ("max_completion_tokens", "max_output_tokens"),
+          ("the messages alone take", "the input alone takes"), ("Shorten the messages", "Shorten the input")]
+
+
+def _bad(param: str, message: str) -> InvalidRequestError:
+    return InvalidRequestError(message, param=param)
+
+
+def chat_messages(instructions: str | None, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Items as chat turns: the model's calls join the assistant turn they belong to, and
+    function outputs become tool messages. Reasoning items are kept in the store, not shown."""
+    out: list[dict[str, Any]] = [{"role": "system", "content": instructions}] if instructions else []
+    for it in items:
+        kind = it["type"]
+        if kind == "message":
+            out.append({"role": it["role"], "content": items_.text_of(it)})
+        elif kind == "function_call":
+            call = {"id": it["call_id"], "type": "function",
+                    "function": {"name": it["name"], "arguments": it["arguments"]}}
+            last = out[-1] if out else None
+            if last is not None and last["role"] == "assistant":
+                last.setdefault("tool_calls", []).append(call)
+            else:
+                out.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        elif kind == "function_call_output":
+            out.append({"role": "tool", "tool_call_id": it["call_id"], "content": items_.text_of(it)})
+    return out
+
+
+def _hosted(param: str, kind: str) -> InvalidRequestError:
+    return _bad(param, f"'{kind}' is one of OpenAI's hosted tools, which run on OpenAI's servers; this server does "
+                       "not run them. Use function tools (type: function) and run the tool yourself.")
+
+
+def chat_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for i, tool in enumerate(tools):
+        kind = tool.get("type") if isinstance(tool, dict) else None
+        if kind in HOSTED_TOOLS:
+            raise _hosted(f"tools[{i}]", kind)
+        if kind != "function":
+            raise _bad(f"tools[{i}].type", f"tools[{i}] has type {kind!r}; only function tools are supported here.")
+        fn = {"name": tool.get("name"), "description": tool.get("description") or "",
+              "parameters": tool.get("parameters")}
+        out.append({"type": "function", "function": fn})
+    return out
+
+
+def chat_tool_choice(choice: str | dict[str, Any] | None) -> str | dict[str, Any] | None:
+    if choice is None or isinstance(choice, str):
+        if choice not in (None, "none", "auto", "required"):
+            raise _bad("tool_choice", f"tool_choice {choice!r} is not one of none, auto, required.")
+        return choice
+    kind = choice.get("type")
+    if kind == "function":
+        if not isinstance(choice.get("name"), str):
+            raise _bad("tool_choice.name", "tool_choice {type: function} needs the name of a function tool.")
+        return {"type": "function", "function": {"name": choice["name"]}}
+    if kind == "allowed_tools":
+        picked = []
+        for j, t in enumerate(choice.get("tools") or []):
+            if not isinstance(t, dict) or t.get("type") != "function":
+                if isinstance(t, dict) and t.get("type") in HOSTED_TOOLS:
+                    raise _hosted(f"tool_choice.tools[{j}]", t["type"])
+                raise _bad(f"tool_choice.tools[{j}]", "allowed_tools lists function tools: {type: function, name}.")
+            picked.append({"type": "function", "function": {"name": t.get("name")}})
+        return {"type": "allowed_tools", "allowed_tools": {"mode": choice.get("mode", "auto"), "tools": picked}}
+    if kind in HOSTED_TOOLS or kind in ("file_search", "web_search_preview", "mcp", "custom"):
+        raise _hosted("tool_choice", kind)
+    raise _bad("tool_choice", "tool_choice must be none, auto, required, {type: function, name} or "
+                              "{type: allowed_tools, mode, tools}.")
+
+
+def response_format(fmt: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``text.format`` as chat's ``response_format``."""
+    if fmt is None:
+        return None
+    kind = fmt.get("type")
+    if kind in ("text", "json_object"):
+        return {"type": kind}
+    if kind == "json_schema":
+        if not isinstance(fmt.get("name"), str):
+            raise _bad("text.format.name", "text.format of type json_schema needs a name.")
+        if not isinstance(fmt.get("schema"), dict):
+            raise _bad("text.format.schema", "text.format of type json_schema needs a schema (a JSON Schema object).")
+        spec = {k: fmt[k] for k in ("name", "schema", "strict", "description") if k in fmt}
+        return {"type": "json_schema", "json_schema": spec}
+    raise _bad("text.format.type", f"text.format type {kind!r} is not one of text, json_object, json_schema.")
+
+
+def host_extras(body: CreateResponse | InputTokensRequest, allow_unknown: bool) -> dict[str, Any]:
+    """Unknown fields: host samplers and the web UI's fields go on to params.plan(), as in chat;
+    a chat parameter gets a 400 saying what to send instead; anything else a 400 naming it."""
+    out = {}
+    for name, value in (body.model_extra or {}).items():
+        if name in HOST_SAMPLERS or name in WEB_UI_FIELDS:
+            out[name] = value
+        elif name in CHAT_ONLY and not allow_unknown:
+            instead = f" Use {CHAT_ONLY[name]}." if CHAT_ONLY[name] else " /v1/responses has no such parameter."
+            raise InvalidRequestError(f"Unsupported parameter: '{name}' is a parameter of /v1/chat/completions."
+                                      f"{instead}", param=name, code="unknown_parameter")
+        elif not allow_unknown:
+            close = difflib.get_close_matches(name, [*type(body).model_fields, *HOST_SAMPLERS], n=1)
+            raise unrecognized(name, f" Did you mean '{close[0]}'?" if close else "")
+    return out
+
+
+def to_chat(body: CreateResponse | InputTokensRequest, items: list[dict[str, Any]], *,
+            allow_unknown: bool) -> ChatCompletionRequest:
+    """The chat request for ``items`` (the history, then the new input) and the body's parameters."""
+    messages = chat_messages(body.instructions, items)
+    if not any(m["role"] != "system" for m in messages):
+        raise _bad("input", "There is nothing to answer: send input (a string or items), or continue a "
+                            "conversation or a previous response.")
+    kw: dict[str, Any] = {"messages": messages, "model": body.model}
+    if isinstance(body, CreateResponse):
+        kw.update(temperature=body.temperature, top_p=body.top_p, max_completion_tokens=body.max_output_tokens)
+        if LOGPROBS in (body.include or []) or body.top_logprobs is not None:
+            kw.update(logprobs=True, top_logprobs=body.top_logprobs or 0)
+        if body.reasoning is not None and body.reasoning.effort is not None:
+            kw["reasoning_effort"] = body.reasoning.effort   # reaches the chat template as in chat
+    fmt = body.text.format if body.text is not None else None
+    kw["response_format"] = response_format(fmt)
+    if body.tools:
+        kw["tools"] = chat_tools(body.tools)
+        kw["tool_choice"] = chat_tool_choice(body.tool_choice)
+        kw["parallel_tool_calls"] = body.parallel_tool_calls
+        limit = getattr(body, "max_tool_calls", None)
+        if limit == 0:
+            kw["tool_choice"] = "none"
+        elif limit == 1:
+            kw["parallel_tool_calls"] = False
+    else:
+        choice = chat_tool_choice(body.tool_choice)
+        if choice not in (None, "none", "auto"):
+            raise _bad("tool_choice", "tool_choice names a tool, but there are no tools; send tools or remove "
+                                      "tool_choice.")
+    return ChatCompletionRequest(**kw, **host_extras(body, allow_unknown))
+
+
+def translate(err: InvalidRequestError) -> InvalidRequestError:
+    """A chat error, renamed to the Responses parameters the client sent."""
+    param = err.param
+    if param:
+        for pattern, repl in _RENAMES:
+            if pattern.search(param):
+                param = pattern.sub(repl, param, count=1)
+                break
+    message = err.message
+    for old, new in _WORDS:
+        message = message.replace(old, new)
+    message = re.sub(r"tools\[(\d+)\]\.function\.", r"tools[\1].", message)
+    if isinstance(err, ContextLengthExceeded):
+        message = re.sub(r"start the server with the truncate_prompt setting to cut the oldest tokens",
+                         'send truncation: "auto" to drop the oldest input items', message)
+    return InvalidRequestError(message, param=param, code=err.code, status=err.status, headers=err.headers)
+
+
+def _starts(items: list[dict[str, Any]]) -> list[int]:
+    """Where the context may start, oldest first: dropping an item drops with it what only made
+    sense after it (outputs of its calls, reasoning), so some indices are skipped."""
+    starts, i = [0], 0
+    while i < len(items) - 1:
+        i += 1
+        while i < len(items) - 1 and items[i]["type"] in ("function_call_output", "reasoning"):
+            i += 1
+        starts.append(i)
+    return starts
+
+
+def prepare(text: TextService, body: CreateResponse | InputTokensRequest, history: list[dict[str, Any]],
+            items: list[dict[str, Any]], *, allow_unknown: bool) -> Job:
+    """chat.prepare() on the request; with truncation auto, the oldest items (history first) are
+    dropped until the prompt fits. The cut is found by bisection, so a long history costs a few
+    tries (each refused cheaply, before tokenizing, when far too long), not one per item."""
+    context = [*history, *items]
+
+    def attempt(start: int) -> Job:
+        req = to_chat(body, context[start:], allow_unknown=allow_unknown)   # its errors name our fields
+        try:
+            return chat.prepare(text, req, truncate=False)
+        except ContextLengthExceeded as e:
+            raise translate(e) if body.truncation != "auto" else e from None
+        except InvalidRequestError as e:
+            raise translate(e) from None
+
+    try:
+        return attempt(0)
+    except ContextLengthExceeded as first:
+        starts = _starts(context)
+        if len(starts) == 1:
+            raise translate(first) from None
+        # the newest start that still fits is the answer; the last one must fit at all
+        lo, hi = 1, len(starts) - 1   # starts[0] fails; best is always the attempt at starts[hi]
+        try:
+            best = attempt(starts[hi])
+        except ContextLengthExceeded as e:
+            raise translate(e) from None
+        while lo < hi:
+            mid = (lo + hi) // 2
+            try:
+                best, hi = attempt(starts[mid]), mid
+            except ContextLengthExceeded:
+                lo = mid + 1
+        return best

@@ -1,0 +1,246 @@
+"""Input items: read, checked and put in the one shape they are stored and listed in.
+
+A request's ``input`` (or a conversation's new items) is a list of items in any of the shapes
+OpenAI accepts: easy messages (``{"role", "content"}`` with string content), full messages with
+content parts, the model's own output items sent back (``function_call``, assistant messages with
+``output_text`` parts, ``reasoning``), ``function_call_output`` and ``item_reference``. Each one
+becomes the item OpenAI lists for it (``ItemResource``): an id, a status, and content parts
+(``input_text`` for user, system and developer messages; ``output_text`` for the assistant's).
+
+Every error names the item and the field, e.g. ``input[2].content[0].type``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Callable, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, StrictStr, ValidationError
+
+from ..core.errors import InvalidRequestError, NotFoundError, from_validation_errors
+
+# The types of items that belong to OpenAI's hosted tools: this server never produces them and
+# cannot act on them.
+HOSTED_ITEMS = {"file_search_call", "web_search_call", "computer_call", "computer_call_output",
+                "image_generation_call", "code_interpreter_call", "local_shell_call", "local_shell_call_output",
+                "shell_call", "shell_call_output", "apply_patch_call", "apply_patch_call_output", "mcp_list_tools",
+                "mcp_approval_request", "mcp_approval_response", "mcp_call", "custom_tool_call",
+                "custom_tool_call_output", "tool_search_call", "tool_search_output", "additional_tools",
+                "compaction", "compaction_trigger", "program", "program_output"}
+KNOWN_ITEMS = ("message", "function_call", "function_call_output", "item_reference", "reasoning")
+UNREADABLE_PARTS = {"input_image": "images", "input_file": "files", "input_audio": "audio"}
+
+PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs"}
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex}"
+
+
+class _Item(BaseModel):
+    # Fields OpenAI's item shapes have are declared; anything else is a mistake worth a 400.
+    model_config = ConfigDict(extra="forbid")
+    id: str | None = None
+    status: Literal["in_progress", "completed", "incomplete"] | None = None
+
+
+class _Message(_Item):
+    type: Literal["message"] = "message"
+    role: Literal["user", "assistant", "system", "developer"]
+    content: Union[StrictStr, list[dict[str, Any]]]
+    phase: str | None = None
+
+
+class _FunctionCall(_Item):
+    type: Literal["function_call"]
+    call_id: StrictStr
+    name: StrictStr
+    arguments: StrictStr
+    namespace: str | None = None
+    caller: dict[str, Any] | None = None
+
+
+class _FunctionCallOutput(_Item):
+    type: Literal["function_call_output"]
+    call_id: StrictStr
+    output: Union[StrictStr, list[dict[str, Any]]]
+    name: str | None = None
+    namespace: str | None = None
+    caller: dict[str, Any] | None = None
+
+
+class _ItemReference(_Item):
+    type: Literal["item_reference"] | None = "item_reference"
+    id: StrictStr
+
+
+class _Reasoning(_Item):
+    type: Literal["reasoning"]
+    summary: list[dict[str, Any]] = []
+    content: list[dict[str, Any]] | None = None
+    encrypted_content: str | None = None
+
+
+_MODELS: dict[str, type[_Item]] = {"message": _Message, "function_call": _FunctionCall,
+                                   "function_call_output": _FunctionCallOutput, "item_reference": _ItemReference,
+                                   "reasoning": _Reasoning}
+
+# Finds a stored item by id for an item_reference (None: there is none the caller may see).
+Resolver = Callable[[str], "dict[str, Any] | None"]
+
+
+def _bad(param: str, message: str) -> InvalidRequestError:
+    return InvalidRequestError(message, param=param)
+
+
+def _kind(raw: Any, where: str) -> str:
+    if not isinstance(raw, dict):
+        raise _bad(where, f"{where} must be an object (an input item).")
+    kind = raw.get("type")
+    if kind is None:
+        # OpenAI's shorthands: a message may leave out its type, and so may a reference.
+        kind = "message" if "role" in raw else "item_reference" if set(raw) == {"id"} else None
+    if kind in KNOWN_ITEMS:
+        return kind
+    if kind in HOSTED_ITEMS:
+        raise _bad(f"{where}.type", f"{where} is a '{kind}' item, which belongs to one of OpenAI's hosted tools; this "
+                                    "server does not run them. Send messages, function_call and function_call_output "
+                                    "items.")
+    if kind is None:
+        raise _bad(f"{where}.type", f"{where} has no type; give it one of: {', '.join(KNOWN_ITEMS)}.")
+    raise _bad(f"{where}.type", f"Invalid value for '{where}.type': {kind!r}. Supported item types: "
+                                f"{', '.join(KNOWN_ITEMS)}.")
+
+
+def _validate(model: type[_Item], raw: dict[str, Any], loc: tuple[Any, ...]) -> Any:
+    try:
+        return model.model_validate(raw)
+    except ValidationError as e:
+        errors = [{**err, "loc": ("body", *loc, *err["loc"])} for err in e.errors()]
+        first = errors[0]
+        if first["type"] == "extra_forbidden":
+            name = _path(first["loc"][1:])
+            raise InvalidRequestError(f"Unknown parameter: '{name}'.", param=name, code="unknown_parameter") from None
+        raise from_validation_errors(errors) from None
+
+
+def _path(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else ("." if out else "") + str(part)
+    return out
+
+
+def _text_part(part: Any, where: str, role: str) -> dict[str, Any]:
+    """One content part, in its stored shape."""
+    kind = part.get("type") if isinstance(part, dict) else None
+    assistant = role == "assistant"
+    if kind in ("input_text", "output_text") and isinstance(part.get("text"), str):
+        if kind == "output_text" and not assistant:
+            raise _bad(f"{where}.type", f"{where} is an output_text part in a {role} message; only assistant "
+                                        "messages hold output_text. Use input_text.")
+        if assistant:
+            return {"type": "output_text", "text": part["text"], "annotations": list(part.get("annotations") or []),
+                    "logprobs": list(part.get("logprobs") or [])}
+        return {"type": "input_text", "text": part["text"]}
+    if kind == "refusal" and assistant and isinstance(part.get("refusal"), str):
+        return {"type": "refusal", "refusal": part["refusal"]}
+    if kind in UNREADABLE_PARTS:
+        raise _bad(f"{where}.type", f"{where} is of type '{kind}', but the loaded text model cannot read "
+                                    f"{UNREADABLE_PARTS[kind]}. Send input_text parts only.")
+    if kind in ("input_text", "output_text", "refusal"):
+        field = "refusal" if kind == "refusal" else "text"
+        if kind == "refusal":
+            raise _bad(f"{where}.type", f"{where} is a refusal part in a {role} message; only assistant messages "
+                                        "hold refusals.")
+        raise _bad(f"{where}.{field}", f"{where}.{field} must be a string.")
+    allowed = "input_text, output_text or refusal" if assistant else "input_text"
+    raise _bad(f"{where}.type", f"Invalid content part type {kind!r} at {where}; send {allowed}.")
+
+
+def _message(m: _Message, where: str) -> dict[str, Any]:
+    if isinstance(m.content, str):
+        raw_parts: list[Any] = [{"type": "output_text" if m.role == "assistant" else "input_text", "text": m.content}]
+    else:
+        raw_parts = m.content
+    parts = [_text_part(p, f"{where}.content[{j}]", m.role) for j, p in enumerate(raw_parts)]
+    return {"id": m.id or new_id("msg"), "type": "message", "role": m.role, "status": m.status or "completed",
+            "content": parts}
+
+
+def _output_value(out: Union[str, list[dict[str, Any]]], where: str) -> Union[str, list[dict[str, Any]]]:
+    if isinstance(out, str):
+        return out
+    return [_text_part(p, f"{where}.output[{j}]", "tool") for j, p in enumerate(out)]
+
+
+def parse(raw: Union[str, list[Any], None], *, where: str = "input",
+          resolve: Resolver | None = None) -> list[dict[str, Any]]:
+    """The request's items in their stored shape, ids given where the client sent none."""
+    if raw is None:
+        return []
+    if isinstance(raw, str):
+        return [{"id": new_id("msg"), "type": "message", "role": "user", "status": "completed",
+                 "content": [{"type": "input_text", "text": raw}]}]
+    out = []
+    for i, item in enumerate(raw):
+        here = f"{where}[{i}]"
+        kind = _kind(item, here)
+        parsed = _validate(_MODELS[kind], item, (where, i))
+        if kind == "message":
+            out.append(_message(parsed, here))
+        elif kind == "function_call":
+            out.append({"id": parsed.id or new_id("fc"), "type": "function_call", "call_id": parsed.call_id,
+                        "name": parsed.name, "arguments": parsed.arguments, "status": parsed.status or "completed"})
+        elif kind == "function_call_output":
+            out.append({"id": parsed.id or new_id("fco"), "type": "function_call_output", "call_id": parsed.call_id,
+                        "output": _output_value(parsed.output, here), "status": parsed.status or "completed"})
+        elif kind == "reasoning":
+            entry = {"id": parsed.id or new_id("rs"), "type": "reasoning", "summary": parsed.summary}
+            if parsed.content is not None:
+                entry["content"] = parsed.content
+            if parsed.encrypted_content is not None:
+                entry["encrypted_content"] = parsed.encrypted_content
+            out.append(entry)
+        else:
+            found = resolve(parsed.id) if resolve is not None else None
+            if found is None:
+                raise NotFoundError(f"Item with id '{parsed.id}' not found.", param=f"{here}.id")
+            out.append(found)
+    return out
+
+
+def text_of(item: dict[str, Any]) -> str:
+    """A message's (or a function output's) text: its parts joined as chat joins text parts."""
+    content = item.get("content") if item["type"] == "message" else item.get("output")
+    if isinstance(content, str):
+        return content
+    return "\n".join(p.get("text", p.get("refusal", "")) for p in content or [])
+
+
+def check_call_outputs(history: list[dict[str, Any]], items: list[dict[str, Any]], where: str = "input") -> None:
+    """Every function_call_output answers a function_call made before it, as OpenAI requires."""
+    calls = {it["call_id"] for it in history if it["type"] == "function_call"}
+    for i, it in enumerate(items):
+        if it["type"] == "function_call":
+            calls.add(it["call_id"])
+        elif it["type"] == "function_call_output" and it["call_id"] not in calls:
+            raise _bad(f"{where}[{i}].call_id", f"No tool call found for function call output with call_id "
+                                                f"'{it['call_id']}'. Send the function_call item before its output, "
+                                                "or continue from the response that made it (previous_response_id "
+                                                "or conversation).")
+
+
+def page(items: list[dict[str, Any]], *, after: str | None, limit: int, order: str) -> dict[str, Any]:
+    """OpenAI's cursor pagination over a list of items (oldest first): ``after`` is the id of the
+    last item of the previous page, in the order asked for."""
+    ordered = items if order == "asc" else items[::-1]
+    start = 0
+    if after is not None:
+        ids = [it.get("id") for it in ordered]
+        if after not in ids:
+            raise _bad("after", f"No item with id '{after}' in this list; pass the last_id of the previous page.")
+        start = ids.index(after) + 1
+    data = ordered[start:start + limit]
+    return {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
+            "last_id": data[-1]["id"] if data else None, "has_more": start + limit < len(ordered)}

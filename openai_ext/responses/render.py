@@ -1,0 +1,133 @@
+"""The Response object and its output items, shaped as OpenAI's spec has them.
+
+``ResponseState`` is one response on its way: the request's echoed fields (fixed when it is
+prepared), its status, and its output items as they grow. ``snapshot()`` is the Response object at
+any moment: in stream events, in the store, and as the body of a non-streamed answer.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..hosts.base import TokenLogprob
+from .protocol import CreateResponse
+
+TERMINAL = ("completed", "incomplete", "failed", "cancelled")
+
+
+def usage(input_tokens: int, output_tokens: int) -> dict[str, Any]:
+    """Exact counts from the model's tokenizer. Nothing is reported as cached (the embedded host
+    does reuse the previous prompt's prefix, but cannot say how much) and no model here reasons
+    apart from its answer."""
+    return {"input_tokens": input_tokens, "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+            "output_tokens": output_tokens, "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": input_tokens + output_tokens}
+
+
+def output_logprobs(entries: list[TokenLogprob]) -> list[dict[str, Any]]:
+    """Log-probabilities on an output_text part."""
+    return [{"token": e.token, "logprob": e.logprob, "bytes": e.bytes or list(e.token.encode()),
+             "top_logprobs": [{"token": t, "logprob": lp, "bytes": b or list(t.encode())} for t, lp, b in e.top]}
+            for e in entries]
+
+
+def delta_logprobs(entries: list[TokenLogprob]) -> list[dict[str, Any]]:
+    """Log-probabilities on a text delta event (no bytes there, as the spec has it)."""
+    return [{"token": e.token, "logprob": e.logprob,
+             "top_logprobs": [{"token": t, "logprob": lp} for t, lp, _ in e.top]} for e in entries]
+
+
+def text_part(text: str = "", logprobs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs or []}
+
+
+def message_item(item_id: str, status: str, parts: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"id": item_id, "type": "message", "status": status, "role": "assistant", "content": parts}
+
+
+def call_item(item_id: str, status: str, call_id: str, name: str, arguments: str) -> dict[str, Any]:
+    return {"id": item_id, "type": "function_call", "status": status, "call_id": call_id, "name": name,
+            "arguments": arguments}
+
+
+def echo_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """Function tools as OpenAI echoes them (strict defaults to true in this API)."""
+    return [{"type": "function", "name": t.get("name"), "description": t.get("description"),
+             "parameters": t.get("parameters"), "strict": t.get("strict", True) is not False}
+            for t in tools or []]
+
+
+def echo(body: CreateResponse, *, store: bool, conversation_id: str | None) -> dict[str, Any]:
+    """The request's fields every Response object repeats, with OpenAI's defaults filled in."""
+    reasoning = body.reasoning
+    text = body.text
+    out: dict[str, Any] = {
+        "instructions": body.instructions,
+        "max_output_tokens": body.max_output_tokens,
+        "max_tool_calls": body.max_tool_calls,
+        "metadata": body.metadata or {},
+        "parallel_tool_calls": body.parallel_tool_calls is not False,
+        "previous_response_id": body.previous_response_id,
+        "prompt_cache_key": body.prompt_cache_key,
+        "reasoning": {"effort": reasoning.effort if reasoning else None,
+                      "summary": reasoning.summary if reasoning else None},
+        "safety_identifier": body.safety_identifier,
+        "service_tier": "default",
+        "store": store,
+        "temperature": 1.0 if body.temperature is None else body.temperature,
+        "text": {"format": (text.format if text and text.format else None) or {"type": "text"},
+                 "verbosity": (text.verbosity if text else None) or "medium"},
+        "tool_choice": body.tool_choice if body.tool_choice is not None else "auto",
+        "tools": echo_tools(body.tools),
+        "top_logprobs": body.top_logprobs or 0,
+        "top_p": 1.0 if body.top_p is None else body.top_p,
+        "truncation": body.truncation or "disabled",
+        "conversation": {"id": conversation_id} if conversation_id else None,
+    }
+    if body.user is not None:
+        out["user"] = body.user
+    return out
+
+
+@dataclass
+class ResponseState:
+    id: str
+    model: str
+    echo: dict[str, Any]
+    background: bool = False
+    created_at: int = field(default_factory=lambda: int(time.time()))
+    status: str = "in_progress"
+    output: list[dict[str, Any]] = field(default_factory=list)
+    usage: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    incomplete_reason: str | None = None
+    completed_at: int | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.status in TERMINAL
+
+    def finish(self, status: str, *, reason: str | None = None, error: dict[str, Any] | None = None) -> None:
+        self.status = status
+        self.incomplete_reason = reason
+        self.error = error
+        if status == "completed":
+            self.completed_at = int(time.time())
+
+    def snapshot(self) -> dict[str, Any]:
+        body = {"id": self.id, "object": "response", "created_at": self.created_at, "status": self.status,
+                "background": self.background, "completed_at": self.completed_at, "error": self.error,
+                "incomplete_details": {"reason": self.incomplete_reason} if self.incomplete_reason else None,
+                "model": self.model, "output": copy.deepcopy(self.output), **copy.deepcopy(self.echo)}
+        if self.usage is not None:
+            body["usage"] = dict(self.usage)
+        return body
+
+
+def output_text(response: dict[str, Any]) -> str:
+    """The text of every output_text part, as the SDKs' output_text property joins it."""
+    return "".join(part["text"] for item in response.get("output", []) if item.get("type") == "message"
+                   for part in item.get("content", []) if part.get("type") == "output_text")

@@ -1,0 +1,97 @@
+"""The Responses family's routes: /v1/responses and /v1/conversations."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from fastapi import APIRouter, Query, Request
+
+from ..core.errors import refuse_unknown_fields
+from .conversations import Conversations
+from .protocol import AddItems, CreateConversation, CreateResponse, InputTokensRequest, UpdateConversation
+from .service import ResponsesService, owner_of
+
+Order = Literal["asc", "desc"]
+
+
+def _token(request: Request) -> str | None:
+    scheme, _, token = (request.headers.get("authorization") or "").partition(" ")
+    if scheme.lower() == "bearer" and token.strip():
+        return token.strip()
+    return request.headers.get("x-api-key")
+
+
+def router(responses: ResponsesService) -> APIRouter:
+    r = APIRouter()
+    conversations = Conversations(responses)
+    settings = responses.settings
+
+    def owner(request: Request) -> str:
+        return owner_of(settings, _token(request))
+
+    # --- responses ---------------------------------------------------------------------------
+    @r.post("/responses")
+    async def create_response(body: CreateResponse, request: Request):
+        return await responses.respond(request, body, owner(request))
+
+    @r.post("/responses/input_tokens")
+    async def count_input_tokens(body: InputTokensRequest, request: Request):
+        return await responses.input_tokens(body, owner(request))
+
+    @r.get("/responses/{response_id}")
+    async def retrieve_response(response_id: str, request: Request, stream: bool = False,
+                                starting_after: int | None = Query(None, ge=-1)):
+        return await responses.retrieve(response_id, owner(request), stream_=stream, starting_after=starting_after)
+
+    @r.delete("/responses/{response_id}")
+    async def delete_response(response_id: str, request: Request):
+        return await responses.delete(response_id, owner(request))
+
+    @r.post("/responses/{response_id}/cancel")
+    async def cancel_response(response_id: str, request: Request):
+        return await responses.cancel(response_id, owner(request))
+
+    @r.get("/responses/{response_id}/input_items")
+    async def list_input_items(response_id: str, request: Request, after: str | None = None,
+                               limit: int = Query(20, ge=1, le=100), order: Order = "desc"):
+        return await responses.input_items(response_id, owner(request), after=after, limit=limit, order=order)
+
+    # --- conversations -----------------------------------------------------------------------
+    @r.post("/conversations")
+    async def create_conversation(request: Request, body: CreateConversation | None = None):
+        body = body or CreateConversation()
+        refuse_unknown_fields(body, settings.allow_unknown_fields)
+        return await conversations.create(body, owner(request))
+
+    @r.get("/conversations/{conversation_id}")
+    async def retrieve_conversation(conversation_id: str, request: Request):
+        return await conversations.get(conversation_id, owner(request))
+
+    @r.post("/conversations/{conversation_id}")
+    async def update_conversation(conversation_id: str, body: UpdateConversation, request: Request):
+        refuse_unknown_fields(body, settings.allow_unknown_fields)
+        return await conversations.update(conversation_id, body, owner(request))
+
+    @r.delete("/conversations/{conversation_id}")
+    async def delete_conversation(conversation_id: str, request: Request):
+        return await conversations.delete(conversation_id, owner(request))
+
+    @r.post("/conversations/{conversation_id}/items")
+    async def add_conversation_items(conversation_id: str, body: AddItems, request: Request):
+        refuse_unknown_fields(body, settings.allow_unknown_fields)
+        return await conversations.add_items(conversation_id, body, owner(request))
+
+    @r.get("/conversations/{conversation_id}/items")
+    async def list_conversation_items(conversation_id: str, request: Request, after: str | None = None,
+                                      limit: int = Query(20, ge=1, le=100), order: Order = "desc"):
+        return await conversations.list_items(conversation_id, owner(request), after=after, limit=limit, order=order)
+
+    @r.get("/conversations/{conversation_id}/items/{item_id}")
+    async def retrieve_conversation_item(conversation_id: str, item_id: str, request: Request):
+        return await conversations.get_item(conversation_id, item_id, owner(request))
+
+    @r.delete("/conversations/{conversation_id}/items/{item_id}")
+    async def delete_conversation_item(conversation_id: str, item_id: str, request: Request):
+        return await conversations.delete_item(conversation_id, item_id, owner(request))
+
+    return r

@@ -1,0 +1,94 @@
+"""What happens to each parameter of POST /v1/responses: mapped onto the chat request that
+``params.plan()`` turns into host settings, handled by this server, ignored by a documented rule,
+or rejected with a 400 naming it. The README's table is generated from ``RULES``.
+
+``check()`` applies the rejections that need no history or model; the rest of the mapping is
+``convert.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ..core.config import Settings
+from ..core.errors import InvalidRequestError
+from ..text.params import Rule
+from .protocol import CreateResponse
+
+log = logging.getLogger(__name__)
+
+R = "responses"
+
+RULES: tuple[Rule, ...] = (
+    Rule("model", R, "server", "-", "Any name is accepted and served by the loaded model; the response reports the loaded model's id."),
+    Rule("input", R, "mapped", "messages", "A string (one user message) or items: messages (user, assistant, system, developer; a string or input_text / output_text parts), function_call, function_call_output, item_reference, reasoning (kept, not shown to the model). Image, file and audio parts get a 400, as in chat."),
+    Rule("instructions", R, "mapped", "messages", "A system message before the input. Not carried over by previous_response_id, as at OpenAI."),
+    Rule("max_output_tokens", R, "mapped", "max_completion_tokens", "At least 16, as at OpenAI. Default: the rest of the context. Reaching it gives status incomplete, incomplete_details.reason max_output_tokens."),
+    Rule("temperature", R, "mapped", "temperature", "Default 1; 0 is greedy decoding."),
+    Rule("top_p", R, "mapped", "top_p", "Default 1."),
+    Rule("include", R, "mapped", "logprobs", "message.output_text.logprobs returns log-probabilities on output_text parts and text deltas; the other values name outputs of hosted tools or encrypted reasoning, which are never produced, and are ignored."),
+    Rule("top_logprobs", R, "mapped", "top_logprobs", "0-20 alternatives per token. Sent alone it also turns log-probabilities on."),
+    Rule("tools", R, "mapped", "tools", "Function tools (strict true or false: the calls are validated against the parameters either way, and a grammar enforces them as in chat). OpenAI's hosted tools (web search, file search, code interpreter, computer use, image generation, MCP, shell, apply_patch, custom, tool search) get a 400 naming the tool."),
+    Rule("tool_choice", R, "mapped", "tool_choice", "none, auto, required, {type: function, name}, or allowed_tools. A hosted tool type gets a 400."),
+    Rule("parallel_tool_calls", R, "mapped", "parallel_tool_calls", "Default true. false: at most one call. Passed on only when there are tools."),
+    Rule("max_tool_calls", R, "server", "-", "0: no calls (tool_choice none); 1: as parallel_tool_calls false; N: calls after the N-th are dropped."),
+    Rule("text.format", R, "mapped", "response_format", "text, json_object, json_schema (name, schema, strict), enforced by the same grammar as chat's response_format."),
+    Rule("text.verbosity", R, "ignored", "-", "No equivalent sampler; echoed."),
+    Rule("reasoning", R, "mapped", "reasoning_effort", "effort is chat's reasoning_effort (extension mode: handed to the model's chat template; standalone: ignored); summary is echoed. A reasoning model's thinking, split off by the host (the web UI's splitter in extension mode, <think> tags standalone), comes back as a reasoning item with reasoning_text content ahead of the message, streamed as response.reasoning_text.delta; a model without a reasoning mode gives none. reasoning_tokens stays 0: the host counts the reply's tokens as one."),
+    Rule("store", R, "server", "-", "Default true: the response and its input items are kept in the store. false (or the responses_store setting off): nothing is kept, and a later reference to the response is a 404."),
+    Rule("previous_response_id", R, "server", "-", "Continues from a stored response: its input and output items (and those it continued from) come before this input."),
+    Rule("conversation", R, "server", "-", "A conversation id (or {id}): its items come before this input, and this turn's input and output items are appended to it. Not with previous_response_id."),
+    Rule("background", R, "server", "-", "Answers at once with status queued; the response runs in line, polled with GET and stopped with POST /cancel. Needs store."),
+    Rule("stream", R, "server", "-", "Server-sent events with event: and data: lines and an increasing sequence_number."),
+    Rule("stream_options", R, "ignored", "-", "include_obfuscation is accepted; delta events carry no obfuscation padding (OpenAI adds it against length side channels)."),
+    Rule("truncation", R, "server", "-", "disabled (default): input longer than the context is a 400 context_length_exceeded. auto: the oldest input items are dropped until it fits. The truncate_prompt setting does not apply here."),
+    Rule("metadata", R, "server", "-", "Up to 16 string pairs, stored and echoed."),
+    Rule("user", R, "ignored", "-", "Echoed; nothing to do locally."),
+    Rule("safety_identifier", R, "ignored", "-", "Echoed; nothing to do locally."),
+    Rule("service_tier", R, "ignored", "-", "One local tier: responses say default."),
+    Rule("prompt_cache_key", R, "ignored", "-", "The embedded host reuses the cached prefix of the previous prompt by itself; echoed."),
+    Rule("prompt_cache_retention", R, "ignored", "-", "As prompt_cache_key."),
+    Rule("prompt_cache_options", R, "ignored", "-", "As prompt_cache_key."),
+    Rule("moderation", R, "ignored", "-", "Outputs are not moderated; call /v1/moderations yourself."),
+    Rule("prompt", R, "rejected", "-", "Prompt templates are stored at OpenAI; there are none here: 400. Send instructions and input."),
+    Rule("context_management", R, "rejected", "-", "Server-side compaction is not done here: 400. Use truncation auto, or start a new conversation."),
+    Rule("host samplers", R, "mapped", "same name", "Extra fields named after the host's samplers (top_k, min_p, repetition_penalty ...), as in chat. Chat-only parameters (max_tokens, messages, stop, seed ...) get a 400 naming what to send instead."),
+)
+
+_BY_NAME = {r.name: r for r in RULES}
+
+
+def _reject(param: str, message: str) -> InvalidRequestError:
+    return InvalidRequestError(message, param=param)
+
+
+def check(body: CreateResponse, settings: Settings) -> list[str]:
+    """Refuses what this server does not do; returns the sent parameters ignored by a rule."""
+    if body.prompt is not None:
+        raise _reject("prompt", "Prompt templates (prompt) are stored at OpenAI and cannot be used here; send "
+                                "instructions and input instead.")
+    if body.context_management is not None:
+        raise _reject("context_management", "Server-side compaction (context_management) is not available here; "
+                                            "remove it, and use truncation: auto to drop the oldest items instead.")
+    if body.background and not body_stores(body, settings):
+        why = "store is false" if settings.responses_store else "the responses_store setting is off on this server"
+        raise _reject("background", f"background responses are stored to be polled, but {why}; remove background "
+                                    "or turn storage on.")
+    ignored = [name for name in body.model_fields_set
+               if _BY_NAME.get(name) is not None and _BY_NAME[name].action == "ignored"]
+    if ignored:
+        log.debug("ignored response parameters: %s", ", ".join(sorted(ignored)))
+    return sorted(ignored)
+
+
+def body_stores(body: CreateResponse, settings: Settings) -> bool:
+    """Whether this response is kept: store defaults to true, and the server may keep nothing."""
+    return settings.responses_store and body.store is not False
+
+
+def markdown_table() -> str:
+    """The README's table of /v1/responses parameters, generated from RULES."""
+    rows = ["| Parameter | What happens | Chat parameter | Notes |", "|---|---|---|---|"]
+    for r in RULES:
+        rows.append(f"| `{r.name}` | {r.action} | {r.target} | {r.note} |")
+    return "\n".join(rows)

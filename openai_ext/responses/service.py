@@ -1,0 +1,256 @@
+"""The Responses family's work: a request from its validated body to its answer, and the stored
+responses' routes (retrieve, delete, cancel, input items, input token counts).
+
+``respond`` is the sibling of the text family's ``generate``: the same line (a place taken first,
+so a full line is a 429 at once), the same one-at-a-time prepare on a worker thread, the same
+generation (``run_job`` through ``stream.events``), then one of three ways out: a stream of
+semantic events, a plain Response object, or (background) an answer at once while the response
+runs on.
+
+Ownership: with two different keys configured (api_key and admin_key), every stored object
+belongs to the key that made it and is invisible (404) to the other; with one key or none, all
+objects are shared. ``owner`` is a digest of the key, never the key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import anyio
+from fastapi import Request
+from fastapi.responses import JSONResponse
+
+from ..core.config import Settings
+from ..core.errors import InvalidRequestError, NotFoundError
+from ..core.streaming import event_stream, until_disconnect
+from ..text.service import TextService
+from . import convert, items, render, rules, stream
+from .background import Background
+from .protocol import CreateResponse, InputTokensRequest
+from .store import Store
+from .stream import Turn
+
+log = logging.getLogger(__name__)
+
+
+def default_folder() -> Path:
+    """Standalone: the user's data folder (XDG), so stored responses outlive the project folder."""
+    base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(base) / "openai_ext"
+
+
+def owner_of(settings: Settings, token: str | None) -> str:
+    """Who made an object: a digest of the key the request came with ("" without keys)."""
+    if not settings.api_key or not token:
+        return ""
+    return hashlib.sha256(token.encode()).hexdigest()[:32]
+
+
+def not_found(what: str, ident: str, param: str | None = None) -> NotFoundError:
+    return NotFoundError(f"{what} with id '{ident}' not found.", param=param)
+
+
+class ResponsesService:
+    def __init__(self, settings: Settings, text: TextService):
+        self.settings = settings
+        self.text = text
+        self.store = Store(settings.data_dir or default_folder(), max_stored=settings.responses_max_stored,
+                           max_age_days=settings.responses_max_age_days)
+        self.background = Background(text, self.store)
+        # Two different keys: each key's objects are its own.
+        self.private = bool(settings.api_key and settings.admin_key and settings.api_key != settings.admin_key)
+
+    def visible_to(self, owner: str) -> str | None:
+        """The owner filter of the store's queries (None: every object is shared)."""
+        return owner if self.private else None
+
+    def require_store(self) -> None:
+        if not self.settings.responses_store:
+            raise InvalidRequestError("Nothing is stored on this server (the responses_store setting is off), so "
+                                      "there are no stored responses or conversations.", code="storage_disabled")
+
+    # preparing ---------------------------------------------------------------------------------
+    def _context(self, body: CreateResponse | InputTokensRequest, who: str | None) -> tuple[list[dict], str | None]:
+        """The items before this input (a previous response's or a conversation's), and the
+        conversation id."""
+        if body.previous_response_id is not None and body.conversation is not None:
+            raise InvalidRequestError("Send either conversation or previous_response_id, not both.",
+                                      param="conversation")
+        if not self.settings.responses_store:
+            for param in ("previous_response_id", "conversation"):
+                if getattr(body, param) is not None:
+                    raise InvalidRequestError(f"Nothing is stored on this server (the responses_store setting is "
+                                              f"off), so {param} cannot be used; send the history as input items.",
+                                              param=param)
+        if body.previous_response_id is not None:
+            pid = body.previous_response_id
+            previous = self.store.response(pid, who)
+            if previous is None:
+                raise not_found("Previous response", pid, "previous_response_id")
+            if previous["status"] in ("queued", "in_progress"):
+                raise InvalidRequestError(f"Previous response '{pid}' is still {previous['status']}; continue from "
+                                          "it once it has finished.", param="previous_response_id")
+            return self.store.history(pid, who), None
+        if body.conversation is not None:
+            cid = body.conversation if isinstance(body.conversation, str) else body.conversation.id
+            found = self.store.conversation_items(cid, who)
+            if found is None:
+                raise not_found("Conversation", cid, "conversation")
+            return found, cid
+        return [], None
+
+    def _items(self, body: CreateResponse | InputTokensRequest, history: list[dict], who: str | None) -> list[dict]:
+        resolve = (lambda item_id: self.store.item(item_id, who)) if self.settings.responses_store else None
+        new = items.parse(body.input, resolve=resolve)
+        items.check_call_outputs(history, new)
+        return new
+
+    def prepare(self, body: CreateResponse, owner: str) -> Turn:
+        """Everything before generation, on a worker thread: every 400 and 404 happens here."""
+        rules.check(body, self.settings)
+        store = rules.body_stores(body, self.settings)
+        who = self.visible_to(owner)
+        history, cid = self._context(body, who)
+        new = self._items(body, history, who)
+        job = convert.prepare(self.text, body, history, new, allow_unknown=self.settings.allow_unknown_fields)
+        background = bool(body.background)
+        state = render.ResponseState(id=items.new_id("resp"), model=job.model, background=background,
+                                     echo=render.echo(body, store=store, conversation_id=cid),
+                                     status="queued" if background else "in_progress")
+        turn = Turn(job, state, stream=bool(body.stream), max_tool_calls=body.max_tool_calls,
+                    want_logprobs=job.plan.logprobs is not None,
+                    extra={"owner": owner, "conversation": cid, "input": new, "store": store})
+        if store or cid:
+            turn.settle_work = self._settle
+        if store:
+            self.store.put_response(state.snapshot(), owner, new)
+        return turn
+
+    def _settle(self, turn: Turn) -> None:
+        """Stores a response as it ended, and appends a finished turn to its conversation."""
+        body = turn.state.snapshot()
+        cid = turn.extra["conversation"]
+        conversation = None
+        if cid and body["status"] in ("completed", "incomplete"):
+            conversation = (cid, [*turn.extra["input"], *body["output"]])
+        try:
+            if turn.extra["store"]:
+                self.store.save_response(body, conversation=conversation)
+            elif conversation is not None:
+                self.store.add_conversation_items(cid, None, conversation[1])
+        except RuntimeError:
+            log.warning("response %s ended after the store was closed; it is not kept", body["id"])
+
+    # answering ---------------------------------------------------------------------------------
+    async def respond(self, request: Request, body: CreateResponse, owner: str) -> Any:
+        text = self.text
+        text.require_model()
+        place = text.queue.admit()
+        try:
+            turn = await anyio.to_thread.run_sync(self.prepare, body, owner, limiter=text.prepare_limiter)
+        except BaseException:
+            place.release()
+            raise
+        timeout = self.settings.stream_send_timeout
+        if turn.state.background:
+            run = self.background.start(turn, place)
+            if turn.stream:
+                # The client may leave: the response runs on, and can be followed again with GET.
+                return event_stream(run.follow(), send_timeout=timeout, framing=stream.Framing(turn))
+            return JSONResponse(turn.state.snapshot())
+        if turn.stream:
+            def closed() -> None:
+                place.release()
+                if not turn.settled:   # the client left before the stream began
+                    turn.settle_now()
+            return event_stream(stream.events(text, turn, place), send_timeout=timeout,
+                                framing=stream.Framing(turn), on_close=closed)
+        try:
+            return await until_disconnect(request, stream.complete(text, turn, place))
+        finally:
+            place.release()
+
+    # stored responses --------------------------------------------------------------------------
+    def _live(self, response_id: str, owner: str) -> Any:
+        run = self.background.get(response_id)
+        if run is None or (self.private and run.turn.extra["owner"] != owner):
+            return None
+        return run
+
+    async def retrieve(self, response_id: str, owner: str, *, stream_: bool = False,
+                       starting_after: int | None = None) -> Any:
+        self.require_store()
+        run = self._live(response_id, owner)
+        body = run.turn.state.snapshot() if run else await anyio.to_thread.run_sync(
+            self.store.response, response_id, self.visible_to(owner))
+        if body is None:
+            raise not_found("Response", response_id)
+        if not stream_:
+            return body
+        if not body.get("background"):
+            raise InvalidRequestError("Only background responses can be streamed again; retrieve this one without "
+                                      "stream.", param="stream")
+        after = -1 if starting_after is None else starting_after
+        if run is not None:
+            return event_stream(run.follow(after), send_timeout=self.settings.stream_send_timeout,
+                                framing=stream.Framing(run.turn))
+        events = await anyio.to_thread.run_sync(self.store.events, response_id)
+        return event_stream(_replay([e for e in events if e["sequence_number"] > after]),
+                            send_timeout=self.settings.stream_send_timeout, framing=stream.Framing(None))
+
+    async def delete(self, response_id: str, owner: str) -> dict[str, Any]:
+        self.require_store()
+        if self._live(response_id, owner) is not None:
+            await self.background.cancel(response_id)
+        if not await anyio.to_thread.run_sync(self.store.delete_response, response_id, self.visible_to(owner)):
+            raise not_found("Response", response_id)
+        return {"id": response_id, "object": "response", "deleted": True}
+
+    async def cancel(self, response_id: str, owner: str) -> dict[str, Any]:
+        self.require_store()
+        if self._live(response_id, owner) is not None:
+            stopped = await self.background.cancel(response_id)
+            if stopped is not None:
+                return stopped
+        body = await anyio.to_thread.run_sync(self.store.response, response_id, self.visible_to(owner))
+        if body is None:
+            raise not_found("Response", response_id)
+        if not body.get("background"):
+            raise InvalidRequestError("Only background responses can be cancelled; this one was created without "
+                                      "background: true.", param="response_id")
+        return body   # it had ended already: cancelling again changes nothing, as at OpenAI
+
+    async def input_items(self, response_id: str, owner: str, *, after: str | None, limit: int,
+                          order: str) -> dict[str, Any]:
+        self.require_store()
+        found = await anyio.to_thread.run_sync(self.store.input_items, response_id, self.visible_to(owner))
+        if found is None:
+            raise not_found("Response", response_id)
+        return items.page(found, after=after, limit=limit, order=order)
+
+    async def input_tokens(self, body: InputTokensRequest, owner: str) -> dict[str, Any]:
+        """Tokens of the prompt this input would be rendered into, instructions and tools included."""
+        self.text.require_model()
+
+        def count() -> int:
+            who = self.visible_to(owner)
+            history, _ = self._context(body, who)
+            new = self._items(body, history, who)
+            job = convert.prepare(self.text, body, history, new, allow_unknown=self.settings.allow_unknown_fields)
+            return job.prompt_tokens
+
+        tokens = await anyio.to_thread.run_sync(count, limiter=self.text.prepare_limiter)
+        return {"object": "response.input_tokens", "input_tokens": tokens}
+
+    def close(self) -> None:
+        self.background.close()
+        self.store.close()
+
+
+async def _replay(events: list[dict[str, Any]]):
+    for event in events:
+        yield event

@@ -1,0 +1,334 @@
+"""A response's generation as OpenAI's semantic events.
+
+``events()`` runs a prepared ``Turn`` through the text family's ``run_job`` and yields the events
+OpenAI sends, each with its ``sequence_number``: ``response.created`` (and ``response.queued`` in
+the background), ``response.in_progress`` once its turn in line comes, then per output item
+``output_item.added``, ``content_part.added``, ``output_text.delta`` ... ``output_item.done``, and
+one of ``response.completed`` or ``response.incomplete``. Every mode consumes it: a stream frames
+the events (``Framing``: ``event:`` and ``data:`` lines), a plain request keeps only the final
+Response object (``complete``), a background run logs them for pollers and followers.
+
+Text is split into messages and function calls by the text family's ``ToolCallStream``, which
+also validates the calls, so what a client sees here is what chat would send, in other clothes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Callable
+
+import anyio
+
+from ..core.admission import Place
+from ..core.errors import OpenAIError, internal_error
+from ..core.streaming import dumps
+from ..hosts.base import TokenLogprob
+from ..text import tools
+from ..text.generation import ChoiceResult, Job, run_job
+from ..text.reasoning import ReasoningStream
+from ..text.service import TextService
+from . import render
+from .items import new_id
+
+
+@dataclass
+class Turn:
+    """One prepared response: the chat job that generates it, the state that becomes the Response
+    object, and what happens to it once it is over (``settle``: storing it)."""
+    job: Job
+    state: render.ResponseState
+    stream: bool = False
+    max_tool_calls: int | None = None
+    want_logprobs: bool = False
+    settle_work: Callable[["Turn"], None] | None = None   # blocking; runs once, on a worker thread
+    extra: dict[str, Any] = field(default_factory=dict)    # what the service keeps for settle_work
+    _seq: int = 0
+    _settled: bool = False
+
+    def event(self, kind: str, **fields: Any) -> dict[str, Any]:
+        ev = {"type": kind, **fields, "sequence_number": self._seq}
+        self._seq += 1
+        return ev
+
+    def fail(self, err: BaseException) -> None:
+        if self.state.done:
+            return
+        if isinstance(err, (asyncio.CancelledError, GeneratorExit)):
+            # The client left (or a background response was cancelled): its generation is stopped.
+            self.state.finish("cancelled")
+            return
+        error = err if isinstance(err, OpenAIError) else internal_error(err)
+        code = "rate_limit_exceeded" if error.status == 429 else "server_error"
+        self.state.finish("failed", error={"code": code, "message": error.message})
+
+    @property
+    def settled(self) -> bool:
+        return self._settled
+
+    async def settle(self) -> None:
+        """Stores the response as it ended, once, even while being cancelled."""
+        if self._settled or self.settle_work is None:
+            return
+        self._settled = True
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(self.settle_work, self)
+
+    def settle_now(self) -> None:
+        """The same, for a stream whose client left before it began (no event loop work left)."""
+        if not self._settled and self.settle_work is not None:
+            self._settled = True
+            self.fail(asyncio.CancelledError())
+            self.settle_work(self)
+
+
+class _Held:
+    """The place in line, already taken by ``events``: run_job's ``async with`` neither waits for
+    it again nor gives it back. Taking the turn here is what lets ``response.in_progress`` (and a
+    background response's status) say when generation really starts."""
+
+    async def __aenter__(self) -> "_Held":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
+class _Output:
+    """Builds the output items from generated text, event by event."""
+
+    def __init__(self, turn: Turn):
+        self.turn = turn
+        self.state = turn.state
+        job = turn.job
+        # Calls stream as they are generated when a grammar guarantees them, as in chat.
+        incremental = bool(job.tools and job.plan.settings.get("grammar_string"))
+        self.calls = tools.ToolCallStream(job.tools, incremental=incremental) if job.tools else None
+        self.message: dict[str, Any] | None = None      # the open message item
+        self.message_index = -1
+        self.open_calls: dict[int, tuple[int, dict[str, Any]]] = {}   # call index -> (output index, item)
+        self.pending_lp: list[TokenLogprob] = []
+        self.message_lp: list[TokenLogprob] = []         # the open message's, for output_text.done
+        # A reasoning model's thinking, split off by the host's splitter as in chat, becomes a
+        # reasoning item ahead of the answer. Items open at their first text, so the order of
+        # the output is the order of generation.
+        self.thinking = ReasoningStream(job.host.split_reasoning if job.host is not None else None)
+        self.reasoning: dict[str, Any] | None = None
+        self.reasoning_index = -1
+
+    # text ------------------------------------------------------------------------------------
+    def feed(self, text: str, logprobs: list[TokenLogprob], *, final: bool = False) -> list[dict[str, Any]]:
+        if self.turn.want_logprobs:
+            self.pending_lp.extend(logprobs)
+        thought, text = self.thinking.feed(text, final=final)
+        out = self._reason(thought) if thought else []
+        if text or final:
+            out += self._close_reasoning()
+        if self.calls is None:
+            return out + (self._text(text) if text else [])
+        return out + self._apply(self.calls.feed(text))
+
+    def _reason(self, text: str) -> list[dict[str, Any]]:
+        out = []
+        if self.reasoning is None:
+            item = self.reasoning = {"id": new_id("rs"), "type": "reasoning", "summary": [], "content": [],
+                                     "status": "in_progress"}
+            self.reasoning_index = len(self.state.output)
+            self.state.output.append(item)
+            where = {"item_id": item["id"], "output_index": self.reasoning_index}
+            out += [self.turn.event("response.output_item.added", output_index=self.reasoning_index, item=dict(
+                        item, content=[])),
+                    self.turn.event("response.content_part.added", **where, content_index=0,
+                                    part={"type": "reasoning_text", "text": ""})]
+            item["content"].append({"type": "reasoning_text", "text": ""})
+        item = self.reasoning
+        item["content"][0]["text"] += text
+        out.append(self.turn.event("response.reasoning_text.delta", item_id=item["id"],
+                                   output_index=self.reasoning_index, content_index=0, delta=text))
+        return out
+
+    def _close_reasoning(self) -> list[dict[str, Any]]:
+        item, self.reasoning = self.reasoning, None
+        if item is None:
+            return []
+        item["status"] = "completed"
+        part = item["content"][0]
+        where = {"item_id": item["id"], "output_index": self.reasoning_index}
+        return [self.turn.event("response.reasoning_text.done", **where, content_index=0, text=part["text"]),
+                self.turn.event("response.content_part.done", **where, content_index=0, part=dict(part)),
+                self.turn.event("response.output_item.done", output_index=self.reasoning_index,
+                                item=dict(item, content=[dict(part)]))]
+
+    def _apply(self, events: list[tools.Content | tools.CallDelta]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for e in events:
+            out += self._text(e.text) if isinstance(e, tools.Content) else self._call(e)
+        if self.calls is not None:
+            out += self._close_calls()
+        return out
+
+    def _text(self, text: str) -> list[dict[str, Any]]:
+        turn, out = self.turn, []
+        if self.message is None:
+            out += self._open_message()
+        lps, self.pending_lp = self.pending_lp, []
+        part = self.message["content"][0]
+        part["text"] += text
+        if lps:
+            part["logprobs"].extend(render.output_logprobs(lps))
+            self.message_lp.extend(lps)
+        out.append(turn.event("response.output_text.delta", item_id=self.message["id"], output_index=self.message_index,
+                              content_index=0, delta=text, logprobs=render.delta_logprobs(lps)))
+        return out
+
+    def _open_message(self) -> list[dict[str, Any]]:
+        item = render.message_item(new_id("msg"), "in_progress", [])
+        self.message_index = len(self.state.output)
+        self.state.output.append(item)
+        events = [self.turn.event("response.output_item.added", output_index=self.message_index,
+                                  item=render.message_item(item["id"], "in_progress", [])),
+                  self.turn.event("response.content_part.added", item_id=item["id"], output_index=self.message_index,
+                                  content_index=0, part=render.text_part())]
+        item["content"].append(render.text_part())
+        self.message = item
+        return events
+
+    def _close_message(self, status: str) -> list[dict[str, Any]]:
+        item, self.message = self.message, None
+        if item is None:
+            return []
+        lps, self.message_lp = self.message_lp, []
+        item["status"] = status
+        part = item["content"][0]
+        where = {"item_id": item["id"], "output_index": self.message_index}
+        return [self.turn.event("response.output_text.done", **where, content_index=0, text=part["text"],
+                                logprobs=render.delta_logprobs(lps)),
+                self.turn.event("response.content_part.done", **where, content_index=0, part=dict(part)),
+                self.turn.event("response.output_item.done", output_index=self.message_index,
+                                item=render.message_item(item["id"], status, [dict(part)]))]
+
+    # calls -----------------------------------------------------------------------------------
+    def _allowed(self, index: int) -> bool:
+        limit = self.turn.max_tool_calls
+        return limit is None or index < limit
+
+    def _call(self, e: tools.CallDelta) -> list[dict[str, Any]]:
+        if not self._allowed(e.index):
+            return []   # max_tool_calls: calls past the limit are dropped
+        if e.id is not None:
+            out = self._close_message("completed")
+            item = render.call_item(new_id("fc"), "in_progress", e.id, e.name or "", "")
+            index = len(self.state.output)
+            self.state.output.append(item)
+            self.open_calls[e.index] = (index, item)
+            out.append(self.turn.event("response.output_item.added", output_index=index, item=dict(item)))
+            if e.arguments:
+                out += self._call(tools.CallDelta(e.index, e.arguments))
+            return out
+        index, item = self.open_calls[e.index]
+        item["arguments"] += e.arguments
+        return [self.turn.event("response.function_call_arguments.delta", item_id=item["id"], output_index=index,
+                                delta=e.arguments)]
+
+    def _close_calls(self, *, final: bool = False) -> list[dict[str, Any]]:
+        """Closes the calls ToolCallStream has completed (its ``calls[k]`` is call k); at the end,
+        a call still open was cut short and stays incomplete."""
+        out: list[dict[str, Any]] = []
+        for k in sorted(self.open_calls):
+            complete = k < len(self.calls.calls)
+            if not complete and not final:
+                continue
+            index, item = self.open_calls.pop(k)
+            if complete:
+                item["arguments"] = self.calls.calls[k]["function"]["arguments"]
+            item["status"] = "completed" if complete else "incomplete"
+            out += [self.turn.event("response.function_call_arguments.done", item_id=item["id"], output_index=index,
+                                    name=item["name"], arguments=item["arguments"]),
+                    self.turn.event("response.output_item.done", output_index=index, item=dict(item))]
+        return out
+
+    # the end ---------------------------------------------------------------------------------
+    def finish(self, result: ChoiceResult) -> list[dict[str, Any]]:
+        out = self.feed("", [], final=True)          # thinking still held back, or cut short
+        out += self._apply(self.calls.finish()) if self.calls is not None else []
+        cut = result.finish_reason == "length"
+        status = "incomplete" if cut else "completed"
+        if self.calls is not None:
+            out += self._close_calls(final=True)
+        if not any(item["type"] != "reasoning" for item in self.state.output):
+            out += self._open_message()              # an empty answer is still a message
+        out += self._close_message(status)
+        self.state.usage = render.usage(self.turn.job.prompt_tokens, result.tokens)
+        self.state.finish(status, reason="max_output_tokens" if cut else None)
+        return out
+
+
+async def events(text: TextService, turn: Turn, place: Place) -> AsyncIterator[dict[str, Any]]:
+    """The response's events, from ``response.created`` to its end; leaving early (a client gone,
+    a cancel) stops the generation, and the response is stored as it ended, either way."""
+    state = turn.state
+    try:
+        yield turn.event("response.created", response=state.snapshot())
+        if state.status == "queued":
+            yield turn.event("response.queued", response=state.snapshot())
+        async with place:
+            state.status = "in_progress"
+            yield turn.event("response.in_progress", response=state.snapshot())
+            out = _Output(turn)
+            async with contextlib.aclosing(run_job(text, turn.job, _Held())) as generated:  # type: ignore[arg-type]
+                async for ev in generated:
+                    if ev.delta is not None:
+                        for e in out.feed(ev.delta.text, ev.delta.logprobs):
+                            yield e
+                    elif ev.result is not None:
+                        for e in out.finish(ev.result):
+                            yield e
+        yield turn.event(f"response.{state.status}", response=state.snapshot())
+    except BaseException as e:
+        turn.fail(e)
+        raise
+    finally:
+        await turn.settle()
+
+
+def failure_events(turn: Turn, err: OpenAIError | None, exc: BaseException) -> list[dict[str, Any]]:
+    """What ends a stream that failed after it began: an ``error`` event and ``response.failed``."""
+    error = err if err is not None else internal_error(exc)
+    turn.fail(error)
+    return [turn.event("error", code=error.code or error.type, message=error.message, param=error.param),
+            turn.event("response.failed", response=turn.state.snapshot())]
+
+
+def frame(event: dict[str, Any]) -> bytes:
+    return b"event: " + event["type"].encode() + b"\ndata: " + dumps(event) + b"\n\n"
+
+
+class Framing:
+    """The framing of a Responses stream for core.streaming.event_stream: named events, an error
+    as ``error`` plus ``response.failed``, and no ``[DONE]`` (OpenAI sends none here)."""
+
+    def __init__(self, turn: Turn | None):
+        self.turn = turn   # None: a replay of stored events, which has no response to fail
+
+    def frame(self, event: dict[str, Any]) -> bytes:
+        return frame(event)
+
+    def error(self, err: OpenAIError | None, exc: BaseException) -> bytes:
+        if self.turn is None:
+            error = err if err is not None else internal_error(exc)
+            return frame({"type": "error", "code": error.code or error.type, "message": error.message,
+                          "param": error.param, "sequence_number": 0})
+        return b"".join(frame(e) for e in failure_events(self.turn, err, exc))
+
+    def end(self) -> bytes:
+        return b""
+
+
+async def complete(text: TextService, turn: Turn, place: Place) -> dict[str, Any]:
+    """A non-streamed response: the events are run through, the final Response object returned."""
+    async with contextlib.aclosing(events(text, turn, place)) as evs:
+        async for _ in evs:
+            pass
+    return turn.state.snapshot()
+

@@ -1,0 +1,158 @@
+"""The translation of Messages requests into chat requests, the content blocks built from
+generated text, and the stop reasons: pure logic, no server."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from support import ROOT
+
+from openai_ext.core.errors import InvalidRequestError
+from openai_ext.messages import render, translate
+from openai_ext.messages.protocol import CountTokensRequest, MessagesRequest
+from openai_ext.messages.stream import Blocks
+from openai_ext.text import tools
+
+WEATHER = {"name": "get_weather", "description": "Weather",
+           "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+
+
+def chat_of(**kw):
+    req = MessagesRequest.model_validate({"model": "m", "max_tokens": 10, **kw})
+    return translate.to_chat(req)
+
+
+def test_a_conversation_with_tools_becomes_chat_turns():
+    tr = chat_of(system=[{"type": "text", "text": "Rule one."}, {"type": "text", "text": "Rule two."}],
+                 tools=[WEATHER], messages=[
+                     {"role": "user", "content": "Weather in Paris and Rome?"},
+                     {"role": "assistant", "content": [
+                         {"type": "thinking", "thinking": "two calls", "signature": "sig"},
+                         {"type": "text", "text": "Checking."},
+                         {"type": "tool_use", "id": "toolu_a", "name": "get_weather", "input": {"city": "Paris"}},
+                         {"type": "tool_use", "id": "toolu_b", "name": "get_weather", "input": {"city": "Rome"}}]},
+                     {"role": "user", "content": [
+                         {"type": "tool_result", "tool_use_id": "toolu_a", "content": "18C"},
+                         {"type": "tool_result", "tool_use_id": "toolu_b", "is_error": True,
+                          "content": [{"type": "text", "text": "offline"}]},
+                         {"type": "text", "text": "Summarise."}]}])
+    msgs = [m.model_dump(exclude_none=True) for m in tr.chat.messages]
+    assert msgs[0] == {"role": "system", "content": "Rule one.\nRule two."}
+    assert msgs[1] == {"role": "user", "content": "Weather in Paris and Rome?"}
+    assert msgs[2]["content"] == "Checking." and [c["id"] for c in msgs[2]["tool_calls"]] == ["toolu_a", "toolu_b"]
+    assert json.loads(msgs[2]["tool_calls"][1]["function"]["arguments"]) == {"city": "Rome"}
+    assert msgs[3] == {"role": "tool", "tool_call_id": "toolu_a", "content": "18C"}
+    assert msgs[4] == {"role": "tool", "tool_call_id": "toolu_b", "content": "Error: offline"}
+    assert msgs[5] == {"role": "user", "content": "Summarise."}
+    assert tr.chat.tools[0]["function"]["parameters"] == WEATHER["input_schema"] and tr.prefill == ""
+
+
+@pytest.mark.parametrize("choice, chat_choice, parallel", [
+    ({"type": "auto"}, "auto", None),
+    ({"type": "any"}, "required", None),
+    ({"type": "none"}, "none", None),
+    ({"type": "tool", "name": "get_weather"}, {"type": "function", "function": {"name": "get_weather"}}, None),
+    ({"type": "any", "disable_parallel_tool_use": True}, "required", False),
+    ({"type": "auto", "disable_parallel_tool_use": True}, "auto", False),
+])
+def test_tool_choice_rules(choice, chat_choice, parallel):
+    tr = chat_of(messages=[{"role": "user", "content": "x"}], tools=[WEATHER], tool_choice=choice)
+    assert tr.chat.tool_choice == chat_choice and tr.chat.parallel_tool_calls is parallel
+    ts = tools.parse(tr.chat)
+    assert ts.parallel is (parallel is not False and choice["type"] != "tool")
+
+
+def test_parameters_without_a_chat_counterpart():
+    tr = chat_of(messages=[{"role": "user", "content": "x"}], temperature=0.3, top_p=0.5, top_k=7, stream=True,
+                 metadata={"user_id": "u-9"}, stop_sequences=["a", "b", "c", "d", "e", "f"], min_p=0.1,
+                 output_config={"format": {"type": "json_schema", "schema": {"type": "object"}}, "effort": "low"},
+                 thinking={"type": "disabled"}, service_tier="auto", cache_control={"type": "ephemeral"})
+    chat = tr.chat
+    assert (chat.temperature, chat.top_p, chat.stream, chat.user, chat.max_tokens) == (0.3, 0.5, True, "u-9", 10)
+    assert chat.model_extra == {"top_k": 7, "min_p": 0.1,        # host samplers, checked by params.plan
+                                "enable_thinking": False}    # the reasoning switch
+    assert chat.stop == tr.stops == ["a", "b", "c", "d", "e", "f"]
+    assert chat.response_format == {"type": "json_schema", "json_schema": {"name": "output",
+                                                                          "schema": {"type": "object"}}}
+
+
+def test_a_last_assistant_turn_is_a_prefill():
+    tr = chat_of(messages=[{"role": "user", "content": "Q"}, {"role": "assistant", "content": "The answer is"}])
+    assert tr.prefill == "The answer is" and [m.role for m in tr.chat.messages] == ["user"]
+
+
+@pytest.mark.parametrize("kw, param", [
+    (dict(messages=[{"role": "user", "content": "x"}], max_token=3), "max_token"),
+    (dict(messages=[{"role": "user", "content": [{"type": "image", "source": {}}]}]), "messages[0].content[0].type"),
+    (dict(messages=[{"role": "user", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}]}]),
+     "messages[0].content[0].type"),
+    (dict(messages=[{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t"}]}]),
+     "messages[0].content[0].tool_use_id"),
+    (dict(messages=[{"role": "user", "content": "x"},
+                    {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}]}]),
+     "messages[1]"),
+    (dict(messages=[{"role": "user", "content": "x"}], tools=[{"type": "code_execution_20250522",
+                                                                "name": "code_execution"}]), "tools[0].type"),
+    (dict(messages=[{"role": "user", "content": "x"}], tool_choice={"type": "tool"}), "tool_choice.name"),
+    (dict(messages=[{"role": "user", "content": "x"}], thinking={"type": "enabled"}), "thinking.budget_tokens"),
+])
+def test_refusals_name_the_parameter(kw, param):
+    with pytest.raises(InvalidRequestError) as e:
+        chat_of(**kw)
+    assert e.value.param == param and e.value.message
+
+
+def test_count_tokens_requests_take_no_sampling_fields():
+    req = CountTokensRequest.model_validate({"model": "m", "messages": [{"role": "user", "content": "x"}]})
+    assert translate.to_chat(req).chat.max_tokens is None
+    bad = CountTokensRequest.model_validate({"model": "m", "messages": [{"role": "user", "content": "x"}],
+                                             "max_tokens": 5})
+    with pytest.raises(InvalidRequestError):
+        translate.to_chat(bad)
+
+
+CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris {x}"}}\n</tool_call>'
+
+
+def toolset():
+    return tools.parse(chat_of(messages=[{"role": "user", "content": "x"}], tools=[WEATHER]).chat)
+
+
+@pytest.mark.parametrize("incremental", [True, False])
+def test_blocks_from_text_split_at_every_position(incremental):
+    text = "Let me check." + CALL
+    for cut in range(1, len(text)):
+        blocks = Blocks(toolset(), incremental=incremental)
+        events = blocks.feed(text[:cut]) + blocks.feed(text[cut:]) + blocks.feed("", final=True)
+        content = render.fold(events)
+        assert [b["type"] for b in content] == ["text", "tool_use"], cut
+        assert content[0]["text"] == "Let me check." and content[1]["input"] == {"city": "Paris {x}"}
+        assert content[1]["id"].startswith("toolu_") and blocks.called
+        starts = [e["index"] for e in events if e["type"] == "content_block_start"]
+        stops = [e["index"] for e in events if e["type"] == "content_block_stop"]
+        assert starts == stops == [0, 1]
+
+
+def test_plain_text_is_one_text_block_and_nothing_is_no_block():
+    blocks = Blocks(None, incremental=False)
+    events = blocks.feed("Hello") + blocks.feed(", world") + blocks.feed("", final=True)
+    assert render.fold(events) == [{"type": "text", "text": "Hello, world"}]
+    assert Blocks(None, incremental=False).feed("", final=True) == []
+
+
+@pytest.mark.parametrize("finish, stop, called, clamped, expected", [
+    ("stop", None, False, False, ("end_turn", None)),
+    ("stop", "<|im_end|>", False, False, ("end_turn", None)),   # the template's, not the client's
+    ("stop", "END", False, False, ("stop_sequence", "END")),
+    ("stop", None, True, False, ("tool_use", None)),
+    ("length", None, True, False, ("max_tokens", None)),
+    ("length", None, False, True, ("model_context_window_exceeded", None)),
+])
+def test_stop_reasons(finish, stop, called, clamped, expected):
+    assert render.stop_reason(finish, stop, stops=["END"], called=called, clamped=clamped) == expected
+
+
+def test_readme_has_the_current_table():
+    readme = (ROOT / "README.md").read_text()
+    assert translate.markdown_table() in readme, "README's Messages table is stale: paste translate.markdown_table()"

@@ -1,0 +1,107 @@
+"""The parameter rules of /v1/responses and the mapping onto chat, without a model."""
+
+from __future__ import annotations
+
+from support import ROOT
+
+from openai_ext.core.errors import ContextLengthExceeded, InvalidRequestError
+from openai_ext.responses import convert, items, rules
+from openai_ext.responses.protocol import CreateResponse
+
+
+def test_every_parameter_has_a_rule_and_the_readme_shows_them():
+    names = {r.name for r in rules.RULES}
+    for field in CreateResponse.model_fields:
+        assert field in names or any(n.startswith(field + ".") for n in names), field
+    readme = (ROOT / "README.md").read_text()
+    assert rules.markdown_table() in readme, "README's Responses table is stale: paste rules.markdown_table()"
+
+
+def test_items_become_chat_turns():
+    parsed = items.parse([
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "content": "Let me look."},
+        {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": "{}"},
+        {"type": "function_call", "call_id": "call_2", "name": "get_time", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "call_1", "output": "sunny"},
+        {"type": "function_call_output", "call_id": "call_2", "output": [{"type": "input_text", "text": "noon"}]},
+        {"type": "reasoning", "summary": []},
+    ])
+    items.check_call_outputs([], parsed)
+    turns = convert.chat_messages("Be brief.", parsed)
+    assert turns == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "content": "Let me look.", "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}},
+            {"id": "call_2", "type": "function", "function": {"name": "get_time", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+        {"role": "tool", "tool_call_id": "call_2", "content": "noon"},
+    ]
+    assert parsed[0]["content"] == [{"type": "input_text", "text": "Weather?"}]
+    assert parsed[1]["content"][0] == {"type": "output_text", "text": "Let me look.", "annotations": [], "logprobs": []}
+
+
+def test_chat_errors_are_renamed_to_what_the_client_sent():
+    err = convert.translate(InvalidRequestError("bad", param="tools[2].function.parameters.properties"))
+    assert err.param == "tools[2].parameters.properties"
+    err = convert.translate(InvalidRequestError("remove response_format.", param="response_format.json_schema.schema"))
+    assert err.param == "text.format.schema" and err.message == "remove text.format."
+    err = convert.translate(ContextLengthExceeded(
+        "This model's maximum context length is 10 tokens, and the messages alone take 12 tokens. Shorten the "
+        "messages, or start the server with the truncate_prompt setting to cut the oldest tokens."))
+    assert err.param == "input" and err.code == "context_length_exceeded"
+    assert "the input alone takes 12 tokens" in err.message and 'truncation: "auto"' in err.message
+
+
+def test_tool_choice_and_format_shapes():
+    assert convert.chat_tool_choice({"type": "function", "name": "f"}) == {"type": "function", "function": {"name": "f"}}
+    assert convert.chat_tool_choice({"type": "allowed_tools", "mode": "required",
+                                     "tools": [{"type": "function", "name": "f"}]}) == {
+        "type": "allowed_tools", "allowed_tools": {"mode": "required", "tools": [{"type": "function", "function": {"name": "f"}}]}}
+    assert convert.response_format({"type": "json_schema", "name": "n", "schema": {"type": "object"}, "strict": True}) == {
+        "type": "json_schema", "json_schema": {"name": "n", "schema": {"type": "object"}, "strict": True}}
+    assert convert.response_format({"type": "text"}) == {"type": "text"}
+
+
+def test_pagination():
+    listed = [{"id": f"i{k}"} for k in range(5)]
+    page = items.page(listed, after=None, limit=2, order="desc")
+    assert [i["id"] for i in page["data"]] == ["i4", "i3"] and page["has_more"] and page["last_id"] == "i3"
+    page = items.page(listed, after="i3", limit=5, order="desc")
+    assert [i["id"] for i in page["data"]] == ["i2", "i1", "i0"] and not page["has_more"]
+    page = items.page(listed, after="i1", limit=2, order="asc")
+    assert [i["id"] for i in page["data"]] == ["i2", "i3"] and page["has_more"]
+
+
+def test_truncation_auto_finds_the_cut_in_few_tries(monkeypatch):
+    """Dropping one item per try would tokenize a long history once per item (quadratic work
+    for one request); the cut is found by bisection, and it is the longest suffix that fits."""
+    history = []
+    for i in range(3000):
+        history += [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": f"q{i}"}]},
+                    {"type": "function_call_output", "call_id": f"c{i}", "output": "x"}]
+    new = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "last"}]}]
+    fits, calls = 41, []
+
+    def prepare(text, req, *, truncate):
+        calls.append(len(req.messages))
+        if len(req.messages) > fits:
+            raise ContextLengthExceeded("This model's maximum context length is 10 tokens, and the messages alone take "
+                                        "12 tokens. Shorten the messages.")
+        return req.messages
+
+    monkeypatch.setattr(convert.chat, "prepare", prepare)
+    body = CreateResponse(model="m", input="x", truncation="auto")
+    got = convert.prepare(None, body, history, new, allow_unknown=False)
+    assert len(got) == fits and got[-1].content == "last" and got[0].role == "user"   # 20 turns and the new one
+    assert len(calls) <= 16, calls
+    # disabled: one try, and the error names input
+    body = CreateResponse(model="m", input="x", truncation="disabled")
+    calls.clear()
+    try:
+        convert.prepare(None, body, history, new, allow_unknown=False)
+    except InvalidRequestError as e:
+        assert e.param == "input" and e.code == "context_length_exceeded" and len(calls) == 1
+    else:
+        raise AssertionError("a prompt that does not fit was accepted")
