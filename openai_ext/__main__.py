@@ -80,7 +80,7 @@ def serve(args: argparse.Namespace) -> int:
 
     def make_host(path, alias=None):
         return LlamaCppHost(path, alias=alias, n_ctx=settings.n_ctx, n_threads=settings.n_threads,
-                            n_gpu_layers=settings.n_gpu_layers)
+                            n_gpu_layers=settings.n_gpu_layers, parallel=settings.parallel)
 
     try:
         sockets = bind_all(settings)   # first: a taken port is told before the model loads
@@ -101,7 +101,8 @@ def serve(args: argparse.Namespace) -> int:
     manager = StandaloneModels(settings, make_host, extra=known)
     server = ApiServer(create_app(settings, host, manager), settings, sockets)
     announce(server)
-    print(f"Serving {host.model_id} (context {host.context_length()} tokens)", file=sys.stderr, flush=True)
+    print(f"Serving {host.model_id} (context {host.context_length()} tokens per request, {host.parallel} at once)",
+          file=sys.stderr, flush=True)
     tunnel.start(settings, server.port, server.scheme)
     try:
         server.serve_forever()

@@ -48,7 +48,7 @@ class HostAbilities:
     grammar: bool = False          # applies a GBNF grammar (grammar_string)
     lazy_grammar: bool = False     # ... from a trigger pattern on (grammar_triggers)
     prompt_logprobs: bool | None = None   # scores a prompt (completions echo); None: as logprobs
-    parallel: int = 1              # generations the host runs at once (its parallel slots)
+    parallel: int = 1              # generations it runs at once (parallel slots, or sequences of one batch)
     web_ui: bool = False           # renders the web UI's chat modes, characters, templates, presets
 
     @property

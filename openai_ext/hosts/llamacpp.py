@@ -4,12 +4,16 @@ It speaks the same generation-settings vocabulary as the web UI host (``max_new_
 ``top_k``, ``repetition_penalty`` ...), so ``params.plan()`` serves both. The token loop is ours,
 on llama.cpp's C sampler API: that gives exact token counts, logit bias, seeds, log-probabilities
 and a stop check between every two tokens, without the layers of ``create_completion``.
+
+Up to ``parallel`` requests generate at once, as sequences of one batch (llamacpp_batch): the
+context's ``n_ctx`` cells are split evenly between them, so each request sees its share.
 """
 
 from __future__ import annotations
 
 import ctypes
 import logging
+import multiprocessing
 import os
 import re
 import threading
@@ -19,7 +23,9 @@ from typing import Any, Iterator
 import numpy as np
 
 from .base import ChatPrompt, Host, HostAbilities, Piece, Prompt, TokenLogprob
-from .llamacpp_sampling import NEUTRAL, SAMPLERS, Constrained, Detokenizer, sampler_chain
+from .llamacpp_batch import Closed, Scheduler, Work
+from .llamacpp_sampling import NEUTRAL, SAMPLERS, Detokenizer, sampler_chain
+from .llamacpp_work import END, OUTBOX, Generation, NextToken, Scoring
 
 log = logging.getLogger(__name__)
 
@@ -31,37 +37,75 @@ FALLBACK_TEMPLATE = (
 FALLBACK_STOPS = ["\nUser:", "\nSystem:"]
 # Characters of text tokenized in one call at most, where the text can be cut exactly (tokenize()).
 TOKENIZE_PIECE = 4096
+# Tokens decoded in one step at most, and prompt tokens read per step while others generate.
+N_BATCH = 512
+PREFILL_CHUNK = 128
+# llama.cpp gives each sequence a multiple of this many cells.
+CELL_PAD = 256
+
+_backend_ready = False
+
 
 def _lazy_llama():
+    global _backend_ready
     try:
         import llama_cpp
+        from llama_cpp._logger import set_verbose
     except ImportError as e:  # pragma: no cover - depends on the install
         raise SystemExit("Standalone mode needs llama-cpp-python: pip install -r requirements.txt") from e
+    if not _backend_ready:
+        set_verbose(False)
+        llama_cpp.llama_backend_init()
+        _backend_ready = True
     return llama_cpp
+
+
+def sequence_cells(n_ctx: int, parallel: int) -> int:
+    """Each sequence's share of ``n_ctx`` cells, rounded up to what llama.cpp allocates."""
+    share = -(-n_ctx // parallel)
+    return max(CELL_PAD, -(-share // CELL_PAD) * CELL_PAD)
 
 
 class LlamaCppHost(Host):
     owned_by = "llama.cpp"
 
     def __init__(self, model_path: str | os.PathLike, *, alias: str | None = None, n_ctx: int = 0,
-                 n_threads: int | None = None, n_gpu_layers: int = 0):
+                 n_threads: int | None = None, n_gpu_layers: int = 0, parallel: int = 1):
         L = _lazy_llama()
+        from llama_cpp._internals import LlamaContext, LlamaModel
+
         self._L = L
         path = Path(model_path)
         if not path.is_file():
             raise FileNotFoundError(f"No GGUF file at {path}")
-        kwargs: dict[str, Any] = {"n_ctx": n_ctx, "n_gpu_layers": n_gpu_layers, "verbose": False}
-        if n_threads:
-            kwargs["n_threads"] = n_threads
-        self.llm = L.Llama(str(path), **kwargs)
+        if parallel < 1:
+            raise ValueError("parallel must be at least 1")
+        mparams = L.llama_model_default_params()
+        mparams.n_gpu_layers = 0x7FFFFFFF if n_gpu_layers == -1 else n_gpu_layers
+        self._model = LlamaModel(path_model=str(path), params=mparams, verbose=False)
+        try:
+            cells = sequence_cells(n_ctx or self._model.n_ctx_train(), parallel)
+            cparams = L.llama_context_default_params()
+            cparams.n_ctx = cells * parallel
+            cparams.n_batch = cparams.n_ubatch = min(N_BATCH, cells * parallel)
+            cparams.n_seq_max = parallel
+            # One KV stream per sequence: its cells lie as if it ran alone (see llamacpp_batch).
+            cparams.kv_unified = False
+            cparams.n_threads = n_threads or max(multiprocessing.cpu_count() // 2, 1)
+            cparams.n_threads_batch = multiprocessing.cpu_count()
+            cparams.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_DISABLED
+            self._context = LlamaContext(model=self._model, params=cparams, verbose=False)
+        except BaseException:
+            self._model.close()
+            raise
         self.path = path
         self.model_id = alias or path.name.removesuffix(".gguf")
         self.created = int(path.stat().st_mtime)
-        self._vocab = L.llama_model_get_vocab(self.llm.model)
+        self.metadata = self._model.metadata()
+        self._vocab = self._model.vocab
         self._n_vocab = L.llama_vocab_n_tokens(self._vocab)
-        self._ctx = self.llm.ctx
-        self._lock = threading.Lock()
-        self._stop_all = threading.Event()
+        self._ctx = self._context.ctx
+        self.parallel = parallel
         self._piece_cache: dict[tuple[int, bool], bytes] = {}
         self._grammar_ok: dict[str, bool] = {}
         self._add_bos = bool(L.llama_vocab_get_add_bos(self._vocab))
@@ -74,7 +118,9 @@ class LlamaCppHost(Host):
         self._init_specials()
         self.abilities = HostAbilities(samplers=SAMPLERS, logprobs=True, logit_bias=True,
                                        fim=self._fim is not None, vocab_size=self._n_vocab,
-                                       grammar=True, lazy_grammar=True)
+                                       grammar=True, lazy_grammar=True, parallel=parallel)
+        self._sched = Scheduler(L, self._ctx, slots=parallel, n_batch=L.llama_n_batch(self._ctx),
+                                slot_cells=self.context_length(), prefill_chunk=PREFILL_CHUNK)
 
     # --- prompts ------------------------------------------------------------------------------
     def _token_text(self, token: int) -> str:
@@ -85,7 +131,7 @@ class LlamaCppHost(Host):
     def _init_chat_template(self) -> None:
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-        template = self.llm.metadata.get("tokenizer.chat_template")
+        template = self.metadata.get("tokenizer.chat_template")
         self.chat_template = template
         eos = self._token_text(self._L.llama_vocab_eos(self._vocab))
         bos = self._token_text(self._bos)
@@ -94,7 +140,8 @@ class LlamaCppHost(Host):
         self._template_stops = [eos] if template and eos else list(FALLBACK_STOPS)
 
     def context_length(self) -> int:
-        return self.llm.n_ctx()
+        """Tokens one request can see: its sequence's share of the context."""
+        return self._L.llama_n_ctx_seq(self._ctx)
 
     def _init_specials(self) -> None:
         """What tokenize() needs to cut a long text where the cut changes no token: right after a
@@ -121,8 +168,8 @@ class LlamaCppHost(Host):
         # gives the same tokens in linear time.
         tokens: list[int] = []
         for i, piece in enumerate(self._pieces(text)):
-            tokens += self.llm.tokenize(piece.encode("utf-8"), add_bos=add_bos and self._add_bos and i == 0,
-                                        special=True)
+            tokens += self._model.tokenize(piece.encode("utf-8"), add_bos=add_bos and self._add_bos and i == 0,
+                                           special=True)
         # A template that writes the BOS text itself must not end up with two of them.
         if len(tokens) > 1 and tokens[0] == self._bos and tokens[1] == self._bos:
             tokens = tokens[1:]
@@ -230,107 +277,74 @@ class LlamaCppHost(Host):
             entry.top = [item(int(t)) for t in best[np.argsort(-logits[best])]]
         return entry
 
-    def _prepare(self, tokens: list[int]) -> None:
-        """Evaluates the prompt, reusing the longest prefix already in the KV cache."""
-        if not tokens:
+    def generate(self, prompt: Prompt, settings: dict[str, Any], stop_event: threading.Event) -> Iterator[Piece]:
+        """Runs as one sequence of the batch; this generator only hands on what the scheduler's
+        thread produces for it."""
+        s = {**NEUTRAL, **settings}
+        room = self.context_length() - len(prompt.tokens)
+        if int(s["max_new_tokens"]) <= 0:
+            yield Piece("", tokens=0, finish_reason="length")
+            return
+        if not prompt.tokens:
             # sampling without any evaluated token would abort inside llama.cpp
             raise ValueError("an empty prompt reached the model")
-        llm = self.llm
-        cached = llm.input_ids[:llm.n_tokens]
-        n = 0
-        limit = min(len(cached), len(tokens) - 1)  # the last prompt token is always decoded, for its logits
-        while n < limit and cached[n] == tokens[n]:
-            n += 1
-        if n == 0 or not self._L.llama_memory_seq_rm(self._L.llama_get_memory(self._ctx), -1, n, -1):
-            llm.reset()
-            n = 0
-        else:
-            llm.n_tokens = n
-        llm.eval(tokens[n:])
+        if room <= 0:
+            raise ValueError(f"a prompt of {len(prompt.tokens)} tokens reached a context of {self.context_length()}")
+        # A sequence's cells are its share of the context: the budget never outgrows them.
+        s["max_new_tokens"] = min(int(s["max_new_tokens"]), room)
+        work = Generation(self, prompt.tokens, s, stop_event)
+        self._submit(work)
+        item: Any = None
+        try:
+            while True:
+                item = work.out.get()
+                if work.out.qsize() == OUTBOX - 1:   # it was held back for this reader: on it goes
+                    self._sched.wake()
+                if item is END:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                if stop_event.is_set():
+                    return
+                yield item
+        finally:
+            # Ended, stopped or left: the sequence leaves the batch at the next step, and this
+            # returns once it has (its slot is free and its samplers are gone).
+            work.cancel()
+            self._sched.wake()
+            while item is not END:
+                item = work.out.get()
 
-    def generate(self, prompt: Prompt, settings: dict[str, Any], stop_event: threading.Event) -> Iterator[Piece]:
-        s = {**NEUTRAL, **settings}
-        max_new = int(s["max_new_tokens"])
-        top = s.get("logprobs")
-        special = not s["skip_special_tokens"]
-        with self._lock:
-            self._stop_all.clear()
-            if max_new <= 0:
-                yield Piece("", tokens=0, finish_reason="length")
-                return
-            constrained = bool(s.get("grammar_string"))
-            sampler = self._sampler(s, bias=not constrained)
-            text_of = self.detokenizer(special)
-            guide = Constrained(self, s, sampler, special) if constrained else None
-            try:
-                self._prepare(prompt.tokens)
-                produced = 0
-                while True:
-                    if stop_event.is_set() or self._stop_all.is_set():
-                        return
-                    token = self._L.llama_sampler_sample(sampler, self._ctx, -1) if guide is None else guide.sample()
-                    if token is None or self._eog[token]:
-                        # (None: the grammar allows no token that the request did not ban)
-                        yield Piece(text_of.flush(), tokens=0, finish_reason="stop")
-                        return
-                    text = text_of.push(token)
-                    tokens = [token]
-                    cut = guide.watch(token, text) if guide is not None else None
-                    if cut is not None:  # the trigger ended inside this token: it is replaced
-                        text, tokens = cut
-                        text_of.flush()
-                    for i, tok in enumerate(tokens):
-                        lp = self._logprob(-1, tok, top) if top is not None else None
-                        produced += 1
-                        part = text if i == 0 else ""
-                        if produced >= max_new:
-                            yield Piece(part + text_of.flush(), logprob=lp, finish_reason="length")
-                            return
-                        yield Piece(part, logprob=lp)
-                        self.llm.eval([tok])
-            finally:
-                self._L.llama_sampler_free(sampler)
-                if guide is not None:
-                    guide.close()
+    def _submit(self, work: Work) -> None:
+        try:
+            self._sched.submit(work)
+        except Closed:
+            work.retire()
+            from ..core.errors import ServiceUnavailableError
+            raise ServiceUnavailableError("The model was closed while this request waited; send it again.",
+                                          code="model_changed") from None
 
     def prompt_logprobs(self, tokens: list[int], top: int) -> list[TokenLogprob]:
         """Log-probabilities of the prompt's tokens, each given the ones before it (for echo).
 
         A leading BOS token has no text and is left out. Every other token gets a real score:
         the first one is scored after the start-of-text token (BOS, or the end-of-text token that
-        separates documents in training), as a new document would begin.
+        separates documents in training), as a new document would begin. The pass runs as one
+        sequence of the batch.
         """
-        L = self._L
         if tokens and tokens[0] == self._bos:
             context, scored = tokens, tokens[1:]
         else:
             context, scored = self.document_start() + tokens, tokens
-        out: list[TokenLogprob] = []
-        with self._lock:
-            L.llama_memory_seq_rm(L.llama_get_memory(self._ctx), -1, 0, -1)
-            self.llm.reset()
-            n_batch = self.llm.n_batch
-            batch = L.llama_batch_init(n_batch, 0, 1)
-            try:
-                for start_at in range(0, len(context) - 1, n_batch):
-                    chunk = context[start_at:start_at + n_batch]
-                    batch.n_tokens = len(chunk)
-                    for i, tok in enumerate(chunk):
-                        batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = tok, start_at + i, 1, True
-                        batch.seq_id[i][0] = 0
-                    if L.llama_decode(self._ctx, batch) != 0:
-                        raise RuntimeError("llama_decode failed while scoring the prompt")
-                    for i in range(len(chunk)):
-                        nxt = start_at + i + 1
-                        if nxt < len(context):
-                            out.append(self._logprob(i, context[nxt], top))
-            finally:
-                L.llama_batch_free(batch)
-                # Nothing of this scoring pass is kept as a prompt cache.
-                L.llama_memory_seq_rm(L.llama_get_memory(self._ctx), -1, 0, -1)
-                self.llm.reset()
-        assert len(out) == len(scored)
-        return out
+        if not scored:
+            return []
+        work = Scoring(self, context, top)
+        self._submit(work)
+        work.finished.wait()
+        if work.error is not None:
+            raise work.error
+        assert len(work.scores) == len(scored)
+        return work.scores
 
     def next_token_probabilities(self, prompt: str, settings: dict[str, Any], use_samplers: bool,
                                  top: int) -> dict[str, float]:
@@ -339,27 +353,36 @@ class LlamaCppHost(Host):
             from ..core.errors import InvalidRequestError
             raise InvalidRequestError("use_samplers is not supported by the embedded host: it reports the model's "
                                       "own probabilities only. Remove use_samplers.", param="use_samplers")
-        tokens = self.tokenize(prompt) or self.document_start()
-        with self._lock:
-            self._prepare(tokens)
-            logits = np.ctypeslib.as_array(self._L.llama_get_logits_ith(self._ctx, -1), shape=(self._n_vocab,))
-            probs = np.exp(logits - logits.max())
-            probs /= probs.sum()
-            best = np.argsort(-probs)[:top]
-            return {_escaped(self._piece(int(t), True).decode("utf-8", errors="replace")): float(probs[t])
-                    for t in best}
+        work = NextToken(self, self.tokenize(prompt) or self.document_start(), top)
+        self._submit(work)   # one sequence of the batch, as a scoring pass is
+        work.finished.wait()
+        if work.error is not None:
+            raise work.error
+        return {_escaped(self._piece(t, True).decode("utf-8", errors="replace")): p for t, p in work.best}
 
     def stop_all(self) -> None:
-        self._stop_all.set()
+        self._sched.halt_all()
+
+    def idle(self) -> bool:
+        """Nothing runs or waits in the batch."""
+        return self._sched.idle()
+
+    def batch_stats(self) -> dict[str, Any]:
+        """Sequences running and waiting, and what the batch has done so far."""
+        return self._sched.describe()
 
     def close(self) -> None:
-        self.llm.close()
+        """Lets what runs finish (a model change waits for it, as it waited for its turn before),
+        then frees the context and the model."""
+        self._sched.close()
+        self._context.close()
+        self._model.close()
 
     def describe(self) -> dict[str, Any]:
         # The web UI's shape (model_name, lora_names, loader), plus what a client may want to know.
         # The file's name, not its path: the folder layout of the machine is not the client's business.
         return {"model_name": self.model_id, "lora_names": [], "loader": "llama.cpp", "file": self.path.name,
-                "n_ctx": self.context_length(), "chat_template": self.has_chat_template}
+                "n_ctx": self.context_length(), "chat_template": self.has_chat_template, "parallel": self.parallel}
 
 
 def _escaped(token: str) -> str:

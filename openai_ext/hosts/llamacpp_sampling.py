@@ -132,9 +132,10 @@ class Constrained:
         self.bias = np.fromiter(bias.values(), dtype=np.single, count=len(bias))
         self.tail = b""   # the end of the output so far, to find a trigger split across tokens
 
-    def sample(self) -> int | None:
+    def sample(self, output: int) -> int | None:
+        """The next token, from the logits of decoder output ``output`` (its index in the batch)."""
         L, cur = self.h._L, self.cur
-        logits = np.ctypeslib.as_array(L.llama_get_logits_ith(self.h._ctx, -1), shape=(self.h._n_vocab,))
+        logits = np.ctypeslib.as_array(L.llama_get_logits_ith(self.h._ctx, output), shape=(self.h._n_vocab,))
         cur.copy_logits(logits)
         cur.candidates.data = cur.candidates_data.ctypes.data_as(L.llama_token_data_p)
         if self.bias_ids.size:
@@ -170,7 +171,7 @@ class Constrained:
         # The rest of the token starts right after the marker's last (ASCII) character, so a
         # fresh decoder turns it into exactly the end of ``text`` that goes.
         dropped = codecs.getincrementaldecoder("utf-8")(errors="replace").decode(piece[keep:])
-        return text[:len(text) - len(dropped)], self.h.llm.tokenize(piece[:keep], add_bos=False, special=False)
+        return text[:len(text) - len(dropped)], self.h._model.tokenize(piece[:keep], add_bos=False, special=False)
 
     def close(self) -> None:
         if self.grammar is not None:

@@ -3,8 +3,9 @@
 ``run_choice`` runs the host's blocking generator on the generation thread and hands its pieces
 to the event loop through a bounded queue: a slow reader holds the generator back instead of
 growing memory, and leaving the loop (client gone, stop string found) stops the host within a
-token and waits until it has really stopped, so the next request never overlaps it. ``run_job``
-runs every choice of a request in its turn.
+token and waits until it has really stopped, so the request's place is given back only then.
+``run_job`` runs every choice of a request: in turn, or, on a host that batches, up to
+``HostAbilities.parallel`` of them at once (their deltas interleave; their ends come in order).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import anyio
 import janus
 
 from ..core.admission import Place
-from ..core.errors import ContextLengthExceeded, ServerError, ServiceUnavailableError
+from ..core.errors import ContextLengthExceeded, OpenAIError, ServerError, ServiceUnavailableError
 from ..hosts.base import Host, Piece, Prompt, TokenLogprob
 from .assembly import ChoiceAssembler, Delta
 from .params import Plan
@@ -72,6 +73,8 @@ async def host_pieces(host: Host, prompt: Prompt, settings: dict[str, Any],
             if isinstance(item, _End):
                 return
             if isinstance(item, _Failure):
+                if isinstance(item.error, OpenAIError):   # the host's own answer (a model change, say)
+                    raise item.error
                 log.error("generation failed", exc_info=item.error)
                 raise ServerError(f"The model failed while generating ({type(item.error).__name__}). "
                                   "See the server log; retrying may help.")
@@ -200,12 +203,18 @@ class Event:
 
 
 async def run_job(text: TextService, job: Job, place: Place) -> AsyncIterator[Event]:
-    """Runs every choice of the job in turn, in the job's turn."""
+    """Runs every choice of the job, in the job's turn."""
     plan, host = job.plan, job.host
     async with place:
         if text.host is not host:
             raise ServiceUnavailableError("The model was changed while this request waited; send it again.",
                                           code="model_changed")
+        lanes = max(1, host.abilities.parallel)
+        if lanes > 1 and len(job.prompts) * plan.best_of > 1:
+            async with contextlib.aclosing(_together(text, job, lanes)) as events:
+                async for event in events:
+                    yield event
+            return
         for p, prompt in enumerate(job.prompts):
             prompt_lp = None
             if plan.echo and plan.logprobs is not None:
@@ -223,6 +232,67 @@ async def run_job(text: TextService, job: Job, place: Place) -> AsyncIterator[Ev
                     async for delta in deltas:
                         yield Event(index, delta=delta)
                 yield Event(index, result=result)
+
+
+async def _together(text: TextService, job: Job, lanes: int) -> AsyncIterator[Event]:
+    """The job's choices, up to ``lanes`` at once as sequences of the host's batch. Each choice's
+    events keep their order; its end (the result) comes after every earlier choice's end, so the
+    results arrive in index order as they do one at a time."""
+    plan, host = job.plan, job.host
+    events: asyncio.Queue[Event | BaseException] = asyncio.Queue(maxsize=BUFFERED_PIECES)
+    lane = asyncio.Semaphore(lanes)
+    tasks: list[asyncio.Task[None]] = []
+
+    async def choice(index: int, prompt: Prompt, i: int, prompt_lp: list[TokenLogprob] | None) -> None:
+        try:
+            result = ChoiceResult(index)
+            if prompt_lp is not None:
+                await events.put(Event(index, prompt_logprobs=prompt_lp))
+            stops = plan.stops + [s for s in prompt.stops if s not in plan.stops]
+            want_lp = plan.logprobs is not None or plan.best_of > plan.n
+            async with contextlib.aclosing(run_choice(host, prompt, plan.settings_for_choice(i), stops,
+                                                      want_logprobs=want_lp, result=result, run=text.run)) as deltas:
+                async for delta in deltas:
+                    await events.put(Event(index, delta=delta))
+            await events.put(Event(index, result=result))
+        except Exception as e:  # noqa: BLE001 - handed to the reader, which raises it
+            await events.put(e)
+        finally:
+            lane.release()
+
+    async def launch() -> None:
+        try:
+            for p, prompt in enumerate(job.prompts):
+                prompt_lp = None
+                if plan.echo and plan.logprobs is not None:
+                    prompt_lp = await text.run(host.prompt_logprobs, prompt.tokens, plan.logprobs)
+                for i in range(plan.best_of):
+                    await lane.acquire()
+                    tasks.append(asyncio.create_task(choice(p * plan.best_of + i, prompt, i, prompt_lp)))
+        except Exception as e:  # noqa: BLE001
+            await events.put(e)
+
+    launcher = asyncio.create_task(launch())
+    held: dict[int, Event] = {}
+    next_end, total = 0, len(job.prompts) * plan.best_of
+    try:
+        while next_end < total:
+            event = await events.get()
+            if isinstance(event, BaseException):
+                raise event
+            if event.result is None:
+                yield event
+                continue
+            held[event.index] = event
+            while next_end in held:
+                yield held.pop(next_end)
+                next_end += 1
+    finally:
+        for task in [launcher, *tasks]:
+            task.cancel()
+        # Every choice stops its host and waits until it has (run_choice), even when cancelled.
+        with anyio.CancelScope(shield=True):
+            await asyncio.gather(launcher, *tasks, return_exceptions=True)
 
 
 def best_of(results: list[ChoiceResult], n: int) -> list[ChoiceResult]:

@@ -2,12 +2,15 @@
 that generates, and the one place where a text request goes from validated body to response.
 
 - ``queue`` admits at most ``max_queue`` waiting requests (more get a 429 at once) and lets as
-  many generations run at once as the host serves (its parallel slots: the web UI's llama.cpp
-  with --parallel N; one everywhere else), first come first served. In extension mode the host's
-  own generation lock is taken inside ``generate_reply`` as well, except on parallel loaders;
-  this line makes the order fair.
-- ``worker`` holds one long-lived thread per slot, which run the generations. A fresh thread per
-  request costs time to first token: llama.cpp's compute threads are set up per calling thread.
+  many generations run at once as the host serves (``HostAbilities.parallel``: the embedded
+  llama.cpp host's ``parallel`` setting, the sequences it decodes as one batch; the web UI's
+  parallel slots, its llama.cpp with --parallel N; one everywhere else), first come first served.
+  In extension mode the host's own generation lock is taken inside ``generate_reply`` as well,
+  except on parallel loaders; this line makes the order fair.
+- ``worker`` holds the long-lived threads that run the hosts' blocking calls: one per running
+  choice (a request's choices run together on a host that batches). Idle threads are reused, so a
+  host that generates one at a time keeps one thread: a fresh thread per request costs time to
+  first token there (llama.cpp's compute threads are set up per calling thread).
 - ``prepare`` runs prompt rendering and tokenizing on a worker thread, one request at a time (a
   tokenizer may not be safe to share between threads), so the event loop keeps serving.
 """
@@ -31,13 +34,20 @@ from ..core.streaming import event_stream, until_disconnect
 from ..hosts.base import Host
 
 
+def _threads(slots: int) -> int:
+    """Threads for ``slots`` running requests: each with up to that many choices at once (a
+    request's choices run together on a host that batches), one more each for echo's scoring
+    pass, and one for a model change."""
+    return slots * (slots + 1) + 1
+
+
 class TextService:
     def __init__(self, settings: Settings, host: Host, *, started: int):
         self.settings = settings
-        self.host = host
         self.started = started
         self.queue = Admission("generation", max_waiting=settings.max_queue)
-        self.worker = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="generation")
+        self.host = host
+        self.worker = concurrent.futures.ThreadPoolExecutor(max_workers=_threads(1), thread_name_prefix="generation")
         self._prepare: anyio.CapacityLimiter | None = None
         self._exclusive = 0   # model changes waiting for, or holding, the model alone
 
@@ -49,7 +59,7 @@ class TextService:
             return
         self.queue.resize(slots)
         old, self.worker = self.worker, concurrent.futures.ThreadPoolExecutor(
-            max_workers=slots, thread_name_prefix="generation")
+            max_workers=_threads(slots), thread_name_prefix="generation")
         old.shutdown(wait=False)   # its running generations finish on their threads
 
     @contextlib.asynccontextmanager

@@ -51,7 +51,7 @@ def test_stop_event_stops_before_the_next_token(llama_host):
         if len(got) == 3:
             stop.set()
     assert len(got) == 3
-    assert not llama_host._lock.locked()
+    assert llama_host.idle()
 
 
 def test_chat_template_comes_from_the_gguf(llama_host):
@@ -80,7 +80,7 @@ def test_a_long_text_is_tokenized_in_pieces_that_give_the_same_tokens(llama_host
     for _ in range(20):
         text = "".join(rng.choice(parts) for _ in range(rng.randint(1, 2000)))
         for bos in (False, True):
-            whole = llama_host.llm.tokenize(text.encode(), add_bos=bos and llama_host._add_bos, special=True)
+            whole = llama_host._model.tokenize(text.encode(), add_bos=bos and llama_host._add_bos, special=True)
             if len(whole) > 1 and whole[0] == whole[1] == llama_host._bos:
                 whole = whole[1:]
             assert llama_host.tokenize(text, add_bos=bos) == whole

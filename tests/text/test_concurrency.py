@@ -33,9 +33,9 @@ LONG = {"messages": [{"role": "user", "content": "Write a very long story about 
 def wait_idle(live, host, timeout=5.0):
     state = live.app.state.api
     deadline = time.monotonic() + timeout
-    while (state.text.queue.running or host._lock.locked()) and time.monotonic() < deadline:
+    while (state.text.queue.running or not host.idle()) and time.monotonic() < deadline:
         time.sleep(0.005)
-    return not state.text.queue.running and not host._lock.locked()
+    return not state.text.queue.running and host.idle()
 
 
 def test_disconnect_mid_stream_stops_within_a_token_or_two(live, llama_host, recorded):

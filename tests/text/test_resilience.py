@@ -24,7 +24,7 @@ def idle(server, host, timeout=10.0) -> bool:
     state = server.app.state.api
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not state.text.queue.running and not state.text.queue.waiting and not host._lock.locked():
+        if not state.text.queue.running and not state.text.queue.waiting and host.idle():
             return True
         time.sleep(0.01)
     return False

@@ -1,0 +1,175 @@
+"""What the batch scheduler runs for the embedded llama.cpp host: a generation (its own sampler
+chain, seed, bias, grammar, log-probabilities, token budget) and a scoring pass (the prompt's
+log-probabilities, for echo).
+
+Both run on the scheduler's thread, step by step. A generation hands its pieces to the thread
+that reads them through an outbox; while the reader is behind (a slow client), the sequence
+sits out steps instead of running ahead, so memory stays bounded and the others go on.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections import deque
+from typing import Any
+
+import numpy as np
+
+from .base import Piece, TokenLogprob
+from .llamacpp_batch import Scheduler, Work
+from .llamacpp_sampling import Constrained
+
+# Pieces a generation may produce ahead of its reader.
+OUTBOX = 16
+
+
+class _End:
+    """The generation is over (after its last piece, or stopped without one)."""
+
+
+END = _End()
+
+
+class Generation(Work):
+    def __init__(self, host: Any, tokens: list[int], s: dict[str, Any], stop_event: threading.Event):
+        super().__init__(list(tokens))
+        self.h = host
+        self.max_new = int(s["max_new_tokens"])
+        self.top = s.get("logprobs")
+        special = not s["skip_special_tokens"]
+        constrained = bool(s.get("grammar_string"))
+        self.sampler = host._sampler(s, bias=not constrained)
+        try:
+            self.guide = Constrained(host, s, self.sampler, special) if constrained else None
+        except BaseException:
+            host._L.llama_sampler_free(self.sampler)
+            raise
+        self.text_of = host.detokenizer(special)
+        self.stop_event = stop_event
+        self.produced = 0
+        self.forced: deque[int] = deque()   # tokens that replace one cut at a grammar trigger
+        self.out: queue.Queue[Any] = queue.Queue()
+        self._halt = False
+        self._cancelled = False
+
+    # --- the reader's side --------------------------------------------------------------------
+    def cancel(self) -> None:
+        self._cancelled = True
+
+    # --- the scheduler's side -----------------------------------------------------------------
+    def ready(self) -> bool:
+        return self.out.qsize() < OUTBOX
+
+    def halted(self) -> bool:
+        return self._halt or self._cancelled or self.stop_event.is_set()
+
+    def halt(self) -> None:
+        self._halt = True
+
+    def produce(self, sched: Scheduler, first: int, count: int) -> None:
+        if self.halted():   # checked between every two tokens, as the reader expects
+            self.done = True
+            return
+        at = first + count - 1
+        if self.forced:
+            self._emit(self.forced.popleft(), "", at)
+            return
+        while True:
+            token = self.h._L.llama_sampler_sample(self.sampler, self.h._ctx, at) if self.guide is None \
+                else self.guide.sample(at)
+            if token is None or self.h._eog[token]:
+                # (None: the grammar allows no token that the request did not ban)
+                self.out.put(Piece(self.text_of.flush(), tokens=0, finish_reason="stop"))
+                self.done = True
+                return
+            text = self.text_of.push(token)
+            tokens = [token]
+            cut = self.guide.watch(token, text) if self.guide is not None else None
+            if cut is not None:  # the trigger ended inside this token: it is replaced
+                text, tokens = cut
+                self.text_of.flush()
+            if tokens:
+                break
+            # (nothing before the marker's end to replace it with: the grammar, now started,
+            # chooses from the same logits)
+        self._emit(tokens[0], text, at)
+        self.forced.extend(tokens[1:])
+
+    def _emit(self, token: int, text: str, at: int) -> None:
+        lp = self.h._logprob(at, token, self.top) if self.top is not None else None
+        self.produced += 1
+        if self.produced >= self.max_new:
+            self.out.put(Piece(text + self.text_of.flush(), logprob=lp, finish_reason="length"))
+            self.done = True
+            return
+        self.out.put(Piece(text, logprob=lp))
+        self.tokens.append(token)
+
+    def fail(self, error: BaseException) -> None:
+        self.done = True
+        self.out.put(error)
+
+    def retire(self) -> None:
+        self.out.put(END)
+        self.h._L.llama_sampler_free(self.sampler)
+        if self.guide is not None:
+            self.guide.close()
+
+
+class Scoring(Work):
+    """Log-probabilities of every token of ``tokens`` after the first, each given the ones before."""
+
+    every_logit = True
+    reuse = False
+
+    def __init__(self, host: Any, tokens: list[int], top: int):
+        super().__init__(list(tokens))
+        self.h, self.top = host, top
+        self.scores: list[TokenLogprob] = []
+        self.error: BaseException | None = None
+        self.finished = threading.Event()
+
+    def end(self) -> int:
+        return len(self.tokens) - 1   # the last token predicts nothing that is asked for
+
+    def produce(self, sched: Scheduler, first: int, count: int) -> None:
+        start = self.n_past - count
+        for i in range(count):
+            self.scores.append(self.h._logprob(first + i, self.tokens[start + i + 1], self.top))
+        if self.n_past >= self.end():
+            self.done = True
+
+    def fail(self, error: BaseException) -> None:
+        self.error = error
+        self.done = True
+
+    def retire(self) -> None:
+        self.finished.set()
+
+
+class NextToken(Work):
+    """The model's own distribution of the token after ``tokens`` (no sampler touches it): the
+    top ``top`` token ids with their probabilities, for /v1/internal/logits."""
+
+    def __init__(self, host: Any, tokens: list[int], top: int):
+        super().__init__(list(tokens))
+        self.h, self.top = host, top
+        self.best: list[tuple[int, float]] = []
+        self.error: BaseException | None = None
+        self.finished = threading.Event()
+
+    def produce(self, sched: Scheduler, first: int, count: int) -> None:
+        h = self.h
+        logits = np.ctypeslib.as_array(h._L.llama_get_logits_ith(h._ctx, first + count - 1), shape=(h._n_vocab,))
+        probs = np.exp(logits - logits.max())
+        probs /= probs.sum()
+        self.best = [(int(t), float(probs[t])) for t in np.argsort(-probs)[:self.top]]
+        self.done = True
+
+    def fail(self, error: BaseException) -> None:
+        self.error = error
+        self.done = True
+
+    def retire(self) -> None:
+        self.finished.set()
