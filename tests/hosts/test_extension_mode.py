@@ -219,8 +219,6 @@ WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters":
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
 
 
-@pytest.mark.skipif(not __import__("openai_ext.text.grammar").text.grammar.available(),
-                    reason="llama.cpp's JSON-schema converter (llama-cpp-python) is not installed")
 def test_required_tool_call_through_the_host_grammar(client, host_modules):
     tg = host_modules.text_generation
     tg.SCRIPT = ["<tool_call>", '\n{"name": "get_weather", ', '"arguments": {"city": "Oslo"}}', "\n</tool_call>"]
