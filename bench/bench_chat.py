@@ -14,22 +14,12 @@ Greedy decoding: every contender produces the same tokens.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from pathlib import Path
 
 import httpx
-from serving import free_port, start_api, start_server, stop, wait_up
-
-PROMPTS = [
-    "Write a long story about a dragon who learns to bake bread.",
-    "Write a long story about a lighthouse keeper and a storm.",
-    "Write a long story about a robot exploring an old library.",
-    "Write a long story about two friends crossing a desert.",
-    "Write a long story about a cat who becomes a sailor.",
-    "Write a long story about a village that forgot how to sing.",
-]
+from serving import PROMPTS, free_port, start_api, start_server, stop, stream_chat, wait_up
 
 
 def in_process(llm, formatter, prompt: str, max_tokens: int) -> tuple[float, float, int]:
@@ -78,30 +68,6 @@ def host_in_process(host, prompt: str, max_tokens: int) -> tuple[float, float, i
             first = first or now
             last = now
         n += piece.tokens or 0
-    return first - t0, (n - 1) / (last - first), n
-
-
-def over_http(client: httpx.Client, base: str, model: str, prompt: str, max_tokens: int) -> tuple[float, float, int]:
-    body = {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
-            "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
-    t0 = time.perf_counter()
-    first = last = None
-    usage = None
-    chunks = 0
-    with client.stream("POST", f"{base}/chat/completions", json=body) as r:
-        for line in r.iter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            now = time.perf_counter()
-            chunk = json.loads(line[6:])
-            if chunk.get("usage"):
-                usage = chunk["usage"]
-            if chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
-                first = first or now
-                last = now
-                chunks += 1
-    # servers that ignore include_usage send one chunk per token
-    n = usage["completion_tokens"] if usage else chunks
     return first - t0, (n - 1) / (last - first), n
 
 
@@ -158,13 +124,13 @@ def main() -> None:
         in_process(llm, formatter, "Hello", 8)
         host_in_process(host, "Hello", 8)
         for (base,) in contenders.values():
-            over_http(client, base, "local", "Hello", 8)
+            stream_chat(client, f"{base}/chat/completions", "Hello", 8)
         for _ in range(args.rounds):
             for prompt in PROMPTS:
                 results["in-process"].append(in_process(llm, formatter, prompt, args.max_tokens))
                 results["in-process host"].append(host_in_process(host, prompt, args.max_tokens))
                 for name, (base,) in contenders.items():
-                    results[name].append(over_http(client, base, "local", prompt, args.max_tokens))
+                    results[name].append(stream_chat(client, f"{base}/chat/completions", prompt, args.max_tokens))
     finally:
         stop(procs)
 

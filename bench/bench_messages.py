@@ -20,38 +20,9 @@ import time
 from pathlib import Path
 
 import httpx
-from serving import free_port, start_api, stop, wait_up
-
-PROMPTS = [
-    "Write a long story about a dragon who learns to bake bread.",
-    "Write a long story about a lighthouse keeper and a storm.",
-    "Write a long story about a robot exploring an old library.",
-    "Write a long story about two friends crossing a desert.",
-    "Write a long story about a cat who becomes a sailor.",
-    "Write a long story about a village that forgot how to sing.",
-]
+from serving import PROMPTS, free_port, start_api, stop, stream_chat, wait_up
 
 Run = tuple[float, float, int]   # TTFT seconds, decode tokens/s, tokens
-
-
-def chat(client: httpx.Client, base: str, prompt: str, max_tokens: int) -> Run:
-    body = {"model": "local", "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
-            "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
-    t0 = time.perf_counter()
-    first = last = None
-    tokens = 0
-    with client.stream("POST", f"{base}/v1/chat/completions", json=body) as r:
-        for line in r.iter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            now = time.perf_counter()
-            chunk = json.loads(line[6:])
-            if chunk.get("usage"):
-                tokens = chunk["usage"]["completion_tokens"]
-            if chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
-                first = first or now
-                last = now
-    return first - t0, (tokens - 1) / (last - first), tokens
 
 
 def messages(client: httpx.Client, base: str, prompt: str, max_tokens: int) -> Run:
@@ -91,7 +62,8 @@ def main() -> None:
     base = f"http://127.0.0.1:{port}"
     print(f"model {Path(model).name}, n_ctx {args.n_ctx}, {args.rounds} rounds x {len(PROMPTS)} prompts, "
           f"up to {args.max_tokens} tokens, greedy, one server")
-    contenders = {"chat/completions": chat, "messages": messages}
+    contenders = {"chat/completions": lambda c, b, p, m: stream_chat(c, f"{b}/v1/chat/completions", p, m),
+                  "messages": messages}
     results: dict[str, list[Run]] = {name: [] for name in contenders}
     try:
         wait_up(f"{base}/v1", proc)

@@ -21,38 +21,7 @@ import tempfile
 import time
 
 import httpx
-from serving import free_port, start_api, stop, wait_up
-
-PROMPTS = [
-    "Write a long story about a dragon who learns to bake bread.",
-    "Write a long story about a lighthouse keeper and a storm.",
-    "Write a long story about a robot exploring an old library.",
-    "Write a long story about two friends crossing a desert.",
-    "Write a long story about a cat who becomes a sailor.",
-    "Write a long story about a village that forgot how to sing.",
-]
-
-
-def chat(client: httpx.Client, base: str, prompt: str, max_tokens: int) -> tuple[float, float, int]:
-    body = {"model": "local", "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
-            "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
-    t0 = time.perf_counter()
-    first = last = None
-    n = 0
-    with client.stream("POST", f"{base}/chat/completions", json=body) as r:
-        if r.status_code != 200:
-            raise SystemExit(f"/v1/chat/completions answered {r.status_code}: {r.read().decode()}")
-        for line in r.iter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            now = time.perf_counter()
-            chunk = json.loads(line[6:])
-            if chunk.get("usage"):
-                n = chunk["usage"]["completion_tokens"]
-            if chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
-                first = first or now
-                last = now
-    return first - t0, (n - 1) / (last - first), n
+from serving import PROMPTS, free_port, start_api, stop, stream_chat, wait_up
 
 
 def responses(client: httpx.Client, base: str, prompt: str, max_tokens: int) -> tuple[float, float, int]:
@@ -90,7 +59,7 @@ def main() -> None:
     flags = ["--n-ctx", str(args.n_ctx), "--data-dir", data.name] + (["--model", args.model] if args.model else [])
     proc = start_api(port, *flags)
     results: dict[str, list[tuple[float, float, int]]] = {"chat": [], "responses": []}
-    contenders = {"chat": chat, "responses": responses}
+    contenders = {"chat": lambda c, b, p, m: stream_chat(c, f"{b}/chat/completions", p, m), "responses": responses}
     try:
         wait_up(base, proc)
         client = httpx.Client(timeout=300)

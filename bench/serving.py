@@ -1,7 +1,9 @@
-"""What the benchmarks share: a free port, and a server started in its own process."""
+"""What the benchmarks share: a free port, a server started in its own process, the prompts of the
+streaming benchmarks and one streamed chat request timed."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -64,3 +66,40 @@ def stop(procs: list[subprocess.Popen]) -> None:
         proc.terminate()
     for proc in procs:
         proc.wait(timeout=30)
+
+
+PROMPTS = [
+    "Write a long story about a dragon who learns to bake bread.",
+    "Write a long story about a lighthouse keeper and a storm.",
+    "Write a long story about a robot exploring an old library.",
+    "Write a long story about two friends crossing a desert.",
+    "Write a long story about a cat who becomes a sailor.",
+    "Write a long story about a village that forgot how to sing.",
+]
+
+
+def stream_chat(client: httpx.Client, url: str, prompt: str, max_tokens: int,
+                model: str = "local") -> tuple[float, float, int]:
+    """One streamed, greedy chat completion at ``url``: (seconds to the first text, decode
+    tokens/s after it, tokens). Servers that ignore include_usage send one chunk per token."""
+    body = {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
+            "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
+    t0 = time.perf_counter()
+    first = last = None
+    usage, chunks = None, 0
+    with client.stream("POST", url, json=body) as r:
+        if r.status_code != 200:
+            raise SystemExit(f"{url} answered {r.status_code}: {r.read().decode()}")
+        for line in r.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            now = time.perf_counter()
+            chunk = json.loads(line[6:])
+            if chunk.get("usage"):
+                usage = chunk["usage"]
+            if chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
+                first = first or now
+                last = now
+                chunks += 1
+    n = usage["completion_tokens"] if usage else chunks
+    return first - t0, (n - 1) / (last - first), n

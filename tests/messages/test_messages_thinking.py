@@ -6,35 +6,15 @@ block put in front of what it generates: the splitter, the blocks and the events
 
 from __future__ import annotations
 
-import contextlib
-
 import httpx
 import pytest
 from support.anthropic_types import anthropic_client, assert_events, assert_message
+from support.hosts import THOUGHT, ThinkingHost
 
-from openai_ext.hosts.base import Piece
 from openai_ext.messages import translate
 from openai_ext.messages.protocol import MessagesRequest
 
-THOUGHT = "The user wants colours. Red is one."
 Q = [{"role": "user", "content": "Name a colour."}]
-
-
-class ThinkingHost:
-    """The real host, its reply opened by a <think> block written over pieces (one cut inside
-    the closing tag), as a reasoning model writes it."""
-
-    def __init__(self, inner):
-        self.inner = inner
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-    def generate(self, prompt, settings, stop_event):
-        for text in ("<think>", THOUGHT[:10], THOUGHT[10:] + "</th", "ink>\n"):
-            yield Piece(text)
-        with contextlib.closing(self.inner.generate(prompt, settings, stop_event)) as pieces:
-            yield from pieces
 
 
 @pytest.fixture(scope="module")

@@ -5,12 +5,12 @@ read from the events, not from clocks."""
 from __future__ import annotations
 
 import json
-import time
 
 import anthropic
 import httpx
 import pytest
 from support.anthropic_types import anthropic_client, assert_error
+from support.servers import idle
 
 from openai_ext.messages import stream as messages_stream
 
@@ -26,16 +26,6 @@ def events(response):
             name = line[len("event: "):]
         elif line.startswith("data: "):
             yield name, json.loads(line[len("data: "):])
-
-
-def idle(server, host, timeout=10.0) -> bool:
-    state = server.app.state.api
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not state.text.queue.running and not state.text.queue.waiting and host.idle():
-            return True
-        time.sleep(0.01)
-    return False
 
 
 @pytest.fixture

@@ -6,33 +6,11 @@ block put in front of what it generates: the splitter, the items and the events 
 
 from __future__ import annotations
 
-import contextlib
-
 import httpx
 import pytest
+from support.hosts import THOUGHT, ThinkingHost
 from support.responses_api import create, parse_events
 from support.servers import openai_client
-
-from openai_ext.hosts.base import Piece
-
-THOUGHT = "The user wants colours. Red is one."
-
-
-class ThinkingHost:
-    """The real host, its reply opened by a <think> block written over three pieces (one cut
-    inside the closing tag), as a reasoning model writes it."""
-
-    def __init__(self, inner):
-        self.inner = inner
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-    def generate(self, prompt, settings, stop_event):
-        for text in ("<think>", THOUGHT[:10], THOUGHT[10:] + "</th", "ink>\n"):
-            yield Piece(text)
-        with contextlib.closing(self.inner.generate(prompt, settings, stop_event)) as pieces:
-            yield from pieces
 
 
 @pytest.fixture(scope="module")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import time
 
 
 def openai_client(server, **kw):
@@ -20,3 +21,15 @@ def has_ipv6_loopback() -> bool:
         return True
     except OSError:
         return False
+
+
+def idle(server, host, timeout: float = 10.0) -> bool:
+    """Whether the server's line and its host come to rest (nothing running, waiting or held)
+    within ``timeout``: a cut stream or a failed request must leave nothing behind."""
+    state = server.app.state.api
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not state.text.queue.running and not state.text.queue.waiting and host.idle():
+            return True
+        time.sleep(0.01)
+    return False

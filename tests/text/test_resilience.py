@@ -13,21 +13,12 @@ import time
 
 import httpx
 import pytest
+from support.servers import idle
 from support.spec import assert_valid, parse_sse
 
 pytestmark = pytest.mark.slow
 
 STORY = [{"role": "user", "content": "Write a very long story about a dragon."}]
-
-
-def idle(server, host, timeout=10.0) -> bool:
-    state = server.app.state.api
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not state.text.queue.running and not state.text.queue.waiting and host.idle():
-            return True
-        time.sleep(0.01)
-    return False
 
 
 @pytest.fixture

@@ -1,0 +1,26 @@
+"""Hosts for tests: the real embedded host, with something put in front of what it generates."""
+
+from __future__ import annotations
+
+import contextlib
+
+from openai_ext.hosts.base import Piece
+
+THOUGHT = "The user wants colours. Red is one."
+
+
+class ThinkingHost:
+    """The real host, its reply opened by a <think> block written over pieces (one cut inside
+    the closing tag), as a reasoning model writes it: the embedded SmolLM2 has no reasoning mode."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def generate(self, prompt, settings, stop_event):
+        for text in ("<think>", THOUGHT[:10], THOUGHT[10:] + "</th", "ink>\n"):
+            yield Piece(text)
+        with contextlib.closing(self.inner.generate(prompt, settings, stop_event)) as pieces:
+            yield from pieces
