@@ -17,6 +17,7 @@ sys.path.insert(0, str(TESTS))   # the shared helpers: support.*
 
 from support import DOUBLES  # noqa: E402
 from support.servers import openai_client  # noqa: E402
+from support.webui import free_port, load_extension  # noqa: E402
 
 from openai_ext.app import create_app  # noqa: E402
 from openai_ext.core.config import Settings  # noqa: E402
@@ -75,5 +76,15 @@ def host_modules(monkeypatch):
     yield mods
     for name in [n for n in sys.modules if n == "modules" or n.startswith("modules.")]:
         sys.modules.pop(name, None)
+
+
+@pytest.fixture
+def extension(host_modules):
+    """The extension loaded into the host double as the web UI loads it, on a free port."""
+    host_modules.shared.settings["openai_ext-port"] = free_port()
+    ext = load_extension(host_modules.shared)
+    assert ext.server is not None
+    yield ext
+    ext.server.stop()
 
 

@@ -6,20 +6,9 @@ test_extension_parallel.py)."""
 from __future__ import annotations
 
 import httpx
-import pytest
 from support.spec import assert_valid_stream
-from support.webui import free_port, load_extension
 
 OTHER = "Other-Model-3B-Instruct.Q5_K_M.gguf"
-
-
-@pytest.fixture
-def extension(host_modules):
-    host_modules.shared.settings["openai_ext-port"] = free_port()
-    ext = load_extension(host_modules.shared)
-    assert ext.server is not None
-    yield ext
-    ext.server.stop()
 
 
 def test_a_fast_model_whose_yields_the_host_drops(extension, host_modules):

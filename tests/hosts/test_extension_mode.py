@@ -16,15 +16,6 @@ from support.webui import free_port, import_extension, load_extension
 
 
 @pytest.fixture
-def extension(host_modules):
-    host_modules.shared.settings["openai_ext-port"] = free_port()
-    ext = load_extension(host_modules.shared)
-    assert ext.server is not None
-    yield ext
-    ext.server.stop()
-
-
-@pytest.fixture
 def client(extension):
     return openai.OpenAI(base_url=extension.server.url, api_key="x", max_retries=0,
                          _strict_response_validation=True, timeout=30)

@@ -9,16 +9,6 @@ import threading
 import httpx
 import pytest
 from support.spec import assert_valid_stream
-from support.webui import free_port, load_extension
-
-
-@pytest.fixture
-def extension(host_modules):
-    host_modules.shared.settings["openai_ext-port"] = free_port()
-    ext = load_extension(host_modules.shared)
-    assert ext.server is not None
-    yield ext
-    ext.server.stop()
 
 
 @pytest.fixture

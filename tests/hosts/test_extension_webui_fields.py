@@ -8,18 +8,8 @@ import httpx
 import openai
 import pytest
 from support.spec import assert_valid, assert_valid_stream
-from support.webui import free_port, load_extension
 
 HI = [{"role": "user", "content": "Hi"}]
-
-
-@pytest.fixture
-def extension(host_modules):
-    host_modules.shared.settings["openai_ext-port"] = free_port()
-    ext = load_extension(host_modules.shared)
-    assert ext.server is not None
-    yield ext
-    ext.server.stop()
 
 
 @pytest.fixture

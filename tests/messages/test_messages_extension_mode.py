@@ -5,16 +5,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from hosts.test_extension_mode import free_port, load_extension
 from support.anthropic_types import anthropic_client, assert_error, assert_events, assert_message, parse_events
-
-
-@pytest.fixture
-def extension(host_modules):
-    host_modules.shared.settings["openai-port"] = free_port()
-    ext = load_extension(host_modules.shared)
-    yield ext
-    ext.server.stop()
 
 
 @pytest.fixture
