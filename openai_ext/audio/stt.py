@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
 
 from ..core.errors import InvalidRequestError, ServiceUnavailableError
 from ..core.packages import build_once, cache_root, package_dir
+from .decode import SAMPLE_RATE
+from .vad import cut_silence
 
 if TYPE_CHECKING:
     import numpy as np
@@ -249,14 +251,20 @@ class FasterWhisperEngine:
         # OpenAI's temperature 0 is Whisper's fallback schedule: start greedy, and decode a window
         # again hotter when it looks like a failure (repetitive or improbable).
         temperatures = [0.0, 0.2, 0.4, 0.6, 0.8, 1.0] if temperature == 0 else [temperature]
+        duration = len(audio) / SAMPLE_RATE       # the original audio's, VAD or not
+        speech = None
+        if vad is not None:
+            # The VAD and the way back to the original clock are ours, not vad_filter's: it maps a
+            # segment's start by the chunk that time falls in, so a start whisper puts a little
+            # before a cut lands seconds early, in the silence cut out (see vad.py).
+            audio, speech = cut_silence(audio, threshold=vad.threshold, silence_ms=vad.silence_ms,
+                                        padding_ms=vad.padding_ms)
         raw, info = self.model.transcribe(
             audio, language=language, task=task, initial_prompt=prompt or None, temperature=temperatures,
             beam_size=self.beam_size, word_timestamps=word_timestamps, hotwords=hotwords or None,
-            vad_filter=vad is not None,
-            vad_parameters=None if vad is None else dict(threshold=vad.threshold,
-                                                         min_silence_duration_ms=vad.silence_ms,
-                                                         speech_pad_ms=vad.padding_ms))
-        duration = float(info.duration)
+            vad_filter=False)
+        if speech is not None:
+            raw = speech.restore(raw)
         return Transcript(language=info.language, duration=duration, segments=_segments(raw, duration))
 
     def _pick_language(self, audio: "np.ndarray", candidates: tuple[str, ...]) -> str:

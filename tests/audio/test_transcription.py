@@ -308,7 +308,7 @@ def test_language_given_by_name(client, fox_wav):
 def test_chunking_strategy_keeps_original_timestamps(client, speak):
     silence = np.zeros(RATE * 6, np.float32)
     data = encode(np.concatenate([speak(FOX), silence, speak(UMBRELLA)]), RATE, "flac")
-    second_starts = (len(speak(FOX)) + len(silence)) / RATE
+    first_ends, second_starts = len(speak(FOX)) / RATE, (len(speak(FOX)) + len(silence)) / RATE
     for strategy in ("auto", {"type": "server_vad", "threshold": 0.5, "silence_duration_ms": 500,
                               "prefix_padding_ms": 200}):
         reply = transcribe(client, data, response_format="verbose_json", chunking_strategy=strategy)
@@ -316,7 +316,53 @@ def test_chunking_strategy_keeps_original_timestamps(client, speak):
         # Whisper may cut the second sentence in two segments: the one that says "umbrella"
         # must still be placed after the silence, on the original audio's clock
         second = next(s for s in reply.segments if "umbrella" in s.text.lower())
-        assert second.start >= second_starts - 1.0, (strategy, reply.segments)
+        assert second.end >= second_starts + 1.0, (strategy, reply.segments)
+        if "warm" in second.text.lower():
+            # Whisper hears the cut silence as a short pause, and now and then (as the voice's
+            # random timing and the CPU's numerics go) runs the first sentence's end on into the
+            # second in one segment: that one holds speech from both sides of the silence
+            assert second.start <= first_ends, (strategy, reply.segments)
+        else:
+            assert second.start >= second_starts - 1.0, (strategy, reply.segments)
+
+
+@pytest.mark.parametrize("strategy, vad", [
+    pytest.param("auto", stt.Vad(), id="auto"),
+    pytest.param({"type": "server_vad", "threshold": 0.5, "silence_duration_ms": 500, "prefix_padding_ms": 200},
+                 stt.Vad(0.5, 500, 200), id="server_vad"),
+])
+@pytest.mark.parametrize("offset", [-0.3, -0.02, 0.35])
+def test_chunking_places_segments_by_their_speech(live, client, speak, monkeypatch, strategy, vad, offset):
+    """Whisper puts the boundary between the segments either side of a cut anywhere in the pause it
+    hears there, as the CPU's numerics go (a CPU with AMX puts it before the cut, where an AMD CPU
+    puts it 0.41 s after). Whisper's segments are set here, with that boundary a little before or
+    after the cut: the server still places each on its own speech."""
+    from faster_whisper.transcribe import Segment
+    from faster_whisper.vad import VadOptions, get_speech_timestamps
+
+    from openai_ext.audio.decode import SAMPLE_RATE, decode
+
+    silence = np.zeros(RATE * 6, np.float32)
+    data = encode(np.concatenate([speak(FOX), silence, speak(UMBRELLA)]), RATE, "flac")
+    first_ends, second_starts = len(speak(FOX)) / RATE, (len(speak(FOX)) + len(silence)) / RATE
+    # the speech the server joins, found as it finds it
+    chunks = get_speech_timestamps(decode(data), VadOptions(threshold=vad.threshold, speech_pad_ms=vad.padding_ms,
+                                                            min_silence_duration_ms=vad.silence_ms))
+    assert len(chunks) == 2
+    cut = (chunks[0]["end"] - chunks[0]["start"]) / SAMPLE_RATE
+    joined = cut + (chunks[1]["end"] - chunks[1]["start"]) / SAMPLE_RATE
+
+    def decoded(*args, **kw):
+        common = dict(id=1, seek=0, tokens=[], avg_logprob=-0.2, compression_ratio=1.5, no_speech_prob=0.01,
+                      words=None, temperature=0.0)
+        yield Segment(start=0.0, end=cut + offset, text=" " + FOX, **common)
+        yield Segment(start=cut + offset, end=joined - 0.2, text=" " + UMBRELLA, **common)
+    monkeypatch.setattr(engine_of(live).model, "generate_segments", decoded)
+    reply = transcribe(client, data, response_format="verbose_json", chunking_strategy=strategy)
+    first, second = reply.segments
+    assert first.start == 0.0 and first.end <= first_ends + 1.0, reply.segments
+    assert second.start >= second_starts - 1.0 and second.end <= len(speak(UMBRELLA)) / RATE + second_starts, \
+        reply.segments
 
 
 def test_temperature_maps_to_whisper(make_server, llama_host, fox_wav):
