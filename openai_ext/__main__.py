@@ -47,6 +47,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if field.annotation is bool:
             # --x turns a setting on, --no-x off; without either, the lower layers decide
             p.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=field.description)
+        elif typing.get_origin(field.annotation) is typing.Literal:
+            p.add_argument(flag, choices=typing.get_args(field.annotation), default=None, help=field.description)
         else:
             p.add_argument(flag, type=_flag_type(field.annotation), default=None, help=field.description)
     p.add_argument("--settings", help="settings file (default: settings.json next to script.py)")
@@ -80,7 +82,7 @@ def serve(args: argparse.Namespace) -> int:
 
     def make_host(path, alias=None):
         return LlamaCppHost(path, alias=alias, n_ctx=settings.n_ctx, n_threads=settings.n_threads,
-                            n_gpu_layers=settings.n_gpu_layers, parallel=settings.parallel)
+                            n_gpu_layers=settings.n_gpu_layers, parallel=settings.parallel, repack=settings.repack)
 
     try:
         sockets = bind_all(settings)   # first: a taken port is told before the model loads
@@ -101,7 +103,8 @@ def serve(args: argparse.Namespace) -> int:
     manager = StandaloneModels(settings, make_host, extra=known)
     server = ApiServer(create_app(settings, host, manager), settings, sockets)
     announce(server)
-    print(f"Serving {host.model_id} (context {host.context_length()} tokens per request, {host.parallel} at once)",
+    print(f"Serving {host.model_id} (context {host.context_length()} tokens, shared by up to {host.parallel} "
+          "requests at once)",
           file=sys.stderr, flush=True)
     tunnel.start(settings, server.port, server.scheme)
     try:

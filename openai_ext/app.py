@@ -108,6 +108,9 @@ def create_app(settings: Settings, host: Host, manager: ModelManager | None = No
         queue = state.text.queue
         body = {"status": "ok" if loaded else "no model", "model_loaded": loaded,
                 "queued": queue.waiting, "running": queue.running}
+        cells = state.text.host.kv_cells() if loaded else None
+        if cells is not None:
+            body["kv_cells"] = cells
         return JSONResponse(body, status_code=200 if loaded else 503)
 
     routers = [

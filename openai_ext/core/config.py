@@ -11,7 +11,7 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping
 
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict
@@ -38,12 +38,13 @@ class Settings(BaseSettings):
     api_key: str = Field("", description="When set, requests need 'Authorization: Bearer <key>'.")
     model: str | None = Field(None, description="Standalone: path of a GGUF file. Empty: the embedded SmolLM2.")
     model_alias: str | None = Field(None, description="Model id to report instead of the file name.")
-    n_ctx: int = Field(0, ge=0, description="Standalone: context length, shared equally by the parallel sequences; "
-                                            "0 uses the model's own.")
+    n_ctx: int = Field(0, ge=0, description="Standalone: context length (KV cells), shared by the parallel sequences: "
+                                            "one request may use all of it; 0 uses the model's own.")
     n_threads: int | None = Field(None, ge=1, description="Standalone: decode threads (default: llama.cpp's).")
     n_gpu_layers: int = Field(0, description="Standalone: layers offloaded to a GPU, if llama.cpp was built for one.")
-    parallel: int = Field(4, ge=1, le=64, description="Standalone: generations run at once, as sequences of one batch, "
-                                                     "each with an equal share of n_ctx; more wait in line.")
+    parallel: int = Field(4, ge=1, le=64, description="Standalone: generations run at once, as sequences of one batch "
+                                                     "sharing the n_ctx cells; more wait in line.")
+    repack: Literal["auto", "on", "off"] = Field("auto", description="Standalone: llama.cpp's extra CPU buffer types (weight repacking; Intel AMX). auto: on unless a test decode in a child process crashes with them (run once per model, llama.cpp build and CPU); on, off: forced.")
     truncate_prompt: bool = Field(False, description="Cut prompts that do not fit the context instead of answering 400.")
     allow_unknown_fields: bool = Field(False, description="Ignore unknown request fields instead of answering 400, "
                                                           "for clients that send extras.")

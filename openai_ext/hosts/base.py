@@ -158,6 +158,10 @@ class Host(ABC):
     def stop_all(self) -> None:
         """Asks any running generation to stop (internal stop-generation endpoint)."""
 
+    def kv_cells(self) -> dict[str, int] | None:
+        """KV cache cells in use and in all ({"used", "total"}), where the host can tell."""
+        return None
+
     def close(self) -> None:
         pass
 

@@ -5,15 +5,17 @@ It speaks the same generation-settings vocabulary as the web UI host (``max_new_
 on llama.cpp's C sampler API: that gives exact token counts, logit bias, seeds, log-probabilities
 and a stop check between every two tokens, without the layers of ``create_completion``.
 
-Up to ``parallel`` requests generate at once, as sequences of one batch (llamacpp_batch): the
-context's ``n_ctx`` cells are split evenly between them, so each request sees its share.
+Up to ``parallel`` requests generate at once, as sequences of one batch (llamacpp_batch). They
+share the context's KV cells, so each request may use the whole context.
+
+Before the model loads, llamacpp_probe decides whether llama.cpp may use its extra CPU buffer
+types (weight repacking, AMX), which crash on some CPUs.
 """
 
 from __future__ import annotations
 
 import ctypes
 import logging
-import multiprocessing
 import os
 import re
 import threading
@@ -22,10 +24,12 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from . import llamacpp_probe as probe
 from .base import ChatPrompt, Host, HostAbilities, Piece, Prompt, TokenLogprob
-from .llamacpp_batch import Closed, Scheduler, Work
+from .llamacpp_batch import Closed, Scheduler
+from .llamacpp_context import PREFILL_CHUNK, lazy_llama, load_context, load_model
 from .llamacpp_sampling import NEUTRAL, SAMPLERS, Detokenizer, sampler_chain
-from .llamacpp_work import END, OUTBOX, Generation, NextToken, Scoring
+from .llamacpp_work import END, OUTBOX, Generation, NextToken, Scoring, Work
 
 log = logging.getLogger(__name__)
 
@@ -37,64 +41,24 @@ FALLBACK_TEMPLATE = (
 FALLBACK_STOPS = ["\nUser:", "\nSystem:"]
 # Characters of text tokenized in one call at most, where the text can be cut exactly (tokenize()).
 TOKENIZE_PIECE = 4096
-# Tokens decoded in one step at most, and prompt tokens read per step while others generate.
-N_BATCH = 512
-PREFILL_CHUNK = 128
-# llama.cpp gives each sequence a multiple of this many cells.
-CELL_PAD = 256
-
-_backend_ready = False
-
-
-def _lazy_llama():
-    global _backend_ready
-    try:
-        import llama_cpp
-        from llama_cpp._logger import set_verbose
-    except ImportError as e:  # pragma: no cover - depends on the install
-        raise SystemExit("Standalone mode needs llama-cpp-python: pip install -r requirements.txt") from e
-    if not _backend_ready:
-        set_verbose(False)
-        llama_cpp.llama_backend_init()
-        _backend_ready = True
-    return llama_cpp
-
-
-def sequence_cells(n_ctx: int, parallel: int) -> int:
-    """Each sequence's share of ``n_ctx`` cells, rounded up to what llama.cpp allocates."""
-    share = -(-n_ctx // parallel)
-    return max(CELL_PAD, -(-share // CELL_PAD) * CELL_PAD)
-
 
 class LlamaCppHost(Host):
     owned_by = "llama.cpp"
 
     def __init__(self, model_path: str | os.PathLike, *, alias: str | None = None, n_ctx: int = 0,
-                 n_threads: int | None = None, n_gpu_layers: int = 0, parallel: int = 1):
-        L = _lazy_llama()
-        from llama_cpp._internals import LlamaContext, LlamaModel
-
+                 n_threads: int | None = None, n_gpu_layers: int = 0, parallel: int = 1, repack: str = "auto"):
+        L = lazy_llama()
         self._L = L
         path = Path(model_path)
         if not path.is_file():
             raise FileNotFoundError(f"No GGUF file at {path}")
         if parallel < 1:
             raise ValueError("parallel must be at least 1")
-        mparams = L.llama_model_default_params()
-        mparams.n_gpu_layers = 0x7FFFFFFF if n_gpu_layers == -1 else n_gpu_layers
-        self._model = LlamaModel(path_model=str(path), params=mparams, verbose=False)
+        self.buffers = probe.choose(path, repack, n_threads=n_threads, n_gpu_layers=n_gpu_layers)
+        log.info("%s", self.buffers.line())
+        self._model = load_model(path, extra_buffers=self.buffers.extra_buffers, n_gpu_layers=n_gpu_layers)
         try:
-            cells = sequence_cells(n_ctx or self._model.n_ctx_train(), parallel)
-            cparams = L.llama_context_default_params()
-            cparams.n_ctx = cells * parallel
-            cparams.n_batch = cparams.n_ubatch = min(N_BATCH, cells * parallel)
-            cparams.n_seq_max = parallel
-            # One KV stream per sequence: its cells lie as if it ran alone (see llamacpp_batch).
-            cparams.kv_unified = False
-            cparams.n_threads = n_threads or max(multiprocessing.cpu_count() // 2, 1)
-            cparams.n_threads_batch = multiprocessing.cpu_count()
-            cparams.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_DISABLED
-            self._context = LlamaContext(model=self._model, params=cparams, verbose=False)
+            self._context = load_context(self._model, n_ctx=n_ctx, parallel=parallel, n_threads=n_threads)
         except BaseException:
             self._model.close()
             raise
@@ -120,7 +84,7 @@ class LlamaCppHost(Host):
                                        fim=self._fim is not None, vocab_size=self._n_vocab,
                                        grammar=True, lazy_grammar=True, parallel=parallel)
         self._sched = Scheduler(L, self._ctx, slots=parallel, n_batch=L.llama_n_batch(self._ctx),
-                                slot_cells=self.context_length(), prefill_chunk=PREFILL_CHUNK)
+                                cells=L.llama_n_ctx(self._ctx), prefill_chunk=PREFILL_CHUNK)
 
     # --- prompts ------------------------------------------------------------------------------
     def _token_text(self, token: int) -> str:
@@ -140,7 +104,7 @@ class LlamaCppHost(Host):
         self._template_stops = [eos] if template and eos else list(FALLBACK_STOPS)
 
     def context_length(self) -> int:
-        """Tokens one request can see: its sequence's share of the context."""
+        """Tokens one request can see: the whole context (its sequences share the cells)."""
         return self._L.llama_n_ctx_seq(self._ctx)
 
     def _init_specials(self) -> None:
@@ -290,7 +254,7 @@ class LlamaCppHost(Host):
             raise ValueError("an empty prompt reached the model")
         if room <= 0:
             raise ValueError(f"a prompt of {len(prompt.tokens)} tokens reached a context of {self.context_length()}")
-        # A sequence's cells are its share of the context: the budget never outgrows them.
+        # The budget never outgrows the context.
         s["max_new_tokens"] = min(int(s["max_new_tokens"]), room)
         work = Generation(self, prompt.tokens, s, stop_event)
         self._submit(work)
@@ -382,7 +346,12 @@ class LlamaCppHost(Host):
         # The web UI's shape (model_name, lora_names, loader), plus what a client may want to know.
         # The file's name, not its path: the folder layout of the machine is not the client's business.
         return {"model_name": self.model_id, "lora_names": [], "loader": "llama.cpp", "file": self.path.name,
-                "n_ctx": self.context_length(), "chat_template": self.has_chat_template, "parallel": self.parallel}
+                "n_ctx": self.context_length(), "chat_template": self.has_chat_template, "parallel": self.parallel,
+                "extra_cpu_buffers": self.buffers.extra_buffers, "batch": self.batch_stats()}
+
+    def kv_cells(self) -> dict[str, int]:
+        counts = self._sched.counts()
+        return {"used": counts["cells_used"], "total": counts["cells_total"]}
 
 
 def _escaped(token: str) -> str:

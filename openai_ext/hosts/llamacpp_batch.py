@@ -5,17 +5,20 @@ sequences and runs one ``llama_decode``: one token for each sequence that is gen
 bounded chunk of prompt tokens of sequences that are still reading their prompts (so a long new
 prompt never stalls the others for long), then hands each sequence the logits of its last token.
 
-Each sequence runs in a slot: a sequence id of the context with its own KV cells. The context
-keeps one KV stream per slot (llama.cpp's non-unified cache): a sequence's cells lie where they
-would lie if it ran alone, so its numbers, and a seeded request's text, do not depend on what
-runs beside it. llama.cpp puts sequences into one compute pass only while their ids are
-consecutive, so a newcomer takes a free slot next to the running ones.
+Each sequence runs in a slot (a sequence id of the context). The slots share one KV cache
+(llama.cpp's unified cache), so one request may use the whole context while the others are short;
+``Cells`` keeps count of the cells each slot holds. A newcomer starts once its prompt fits in
+the free cells beside the running sequences' next steps (it waits otherwise, first come first
+served). When the running sequences grow until a step no longer fits, the cells kept as caches go
+first, then the youngest sequence is preempted: it gives its cells back and waits at the head of
+the line, and when it runs again it reads its prompt and what it generated again (its samplers
+keep their state), so its client sees a pause, never a different answer.
 
 A slot keeps the cells of the sequence that last ran in it. A newcomer whose tokens start with
-tokens some slot holds reuses them: in place when that slot is the one it takes, or copied from
-another slot (``llama_memory_seq_cp``; a whole KV stream, so only when the shared prefix is long
-enough to be worth more than the copy). A request that shares a long prefix with a sequence still
-reading it (the choices of ``n`` > 1) waits for that read to finish, then copies it.
+tokens some slot holds reuses them: in place, or shared from another slot (``llama_memory_seq_cp``
+in a unified cache adds a sequence to the cells, it copies nothing). A request that shares a long
+prefix with a sequence still reading it (the choices of ``n`` > 1) waits for that read to finish,
+then shares it.
 """
 
 from __future__ import annotations
@@ -29,48 +32,10 @@ from typing import Any
 
 import numpy as np
 
+from .llamacpp_cells import Cells
+from .llamacpp_work import Work
+
 log = logging.getLogger(__name__)
-
-
-class Work:
-    """What a slot runs: a generation or a scoring pass. The scheduler decodes ``tokens`` into the
-    slot's cells (``n_past`` of them are there) and calls ``produce`` once ``n_past`` reaches
-    ``end()``; a generation then appends the token it sampled, so there is more to decode."""
-
-    every_logit = False      # logits for every token decoded (scoring), not only the last
-    reuse = True             # may start from cells a slot already holds
-
-    def __init__(self, tokens: list[int]):
-        self.tokens = tokens
-        self.prompt_len = len(tokens)
-        self.n_past = 0
-        self.slot: Slot | None = None
-        self.done = False
-        self.order = 0
-
-    def end(self) -> int:
-        return len(self.tokens)
-
-    def ready(self) -> bool:
-        """False while its reader is behind: the sequence skips steps instead of running ahead."""
-        return True
-
-    def halted(self) -> bool:
-        """True when it should end now (its reader left, or everything is being stopped)."""
-        return False
-
-    def halt(self) -> None:
-        """Asks it to end at the next step (stop_all)."""
-
-    def produce(self, sched: "Scheduler", first: int, count: int) -> None:
-        """The logits of this step's tokens are outputs first..first+count-1 (only the last one
-        unless ``every_logit``)."""
-
-    def fail(self, error: BaseException) -> None:
-        self.done = True
-
-    def retire(self) -> None:
-        """Frees what it holds (samplers). Called once, on the scheduler's thread."""
 
 
 @dataclass
@@ -79,8 +44,10 @@ class Stats:
     decoded: int = 0            # tokens decoded, prompts and generated
     prompt_tokens: int = 0      # prompt tokens decoded
     reused_tokens: int = 0      # prompt tokens taken from cells already there instead
-    copies: int = 0             # slot-to-slot copies for prefix reuse
+    copies: int = 0             # prefixes shared from another slot
     most_running: int = 0
+    preempted: int = 0          # sequences that gave their cells back to let the others go on
+    evicted: int = 0            # cached prefixes dropped to make room
 
 
 @dataclass
@@ -103,11 +70,6 @@ def common_prefix(a: list[int], b: list[int], limit: int) -> int:
     return int(diff[0]) if diff.size else n
 
 
-def _runs(ids: set[int]) -> int:
-    """How many runs of consecutive numbers ``ids`` make."""
-    return sum(1 for i in ids if i - 1 not in ids)
-
-
 class Closed(RuntimeError):
     pass
 
@@ -115,14 +77,20 @@ class Closed(RuntimeError):
 class Scheduler:
     """The thread that owns the context and decodes every running sequence together."""
 
-    def __init__(self, L: Any, ctx: Any, *, slots: int, n_batch: int, slot_cells: int, prefill_chunk: int):
+    # A newcomer that shares at least this many tokens with a sibling still reading them waits
+    # for that read and shares its cells, rather than reading them too.
+    WAIT_FOR_SIBLING = 64
+    # Cells kept free for each running sequence's next steps when a newcomer is let in, so that
+    # a newcomer rarely has to be preempted as soon as it started.
+    HEADROOM = 16
+
+    def __init__(self, L: Any, ctx: Any, *, slots: int, n_batch: int, cells: int, prefill_chunk: int):
         self._L, self._ctx = L, ctx
         self._mem = L.llama_get_memory(ctx)
         self.slots = [Slot(i, []) for i in range(slots)]
+        self.cells = Cells(cells, slots)
         self.n_batch = n_batch
         self.prefill_chunk = max(1, min(prefill_chunk, n_batch))
-        # A copy moves a whole KV stream; below this many shared tokens, reading them again is cheaper.
-        self.copy_min = max(64, slot_cells // 16)
         self._batch = L.llama_batch_init(n_batch, 0, 1)
         self._cond = threading.Condition()
         self._waiting: deque[Work] = deque()
@@ -150,7 +118,8 @@ class Scheduler:
 
     def counts(self) -> dict[str, int]:
         with self._cond:
-            return {"slots": len(self.slots), "running": len(self._running), "waiting": len(self._waiting)}
+            return {"slots": len(self.slots), "running": len(self._running), "waiting": len(self._waiting),
+                    "cells_used": self.cells.used, "cells_total": self.cells.capacity}
 
     def describe(self) -> dict[str, Any]:
         return {**self.counts(), **asdict(self.stats)}
@@ -219,39 +188,66 @@ class Scheduler:
 
     def _place(self, work: Work, free: list[Slot]) -> bool:
         """Puts ``work`` into a free slot, reusing the longest prefix of its tokens held anywhere.
-        False when it should wait: a sibling is still reading the prefix it would copy.
+        False when it should wait: its prompt does not fit beside the running sequences yet, or a
+        sibling is still reading the prefix it would share.
 
-        The slot: one that keeps the running ids in as few consecutive runs as can be (each run is
-        a compute pass of its own), then the one holding most of its prefix, then the one used
-        longest ago, so the caches of recent requests (the next turn of a chat) stay."""
+        The slot: the free one holding most of its prefix, then the one used longest ago, so the
+        caches of recent requests (the next turn of a chat) stay."""
         limit = work.end() - 1 if work.reuse else 0   # at least one token is decoded, for its logits
-        running = {s.id for s in self.slots if s.work is not None}
         held = {s.id: common_prefix(s.held(), work.tokens, limit) for s in self.slots}
-        target = min(free, key=lambda s: (_runs(running | {s.id}), -held[s.id], s.used, s.id))
+        target = min(free, key=lambda s: (-held[s.id], s.used, s.id))
         source = max(self.slots, key=lambda s: (held[s.id], s is target))
         here, there = held[target.id], held[source.id]
         if limit and self._sibling_reading(work, limit, there):
             return False
+        share = source is not target and there > here
+        start = there if share else here
+        if not self._room(work.end() - start, keep=(source, target),
+                          freed=self.cells.freed_by_cut(target.id, 0 if share else here)):
+            return False
         mem, L = self._mem, self._L
-        if source is not target and there - here >= self.copy_min:
+        if share:
             L.llama_memory_seq_rm(mem, target.id, -1, -1)
-            L.llama_memory_seq_cp(mem, source.id, target.id, -1, -1)
+            L.llama_memory_seq_cp(mem, source.id, target.id, 0, there)
+            self.cells.share(source.id, target.id, there)
             self.stats.copies += 1
             here = there
         if not L.llama_memory_seq_rm(mem, target.id, here, -1):
             L.llama_memory_seq_rm(mem, target.id, -1, -1)   # a cache that cannot drop only its end
             here = 0
+        self.cells.cut(target.id, here)
         target.cached, target.work, target.used = [], work, next(self._clock)
         work.slot, work.n_past = target, here
         if work.reuse:
             self.stats.reused_tokens += here
         return True
 
+    def _room(self, need: int, *, keep: tuple[Slot, ...], freed: int) -> bool:
+        """Whether ``need`` more cells fit beside the running sequences (with their headroom),
+        counting ``freed`` cells that placing the work gives back; cached prefixes of idle slots
+        (not those in ``keep``) are dropped, oldest first, until it does."""
+        want = need + self.HEADROOM * len(self._running) - freed
+        if want <= self.cells.free:
+            return True
+        for slot in sorted((s for s in self.slots if s.work is None and s.cached and s not in keep),
+                           key=lambda s: s.used):
+            self._evict(slot)
+            if want <= self.cells.free:
+                return True
+        return False
+
+    def _evict(self, slot: Slot) -> None:
+        """Drops the cells an idle slot keeps as a cache."""
+        self._L.llama_memory_seq_rm(self._mem, slot.id, -1, -1)
+        self.cells.cut(slot.id, 0)
+        slot.cached = []
+        self.stats.evicted += 1
+
     def _sibling_reading(self, work: Work, limit: int, have: int) -> bool:
         for other in self._running:
             if other.n_past < other.end() and other.slot is not None:
                 shared = common_prefix(other.tokens, work.tokens, min(limit, other.end()))
-                if shared >= self.copy_min and shared > have and other.n_past < shared:
+                if shared >= self.WAIT_FOR_SIBLING and shared > have and other.n_past < shared:
                     return True
         return False
 
@@ -277,11 +273,20 @@ class Scheduler:
         with self._cond:
             self._leave()
             plan = self._plan()
+            # The generating sequences need a cell each; when they do not fit, room is made
+            while plan and sum(count for _, _, count in plan) > self.cells.free and self._make_room():
+                plan = self._plan()
         if not plan:
             return
         n = self._fill(plan)
         rc = self._L.llama_decode(self._ctx, self._batch)
         self.stats.steps += 1
+        if rc == 1:
+            # llama.cpp found no room for the batch and left the cache as it was (a cache whose
+            # cells this count does not follow exactly, such as a sliding window's)
+            with self._cond:
+                if self._make_room():
+                    return
         if rc != 0:
             error = RuntimeError(f"llama_decode failed ({rc}) on a batch of {n} tokens")
             log.error("%s", error)
@@ -290,17 +295,47 @@ class Scheduler:
                     work.fail(error)
                     if work.slot is not None:   # its cells may be half written: none are kept
                         self._L.llama_memory_seq_rm(self._mem, work.slot.id, -1, -1)
+                        self.cells.cut(work.slot.id, 0)
                         work.n_past = 0
                 self._leave()
             return
         self.stats.decoded += n
         for work, first, count in plan:
             self.stats.prompt_tokens += max(0, min(work.n_past + count, work.prompt_len) - work.n_past)
+            self.cells.grow(work.slot.id, count)
             work.n_past += count
             if work.every_logit or work.n_past >= work.end():
-                work.produce(self, first, count)
+                work.produce(first, count)
         with self._cond:
             self._leave()
+
+    def _make_room(self) -> bool:
+        """Frees cells for the running sequences' next step: a cached prefix of an idle slot, the
+        oldest first, or else the youngest running sequence, which waits at the head of the line
+        to be read again. False when neither is left (one sequence alone fills the cache).
+        Called under the lock."""
+        idle = [s for s in self.slots if s.work is None and s.cached]
+        if idle:
+            self._evict(min(idle, key=lambda s: s.used))
+            return True
+        if len(self._running) < 2:
+            return False
+        victim = max(self._running, key=lambda w: w.order)
+        self._running.remove(victim)
+        slot = victim.slot
+        held = self.cells.length(slot.id)
+        self._L.llama_memory_seq_rm(self._mem, slot.id, -1, -1)
+        self.cells.cut(slot.id, 0)
+        slot.work, slot.cached = None, []
+        victim.slot, victim.n_past = None, 0
+        victim.restart()
+        # the line is first come first served, and the victim came before all who wait
+        at = next((i for i, w in enumerate(self._waiting) if w.order > victim.order), len(self._waiting))
+        self._waiting.insert(at, victim)
+        self.stats.preempted += 1
+        log.info("the KV cache is full (%d cells): the newest of %d sequences gave back its %d cells and will "
+                 "be read again", self.cells.capacity, len(self._running) + 1, held)
+        return True
 
     def _plan(self) -> list[tuple[Work, int, int]]:
         """(work, first batch index, token count) for this step, in slot order."""
@@ -312,6 +347,7 @@ class Scheduler:
         budget = self.n_batch - len(generating)
         if generating:
             budget = min(budget, max(self.prefill_chunk - len(generating), 16))
+        budget = min(budget, self.cells.free - len(generating))   # prompts read as far as cells allow
         counts = {id(w): 1 for w in generating}
         for w in reading:
             if budget <= 0:

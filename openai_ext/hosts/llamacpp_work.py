@@ -17,11 +17,54 @@ from typing import Any
 import numpy as np
 
 from .base import Piece, TokenLogprob
-from .llamacpp_batch import Scheduler, Work
 from .llamacpp_sampling import Constrained
 
 # Pieces a generation may produce ahead of its reader.
 OUTBOX = 16
+
+
+class Work:
+    """What a slot runs: a generation or a scoring pass. The scheduler decodes ``tokens`` into the
+    slot's cells (``n_past`` of them are there) and calls ``produce`` once ``n_past`` reaches
+    ``end()``; a generation then appends the token it sampled, so there is more to decode."""
+
+    every_logit = False      # logits for every token decoded (scoring), not only the last
+    reuse = True             # may start from cells a slot already holds
+
+    def __init__(self, tokens: list[int]):
+        self.tokens = tokens
+        self.prompt_len = len(tokens)
+        self.n_past = 0
+        self.slot: Any = None    # the scheduler's Slot it runs in, while it runs
+        self.done = False
+        self.order = 0
+
+    def end(self) -> int:
+        return len(self.tokens)
+
+    def ready(self) -> bool:
+        """False while its reader is behind: the sequence skips steps instead of running ahead."""
+        return True
+
+    def halted(self) -> bool:
+        """True when it should end now (its reader left, or everything is being stopped)."""
+        return False
+
+    def halt(self) -> None:
+        """Asks it to end at the next step (stop_all)."""
+
+    def produce(self, first: int, count: int) -> None:
+        """The logits of this step's tokens are outputs first..first+count-1 (only the last one
+        unless ``every_logit``)."""
+
+    def fail(self, error: BaseException) -> None:
+        self.done = True
+
+    def restart(self) -> None:
+        """It was preempted: its cells are gone, and all its tokens will be decoded again."""
+
+    def retire(self) -> None:
+        """Frees what it holds (samplers). Called once, on the scheduler's thread."""
 
 
 class _End:
@@ -67,7 +110,7 @@ class Generation(Work):
     def halt(self) -> None:
         self._halt = True
 
-    def produce(self, sched: Scheduler, first: int, count: int) -> None:
+    def produce(self, first: int, count: int) -> None:
         if self.halted():   # checked between every two tokens, as the reader expects
             self.done = True
             return
@@ -133,8 +176,9 @@ class Scoring(Work):
     def end(self) -> int:
         return len(self.tokens) - 1   # the last token predicts nothing that is asked for
 
-    def produce(self, sched: Scheduler, first: int, count: int) -> None:
+    def produce(self, first: int, count: int) -> None:
         start = self.n_past - count
+        del self.scores[start:]   # (read again after a preemption)
         for i in range(count):
             self.scores.append(self.h._logprob(first + i, self.tokens[start + i + 1], self.top))
         if self.n_past >= self.end():
@@ -159,7 +203,7 @@ class NextToken(Work):
         self.error: BaseException | None = None
         self.finished = threading.Event()
 
-    def produce(self, sched: Scheduler, first: int, count: int) -> None:
+    def produce(self, first: int, count: int) -> None:
         h = self.h
         logits = np.ctypeslib.as_array(h._L.llama_get_logits_ith(h._ctx, first + count - 1), shape=(h._n_vocab,))
         probs = np.exp(logits - logits.max())

@@ -34,6 +34,10 @@ def test_model_info(live, llama_host):
     # the web UI's own shape, and no path of the server's machine
     assert (info["model_name"], info["lora_names"], info["loader"]) == (llama_host.model_id, [], "llama.cpp")
     assert info["file"] == llama_host.path.name and str(llama_host.path.parent) not in str(info)
+    # and what the embedded host adds: its context, shared by its sequences, and their counts
+    assert info["n_ctx"] == llama_host.context_length() and info["parallel"] == llama_host.parallel
+    assert info["batch"]["cells_total"] == info["n_ctx"] and {"preempted", "running", "waiting"} <= set(info["batch"])
+    assert isinstance(info["extra_cpu_buffers"], bool)
 
 
 def test_stop_generation_ends_a_running_stream(live):

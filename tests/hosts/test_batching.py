@@ -144,28 +144,55 @@ def test_health_counts_the_requests_that_run_together(batched, batch_host):
     assert ("a", "done") not in log.events[:seen] and ("b", "done") not in log.events[:seen]
 
 
-def test_a_seeded_request_gives_the_same_text_alone_and_in_a_batch_of_eight(batch_host):
+def test_a_seeded_request_gives_the_same_text_again_on_one_sequence(llama_host):
+    """With one sequence (parallel 1) the cache holds nothing but that sequence's own cells, laid
+    out as they were the first time: a seeded request is reproducible, even after other requests."""
     seeded = {**GREEDY, "temperature": 0.9, "do_sample": True, "top_p": 0.95, "seed": 1234, "max_new_tokens": 40}
     question = "Describe a walk in the forest."
-    alone = "".join(p.text for p in generate(batch_host, question, seeded))
-    others = [in_thread(generate, batch_host, f"{LONG} Chapter {i}.", {**GREEDY, "max_new_tokens": 200,
-                                                                       "ban_eos_token": True}) for i in range(7)]
-    until(lambda: running(batch_host) == 7, "seven others running")
-    company, text = [], []
-    for piece in batch_host.generate(prompt(batch_host, question), seeded, threading.Event()):
-        company.append(running(batch_host))
-        text.append(piece.text)
-    for f in others:
-        f.result()
-    assert max(company) == 8                      # it really ran in a batch of eight
-    assert "".join(text) == alone
+    first = "".join(p.text for p in generate(llama_host, question, seeded))
+    generate(llama_host, f"{LONG} Chapter 1.", {**GREEDY, "max_new_tokens": 60})
+    assert "".join(p.text for p in generate(llama_host, question, seeded)) == first
 
 
-def test_greedy_text_does_not_depend_on_the_company(batch_host):
-    settings = {**GREEDY, "max_new_tokens": 30}
+def assert_same_greedy_answer(alone: list, other: list, tie: float = 0.5) -> None:
+    """Two greedy answers (with logprobs 2) to one prompt, one computed alone and one beside other
+    sequences, or read again. Their cells lie elsewhere in the shared cache and the attention spans
+    more cells, so sums run in another order; the model's activations are quantized to 8 bits, which
+    turns such last-bit differences into log-probabilities that differ by up to a few tenths. The
+    answers are the same, token for token with log-probabilities within ``tie``, up to a near tie
+    between the two best tokens, where such a difference may choose the other one."""
+    alone, other = [p for p in alone if p.logprob], [p for p in other if p.logprob]   # (an end has none)
+    for i, (a, b) in enumerate(zip(alone, other)):
+        best, second = a.logprob.top[0][1], a.logprob.top[1][1]
+        if a.text != b.text:
+            assert best - second < tie, (i, a, b)
+            return
+        assert abs(a.logprob.logprob - b.logprob.logprob) < tie, (i, a, b)
+    assert len(alone) == len(other)
+
+
+def test_company_changes_a_greedy_answer_only_in_its_last_bits(batch_host):
+    settings = {**GREEDY, "max_new_tokens": 30, "logprobs": 2, "ban_eos_token": True}
     alone = [generate(batch_host, f"List animals, number {i}.", settings) for i in range(4)]
     together = [in_thread(generate, batch_host, f"List animals, number {i}.", settings) for i in range(4)]
-    assert [[p.text for p in r] for r in alone] == [[p.text for p in f.result()] for f in together]
+    for a, t in zip(alone, together):
+        assert_same_greedy_answer(a, t.result())
+
+
+def test_sequences_in_one_cache_never_see_each_others_tokens(batch_host):
+    """Each prompt is a list of one word, which the model continues; eight of them at once, each
+    with its own word. A sequence that saw another's cells would write the other's word."""
+    words = ["apple", "river", "candle", "pencil", "garden", "rocket", "violin", "button"]
+    settings = {**GREEDY, "max_new_tokens": 6}
+
+    def complete(word):
+        text = f"- {word}\n" * 30
+        return "".join(p.text for p in batch_host.generate(Prompt(text, batch_host.tokenize(text)), settings,
+                                                            threading.Event()))
+    futures = {w: in_thread(complete, w) for w in words}
+    for word, f in futures.items():
+        out = f.result()
+        assert word in out and not any(other in out for other in words if other != word), (word, out)
 
 
 def test_grammar_tools_and_logprobs_work_inside_the_batch(batched, batch_host):
@@ -321,9 +348,9 @@ def test_echo_scores_the_prompt_inside_the_batch(batched, batch_host):
         assert lp["tokens"][:4] == ["The", " quick", " brown", " fox"] and lp["token_logprobs"][0] is not None
 
 
-def test_a_prompt_longer_than_a_requests_share_is_refused_not_cut(batched, batch_host):
+def test_a_prompt_longer_than_the_context_is_refused_not_cut(batched, batch_host):
     share = batch_host.context_length()
-    assert share == 8192 // 8
+    assert share == 8192       # the whole context, however many sequences share it
     client = openai_client(batched)
     import openai
 
