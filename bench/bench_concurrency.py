@@ -10,20 +10,29 @@ every round. Contenders take turns within each round, so drift on a shared machi
   others       any OpenAI-compatible servers given with --other NAME=URL (llama.cpp's llama-server
                with --parallel 8 on the same GGUF, say, or this project at an earlier commit)
 
+With --hog H, every round runs twice: as above, then with H busy processes beside the servers
+(each a Python loop that never sleeps, as a build or another service would be), and the tables
+show how each server degrades. A server that keeps a fair share of the CPU keeps at least
+(CPUs - H) / CPUs of its throughput.
+
 Then prefix reuse: a ten-turn conversation on the parallel=P server (each turn sends the whole
 history plus a new question); the time to first token of the tenth turn against the first, and
 against the same tenth-turn prompt made cold (a different first line, so no cached prefix fits).
 
     python bench/bench_concurrency.py [--rounds 3] [--clients 1,2,4,8] [--parallel 8]
-        [--other llama-server=http://127.0.0.1:8080/v1 ...] [--model PATH] [--n-ctx 8192]
+        [--other llama-server=http://127.0.0.1:8080/v1 ...] [--model PATH] [--n-ctx 8192] [--hog H]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import os
 import statistics
+import subprocess
+import sys
 import time
 
 import httpx
@@ -100,6 +109,20 @@ async def conversation(base: str, model: str, turns: int = 10) -> tuple[list[flo
     return ttfts, cold_ttft
 
 
+@contextlib.contextmanager
+def hogs(n: int):
+    """``n`` processes that keep a CPU busy each, for as long as the block runs."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    try:
+        time.sleep(0.5 if n else 0)
+        yield
+    finally:
+        for p in procs:
+            p.kill()
+        for p in procs:
+            p.wait()
+
+
 def pct(values: list[float], q: float) -> float:
     values = sorted(values)
     return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
@@ -116,6 +139,9 @@ def main() -> None:
     ap.add_argument("--other", action="append", default=[], metavar="NAME=URL",
                     help="another OpenAI-compatible server, e.g. llama-server=http://127.0.0.1:8080/v1 (repeatable)")
     ap.add_argument("--skip-serial", action="store_true", help="leave out the parallel=1 server")
+    ap.add_argument("--hog", type=int, default=0, metavar="H",
+                    help="also run every round with H busy processes beside the servers")
+    ap.add_argument("--skip-turns", action="store_true", help="leave out the ten-turn conversation")
     args = ap.parse_args()
     counts = [int(c) for c in args.clients.split(",")]
     parallel = args.parallel or max(counts)
@@ -132,41 +158,55 @@ def main() -> None:
         name, _, url = other.partition("=")
         servers[name] = url.rstrip("/")
     models = {name: "local" for name in servers}
-    rows: dict[tuple[str, int], list[tuple[float, list[float]]]] = {}
+    rows: dict[tuple[str, int, int], list[tuple[float, list[float]]]] = {}
+    loads = [0, args.hog] if args.hog else [0]
     try:
         for base, proc in zip(servers.values(), procs):
             wait_up(base, proc)
         for name, base in servers.items():   # warm-up: pages loaded, templates compiled
             asyncio.run(crowd(base, models[name], 2, 99, 8))
         print(f"{len(servers)} servers, clients {counts}, {args.max_tokens} tokens each, temperature 0, "
-              f"{args.rounds} rounds, n_ctx {args.n_ctx}")
+              f"{args.rounds} rounds, n_ctx {args.n_ctx}, {os.cpu_count()} CPUs"
+              + (f", busy processes beside them: 0 and {args.hog}" if args.hog else ""))
         for r in range(args.rounds):
-            for n in counts:
-                for name, base in servers.items():
-                    rows.setdefault((name, n), []).append(asyncio.run(crowd(base, models[name], n, r, args.max_tokens)))
+            for hog in loads:
+                with hogs(hog):
+                    for n in counts:
+                        for name, base in servers.items():
+                            rows.setdefault((name, hog, n), []).append(
+                                asyncio.run(crowd(base, models[name], n, r, args.max_tokens)))
             print(f"round {r + 1} done", flush=True)
-        turns = {name: asyncio.run(conversation(servers[name], models[name]))
-                 for name in servers if name != "parallel=1"}
+        turns = {} if args.skip_turns else {name: asyncio.run(conversation(servers[name], models[name]))
+                                            for name in servers if name != "parallel=1"}
     finally:
         stop(procs)
 
-    print(f"\n{'server':16} {'N':>3} {'agg tok/s':>10} {'p50 TTFT ms':>12} {'p95 TTFT ms':>12}")
-    table: dict[tuple[str, int], tuple[float, float, float]] = {}
-    for (name, n), runs in rows.items():
+    print(f"\n{'server':16} {'hog':>3} {'N':>3} {'agg tok/s':>10} {'p50 TTFT ms':>12} {'p95 TTFT ms':>12}")
+    table: dict[tuple[str, int, int], tuple[float, float, float]] = {}
+    for (name, hog, n), runs in rows.items():
         tps = statistics.median(r[0] for r in runs)
         ttfts = [t for r in runs for t in r[1]]
-        table[name, n] = (tps, pct(ttfts, 0.5) * 1000, pct(ttfts, 0.95) * 1000)
+        table[name, hog, n] = (tps, pct(ttfts, 0.5) * 1000, pct(ttfts, 0.95) * 1000)
     for name in servers:
-        for n in counts:
-            tps, p50, p95 = table[name, n]
-            print(f"{name:16} {n:3d} {tps:10.1f} {p50:12.1f} {p95:12.1f}")
+        for hog in loads:
+            for n in counts:
+                tps, p50, p95 = table[name, hog, n]
+                print(f"{name:16} {hog:3d} {n:3d} {tps:10.1f} {p50:12.1f} {p95:12.1f}")
     batched = f"parallel={parallel}"
-    for ref in [s for s in servers if s != batched]:
-        print(f"\n{batched} / {ref}:")
-        for n in counts:
-            (a, _, pa), (b, _, pb) = table[batched, n], table[ref, n]
-            print(f"  N={n}: aggregate tok/s x{a / b:.2f}, p95 TTFT x{pa / pb:.2f}")
-    one, most = table[batched, counts[0]][0], table[batched, counts[-1]][0]
+    for hog in loads:
+        for ref in [s for s in servers if s != batched]:
+            print(f"\n{batched} / {ref}" + (f" (with {hog} busy processes)" if hog else "") + ":")
+            for n in counts:
+                (a, _, pa), (b, _, pb) = table[batched, hog, n], table[ref, hog, n]
+                print(f"  N={n}: aggregate tok/s x{a / b:.2f}, p95 TTFT x{pa / pb:.2f}")
+    if args.hog:
+        cpus = os.cpu_count() or 1
+        print(f"\nwith {args.hog} busy processes / without (a fair share keeps x{max(cpus - args.hog, 1) / cpus:.2f}):")
+        for name in servers:
+            print(f"  {name:16} " + ", ".join(
+                f"N={n}: tok/s x{table[name, args.hog, n][0] / table[name, 0, n][0]:.2f} "
+                f"p95 TTFT x{table[name, args.hog, n][2] / table[name, 0, n][2]:.2f}" for n in counts))
+    one, most = table[batched, 0, counts[0]][0], table[batched, 0, counts[-1]][0]
     print(f"\n{batched}: aggregate at N={counts[-1]} is x{most / one:.2f} its N={counts[0]} figure")
     for name, (ttfts, cold) in turns.items():
         print(f"\nprefix reuse on {name}: TTFT turn 1 {ttfts[0] * 1000:.1f} ms, turn 10 {ttfts[-1] * 1000:.1f} ms "

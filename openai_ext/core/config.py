@@ -40,7 +40,7 @@ class Settings(BaseSettings):
     model_alias: str | None = Field(None, description="Model id to report instead of the file name.")
     n_ctx: int = Field(0, ge=0, description="Standalone: context length (KV cells), shared by the parallel sequences: "
                                             "one request may use all of it; 0 uses the model's own.")
-    n_threads: int | None = Field(None, ge=1, description="Standalone: decode threads (default: llama.cpp's).")
+    n_threads: int | None = Field(None, ge=1, description="Standalone: decode threads, fixed (default: the CPUs that other processes leave free, checked every second).")
     n_gpu_layers: int = Field(0, description="Standalone: layers offloaded to a GPU, if llama.cpp was built for one.")
     parallel: int = Field(4, ge=1, le=64, description="Standalone: generations run at once, as sequences of one batch "
                                                      "sharing the n_ctx cells; more wait in line.")

@@ -29,6 +29,7 @@ from .base import ChatPrompt, Host, HostAbilities, Piece, Prompt, TokenLogprob
 from .llamacpp_batch import Closed, Scheduler
 from .llamacpp_context import PREFILL_CHUNK, lazy_llama, load_context, load_model
 from .llamacpp_sampling import NEUTRAL, SAMPLERS, Detokenizer, sampler_chain
+from .llamacpp_threads import Threads
 from .llamacpp_work import END, OUTBOX, Generation, NextToken, Scoring, Work
 
 log = logging.getLogger(__name__)
@@ -83,8 +84,10 @@ class LlamaCppHost(Host):
         self.abilities = HostAbilities(samplers=SAMPLERS, logprobs=True, logit_bias=True,
                                        fim=self._fim is not None, vocab_size=self._n_vocab,
                                        grammar=True, lazy_grammar=True, parallel=parallel)
+        self.threads = Threads(lambda gen, batch: L.llama_set_n_threads(self._ctx, gen, batch), fixed=n_threads)
         self._sched = Scheduler(L, self._ctx, slots=parallel, n_batch=L.llama_n_batch(self._ctx),
-                                cells=L.llama_n_ctx(self._ctx), prefill_chunk=PREFILL_CHUNK)
+                                cells=L.llama_n_ctx(self._ctx), prefill_chunk=PREFILL_CHUNK,
+                                before_step=self.threads.before_step)
 
     # --- prompts ------------------------------------------------------------------------------
     def _token_text(self, token: int) -> str:
@@ -347,7 +350,9 @@ class LlamaCppHost(Host):
         # The file's name, not its path: the folder layout of the machine is not the client's business.
         return {"model_name": self.model_id, "lora_names": [], "loader": "llama.cpp", "file": self.path.name,
                 "n_ctx": self.context_length(), "chat_template": self.has_chat_template, "parallel": self.parallel,
-                "extra_cpu_buffers": self.buffers.extra_buffers, "batch": self.batch_stats()}
+                "extra_cpu_buffers": self.buffers.extra_buffers, "batch": self.batch_stats(),
+                "threads": {"generation": self.threads.gen, "batch": self.threads.batch,
+                            "adaptive": self.threads.adaptive}}
 
     def kv_cells(self) -> dict[str, int]:
         counts = self._sched.counts()

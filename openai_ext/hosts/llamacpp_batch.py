@@ -28,7 +28,7 @@ import logging
 import threading
 from collections import deque
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -84,8 +84,10 @@ class Scheduler:
     # a newcomer rarely has to be preempted as soon as it started.
     HEADROOM = 16
 
-    def __init__(self, L: Any, ctx: Any, *, slots: int, n_batch: int, cells: int, prefill_chunk: int):
+    def __init__(self, L: Any, ctx: Any, *, slots: int, n_batch: int, cells: int, prefill_chunk: int,
+                 before_step: Callable[[], None] = lambda: None):
         self._L, self._ctx = L, ctx
+        self._before_step = before_step   # (the thread count's check, on this thread)
         self._mem = L.llama_get_memory(ctx)
         self.slots = [Slot(i, []) for i in range(slots)]
         self.cells = Cells(cells, slots)
@@ -279,6 +281,7 @@ class Scheduler:
         if not plan:
             return
         n = self._fill(plan)
+        self._before_step()
         rc = self._L.llama_decode(self._ctx, self._batch)
         self.stats.steps += 1
         if rc == 1:
