@@ -20,6 +20,7 @@ from typing import Any, Iterator
 
 from ..core.errors import InvalidRequestError, ServiceUnavailableError
 from . import textgen_scores as scores
+from . import textgen_server as model_server
 from .base import HOST_SAMPLERS, ChatPrompt, Host, HostAbilities, Piece, Prompt, TokenLogprob
 from .textgen_chat import messages_to_history, resolve_chat, resolve_preset
 from .textgen_replies import Follower, Turns, host_failures
@@ -132,6 +133,7 @@ class TextgenHost(Host):
         if self.m.shared.model is None:
             raise ServiceUnavailableError("No model is loaded. Load one in the web UI, or with POST "
                                           "/v1/internal/model/load.", code="model_not_loaded")
+        model_server.check(self.m.shared.model)
 
     def context_length(self) -> int:
         return int(self.m.shared.settings["truncation_length"])
@@ -139,7 +141,8 @@ class TextgenHost(Host):
     def tokenize(self, text: str, *, add_bos: bool = True) -> list[int]:
         self._require_model()
         # add_special_tokens too: on Transformers, add_bos_token=False alone still adds BOS
-        ids = self.m.text_generation.encode(text, add_special_tokens=add_bos, add_bos_token=add_bos)
+        with model_server.guarded(self.m.shared.model):
+            ids = self.m.text_generation.encode(text, add_special_tokens=add_bos, add_bos_token=add_bos)
         # encode() gives a (1, n) numpy array or torch tensor, depending on the loader
         return [int(t) for t in ids[0].tolist()]
 
@@ -147,7 +150,8 @@ class TextgenHost(Host):
         # Special tokens are kept: a prompt rebuilt from its tokens (a cut prompt, or token-id
         # input) must keep its chat template's markers.
         self._require_model()
-        return self.m.text_generation.decode([int(t) for t in tokens], skip_special_tokens=False)
+        with model_server.guarded(self.m.shared.model):
+            return self.m.text_generation.decode([int(t) for t in tokens], skip_special_tokens=False)
 
     def _state(self, settings: dict[str, Any]) -> dict[str, Any]:
         # Missing keys make the host's loaders fail silently, so start from all of its settings;
@@ -227,7 +231,8 @@ class TextgenHost(Host):
                             yield piece
                     if stop_event.is_set():
                         return
-        if failures.error is not None:
+        if failures.error is not None or not follow.text:   # (an empty reply: the server may have died)
+            model_server.check(self.m.shared.model, " while generating this reply")
             raise RuntimeError(f"the web UI's generation failed: {failures.error}") from failures.error
         tail = follow.finish()
         limit = int(settings.get("max_new_tokens", 0))

@@ -8,7 +8,10 @@ the Transformers path calls ``state['logits_processor']`` before each token is s
 import ast
 import copy
 import math
+import subprocess
+import sys
 import time
+import weakref
 
 import numpy as np
 
@@ -92,6 +95,12 @@ def _tokenize(text):
 
 def encode(prompt, add_special_tokens=True, add_bos_token=True, truncation_length=None):
     _need_tokenizer()
+    if type(shared.model).__name__ == "LlamaServer":   # as the host's: llama-server tokenizes
+        shared.model.reach("/tokenize")
+    return _encode(prompt, add_bos_token=add_bos_token, truncation_length=truncation_length)
+
+
+def _encode(prompt, add_bos_token=True, truncation_length=None):
     ids = _tokenize(str(prompt))
     if add_bos_token and not ids[:1] == [BOS]:
         ids = [BOS] + ids
@@ -102,6 +111,12 @@ def encode(prompt, add_special_tokens=True, add_bos_token=True, truncation_lengt
 
 def decode(output_ids, skip_special_tokens=True):
     _need_tokenizer()
+    if type(shared.model).__name__ == "LlamaServer":
+        shared.model.reach("/detokenize")
+    return _decode(output_ids, skip_special_tokens)
+
+
+def _decode(output_ids, skip_special_tokens=True):
     # as a Hugging Face tokenizer does: special tokens are dropped unless asked for
     raw = b"".join(token_bytes(i) for i in output_ids if not (skip_special_tokens and int(i) in (BOS, EOS)))
     return raw.decode("utf-8", errors="replace")
@@ -273,16 +288,61 @@ class _CustomModel:
             yield output.decode("utf-8", errors="replace")
 
 
+# Every LlamaServer made (weak references)
+LLAMA_SERVERS = []
+
+
 class LlamaServer(_CustomModel):
-    """The host's llama.cpp loader: a llama-server process it talks to over HTTP."""
+    """The host's llama.cpp loader: a llama-server process it talks to over HTTP.
+
+    ``process`` is a real child process standing in for llama-server (a sleeping Python), as the
+    host keeps its Popen. Once it has exited (a test kills it, as a crash would), every call the
+    host makes to the server fails as the host's requests.Session calls to a dead port do: a
+    ConnectionError before a reply, a ChunkedEncodingError in the middle of a streamed one."""
 
     bos_token = "<s>"
 
+    def __init__(self):
+        super().__init__()
+        self.port = 8000 + len(LLAMA_SERVERS)
+        self.process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(10**6)"],
+                                        stdin=subprocess.DEVNULL)
+        weakref.finalize(self, self.process.kill)
+        LLAMA_SERVERS.append(weakref.ref(self))
+
+    def reach(self, path):
+        """What the host's HTTP call to ``path`` meets: an error when the server is gone."""
+        import requests
+
+        if self.process is None or self.process.poll() is not None:
+            raise requests.exceptions.ConnectionError(
+                f"HTTPConnectionPool(host='127.0.0.1', port={self.port}): Max retries exceeded with url: {path} "
+                "(Caused by NewConnectionError('Failed to establish a new connection: [Errno 111] Connection "
+                "refused'))")
+
     def encode(self, text, add_bos_token=False, **kwargs):
-        return list(encode(text, add_bos_token=add_bos_token)[0])
+        self.reach("/tokenize")
+        return list(_encode(text, add_bos_token=add_bos_token)[0])
 
     def decode(self, token_ids, **kwargs):
-        return decode(token_ids, skip_special_tokens=False)
+        self.reach("/detokenize")
+        return _decode(token_ids, skip_special_tokens=False)
+
+    def generate_with_streaming(self, prompt, state):
+        import requests
+
+        self.reach("/completion")
+        for text in super().generate_with_streaming(prompt, state):
+            if self.process.poll() is not None:
+                raise requests.exceptions.ChunkedEncodingError(
+                    "('Connection broken: IncompleteRead(0 bytes read)', IncompleteRead(0 bytes read))")
+            yield text
+
+    def stop(self):
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+            self.process = None
 
     def get_prompt_logprob_entries(self, token_ids, n_probs=5, prompt=""):
         """As the host's: a null first entry, then llama-server's prompt_probabilities."""
