@@ -29,19 +29,6 @@ def usable_cpus() -> set[int]:
         return set(range(os.cpu_count() or 1))
 
 
-def physical_cores(cpus: set[int]) -> int:
-    """Cores among ``cpus``, counting the hardware threads of one core once (as llama.cpp counts
-    them for generation, which more threads on one core do not speed up)."""
-    groups = set()
-    for cpu in cpus:
-        try:
-            with open(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list", encoding="ascii") as f:
-                groups.add(f.read().strip())
-        except OSError:
-            return max(len(cpus) // 2, 1)   # no topology: assume two threads a core
-    return max(len(groups), 1)
-
-
 def _cpu_ticks(cpus: set[int]) -> tuple[int, int] | None:
     """(busy, total) clock ticks of ``cpus`` since boot; None without /proc. Steal time counts as
     busy: on a virtual machine it is time the host gave to others."""
@@ -73,15 +60,17 @@ def _own_ticks() -> int | None:
 
 class Threads:
     """Decides the thread counts before each step and tells llama.cpp (``apply(gen, batch)``)
-    when they change. llama.cpp uses ``gen`` threads for a step of one token (one sequence
-    generating): at most one a core, as more gain nothing there; ``batch`` for the others."""
+    when they change: llama.cpp uses ``gen`` threads for a step of one token (one sequence
+    generating), ``batch`` for the others."""
 
     def __init__(self, apply: Callable[[int, int], None], *, fixed: int | None = None,
                  clock: Callable[[], float] = time.monotonic):
         self._apply, self._clock = apply, clock
         self.cpus = usable_cpus()
         n = len(self.cpus)
-        self.most_gen, self.most_batch = (fixed, fixed) if fixed else (physical_cores(self.cpus), n)
+        # one token a step: half the CPUs, as llama-cpp-python chooses (a core each where cores have
+        # two threads; and a CPU left for this server's own work, which measured faster on two)
+        self.most_gen, self.most_batch = (fixed, fixed) if fixed else (max(n // 2, 1), n)
         self.adaptive = fixed is None and _cpu_ticks(self.cpus) is not None and _own_ticks() is not None
         self.gen, self.batch = self.most_gen, self.most_batch
         self._pending: int | None = None

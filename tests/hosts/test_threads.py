@@ -17,7 +17,6 @@ class Machine:
     def __init__(self, monkeypatch):
         self.t, self.busy, self.total, self.own = 0.0, 0, 0, 0
         monkeypatch.setattr(lt, "usable_cpus", lambda: {0, 1, 2, 3})
-        monkeypatch.setattr(lt, "physical_cores", lambda cpus: 2)
         monkeypatch.setattr(lt, "_cpu_ticks", lambda cpus: (self.busy, self.total))
         monkeypatch.setattr(lt, "_own_ticks", lambda: self.own)
 
@@ -35,7 +34,7 @@ def governed(machine, **kw):
     return threads, applied
 
 
-def test_it_starts_with_every_cpu_and_a_thread_a_core_for_one_token(monkeypatch):
+def test_it_starts_with_every_cpu_and_half_of_them_for_one_token(monkeypatch):
     threads, applied = governed(Machine(monkeypatch))
     assert applied == [(2, 4)] and threads.adaptive
 
