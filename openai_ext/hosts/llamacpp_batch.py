@@ -202,6 +202,8 @@ class Scheduler:
         here, there = held[target.id], held[source.id]
         if limit and self._sibling_reading(work, limit, there):
             return False
+        # (An idle slot holding the longest prefix is free, so it is the target itself: a source
+        # kept while this waits for room is running, and the wait ends when it does.)
         share = source is not target and there > here
         start = there if share else here
         if not self._room(work.end() - start, keep=(source, target),

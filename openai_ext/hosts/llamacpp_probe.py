@@ -46,6 +46,7 @@ PROBE_OK = "probe ok"
 class Choice:
     extra_buffers: bool
     reason: str
+    settled: bool = True     # worth keeping: not a failure that may pass (a child that could not start)
 
     def line(self) -> str:
         state = "on" if self.extra_buffers else "off"
@@ -134,7 +135,8 @@ def choose(path: Path, mode: str = "auto", *, n_threads: int | None = None, n_gp
         return Choice(known["extra_buffers"], f"{known.get('reason', '')} (kept from an earlier start; "
                                               f"force with --repack on|off)")
     choice = _probe(path, n_threads=n_threads, n_gpu_layers=n_gpu_layers)
-    _remember(file, key, choice)
+    if choice.settled:
+        _remember(file, key, choice)
     return choice
 
 
@@ -144,9 +146,12 @@ def _probe(path: Path, *, n_threads: int | None, n_gpu_layers: int) -> Choice:
     if n_threads:
         cmd += ["--threads", str(n_threads)]
     amx = " (this CPU reports Intel AMX, whose llama.cpp path is known to crash)" if has_amx() else ""
+    # the child imports this package from where the server imports it, whatever the folder
+    package_root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
     t0 = time.monotonic()
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         return Choice(False, f"a test decode with them did not finish in {timeout:.0f} s{amx}; "
                              "the server runs without them (force with --repack on)")
@@ -158,11 +163,12 @@ def _probe(path: Path, *, n_threads: int | None, n_gpu_layers: int) -> Choice:
             how = f"killed by {signal.Signals(-done.returncode).name}"
         except ValueError:
             how = f"killed by signal {-done.returncode}"
-    else:
-        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or [""]
-        how = f"exit status {done.returncode}: {tail[0][:200]}"
-    return Choice(False, f"a test decode with them failed in a child process ({how}){amx}; "
-                         "the server runs without them (force with --repack on)")
+        return Choice(False, f"a test decode with them failed in a child process ({how}){amx}; "
+                             "the server runs without them (force with --repack on)")
+    # An error, not a crash: safe for this start, tested again at the next
+    tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or [""]
+    return Choice(False, f"the test decode could not run (exit status {done.returncode}: {tail[0][:200]}); "
+                         "the server runs without them this time (force with --repack on)", settled=False)
 
 
 def _child(argv: list[str] | None = None) -> int:

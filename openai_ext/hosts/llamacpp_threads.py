@@ -92,6 +92,13 @@ class Threads:
     def before_step(self) -> None:
         if not self.adaptive or self._clock() - self._last[0] < INTERVAL_S:
             return
+        try:
+            self._follow()
+        except Exception:  # noqa: BLE001 - a reading gone wrong must not stop the decoding
+            log.exception("the CPUs' load could not be read; the thread count stays at %d", self.batch)
+            self.adaptive = False
+
+    def _follow(self) -> None:
         now = self._sample()
         free = self.free_cpus(self._last, now)
         self._last = now

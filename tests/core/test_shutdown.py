@@ -16,8 +16,9 @@ import pytest
 from support import ROOT
 from support.spec import assert_valid, parse_sse
 
+# (no end-of-text token: the stream is still running whenever the test stops the server)
 LONG = {"model": "x", "messages": [{"role": "user", "content": "Write a very long story about a dragon."}],
-        "max_tokens": 1500, "temperature": 1, "seed": 3, "stream": True}
+        "max_tokens": 1500, "temperature": 1, "seed": 3, "stream": True, "ban_eos_token": True}
 
 
 def read_until_chunks(response: httpx.Response, n: int) -> tuple[str, object]:
@@ -70,7 +71,9 @@ def _free_port() -> int:
 def test_a_signal_ends_open_streams_cleanly_and_lets_a_short_request_finish(sig):
     port = _free_port()
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "openai_ext", "--port", str(port), "--shutdown-grace-s", "20"],
+    # one generation at a time, so the short request waits in line behind the stream
+    proc = subprocess.Popen([sys.executable, "-m", "openai_ext", "--port", str(port), "--shutdown-grace-s", "20",
+                             "--parallel", "1"],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     base = f"http://127.0.0.1:{port}/v1"
     try:
@@ -95,10 +98,12 @@ def test_a_signal_ends_open_streams_cleanly_and_lets_a_short_request_finish(sig)
             raw, lines = read_until_chunks(response, 3)
             waiter = threading.Thread(target=plain_request)
             waiter.start()
-            for _ in range(100):   # the plain request is in line behind the stream
+            for _ in range(600):   # the plain request is in line behind the stream
                 if httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).json()["queued"] >= 1:
                     break
                 time.sleep(0.05)
+            else:
+                pytest.fail("the short request never waited in line")
             proc.send_signal(sig)
             events, done = finish(raw, lines)
         waiter.join(60)

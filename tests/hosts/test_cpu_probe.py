@@ -73,6 +73,21 @@ def test_a_child_that_hangs_is_stopped_and_turns_them_off(monkeypatch):
     assert not choice.extra_buffers and "did not finish" in choice.reason
 
 
+def test_a_child_that_fails_without_crashing_is_safe_now_and_tested_again_next_time(monkeypatch):
+    started = ran(monkeypatch)
+    monkeypatch.setattr(probe, "PROBE_COMMAND", [sys.executable, "-c", "raise SystemExit('no such model')"])
+    first = probe.choose(default_gguf(), "auto")
+    assert not first.extra_buffers and "could not run" in first.reason and "no such model" in first.reason
+    assert not probe.choose(default_gguf(), "auto").extra_buffers
+    assert len(started) == 2      # not kept: the next start tests again
+
+
+def test_the_child_finds_the_package_from_any_folder(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    assert probe.choose(default_gguf(), "auto").extra_buffers
+
+
 def test_the_verdict_belongs_to_one_model_file(monkeypatch, tmp_path):
     import shutil
 

@@ -105,3 +105,15 @@ def test_the_real_host_gives_busy_cpus_to_their_processes(llama_host):
     finally:
         for hog in hogs:
             hog.kill()
+
+
+def test_a_reading_that_fails_leaves_the_count_as_it_is(monkeypatch):
+    machine = Machine(monkeypatch)
+    threads, applied = governed(machine)
+
+    def broken(cpus):
+        raise ValueError("a line /proc/stat never had")
+    monkeypatch.setattr(lt, "_cpu_ticks", broken)
+    machine.second(1.0, 3.0)
+    threads.before_step()
+    assert applied == [(2, 4)] and not threads.adaptive
