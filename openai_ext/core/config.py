@@ -44,6 +44,7 @@ class Settings(BaseSettings):
     n_gpu_layers: int = Field(0, description="Standalone: layers offloaded to a GPU, if llama.cpp was built for one.")
     parallel: int = Field(4, ge=1, le=64, description="Standalone: generations run at once, as sequences of one batch "
                                                      "sharing the n_ctx cells; more wait in line.")
+    flash_attn: Literal["auto", "on", "off"] = Field("auto", description="Standalone: flash attention. auto: on with several parallel sequences (one stream stays fast beside others' cached cells), off with parallel 1 (the same request gives the same answer).")
     repack: Literal["auto", "on", "off"] = Field("auto", description="Standalone: llama.cpp's extra CPU buffer types (weight repacking; Intel AMX). auto: on unless a test decode in a child process crashes with them (run once per model, llama.cpp build and CPU); on, off: forced.")
     truncate_prompt: bool = Field(False, description="Cut prompts that do not fit the context instead of answering 400.")
     allow_unknown_fields: bool = Field(False, description="Ignore unknown request fields instead of answering 400, "

@@ -27,7 +27,7 @@ import numpy as np
 from . import llamacpp_probe as probe
 from .base import ChatPrompt, Host, HostAbilities, Piece, Prompt, TokenLogprob
 from .llamacpp_batch import Closed, Scheduler
-from .llamacpp_context import PREFILL_CHUNK, lazy_llama, load_context, load_model
+from .llamacpp_context import PREFILL_CHUNK, lazy_llama, load_context, load_model, uses_flash_attn
 from .llamacpp_sampling import NEUTRAL, SAMPLERS, Detokenizer, sampler_chain
 from .llamacpp_threads import Threads
 from .llamacpp_work import END, OUTBOX, Generation, NextToken, Scoring, Work
@@ -47,7 +47,8 @@ class LlamaCppHost(Host):
     owned_by = "llama.cpp"
 
     def __init__(self, model_path: str | os.PathLike, *, alias: str | None = None, n_ctx: int = 0,
-                 n_threads: int | None = None, n_gpu_layers: int = 0, parallel: int = 1, repack: str = "auto"):
+                 n_threads: int | None = None, n_gpu_layers: int = 0, parallel: int = 1, repack: str = "auto",
+                 flash_attn: str = "auto"):
         L = lazy_llama()
         self._L = L
         path = Path(model_path)
@@ -59,7 +60,8 @@ class LlamaCppHost(Host):
         log.info("%s", self.buffers.line())
         self._model = load_model(path, extra_buffers=self.buffers.extra_buffers, n_gpu_layers=n_gpu_layers)
         try:
-            self._context = load_context(self._model, n_ctx=n_ctx, parallel=parallel, n_threads=n_threads)
+            self._context = load_context(self._model, n_ctx=n_ctx, parallel=parallel, n_threads=n_threads,
+                                         flash_attn=flash_attn)
         except BaseException:
             self._model.close()
             raise
@@ -71,6 +73,7 @@ class LlamaCppHost(Host):
         self._n_vocab = L.llama_vocab_n_tokens(self._vocab)
         self._ctx = self._context.ctx
         self.parallel = parallel
+        self.flash_attn = uses_flash_attn(flash_attn, parallel)
         self._piece_cache: dict[tuple[int, bool], bytes] = {}
         self._grammar_ok: dict[str, bool] = {}
         self._add_bos = bool(L.llama_vocab_get_add_bos(self._vocab))
@@ -350,7 +353,8 @@ class LlamaCppHost(Host):
         # The file's name, not its path: the folder layout of the machine is not the client's business.
         return {"model_name": self.model_id, "lora_names": [], "loader": "llama.cpp", "file": self.path.name,
                 "n_ctx": self.context_length(), "chat_template": self.has_chat_template, "parallel": self.parallel,
-                "extra_cpu_buffers": self.buffers.extra_buffers, "batch": self.batch_stats(),
+                "extra_cpu_buffers": self.buffers.extra_buffers, "flash_attn": self.flash_attn,
+                "batch": self.batch_stats(),
                 "threads": {"generation": self.threads.gen, "batch": self.threads.batch,
                             "adaptive": self.threads.adaptive}}
 

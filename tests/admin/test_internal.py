@@ -38,6 +38,7 @@ def test_model_info(live, llama_host):
     assert info["n_ctx"] == llama_host.context_length() and info["parallel"] == llama_host.parallel
     assert info["batch"]["cells_total"] == info["n_ctx"] and {"preempted", "running", "waiting"} <= set(info["batch"])
     assert isinstance(info["extra_cpu_buffers"], bool)
+    assert info["flash_attn"] is False      # one sequence: the reproducible path (flash_attn auto)
 
 
 def test_stop_generation_ends_a_running_stream(live):

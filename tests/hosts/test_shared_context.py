@@ -68,6 +68,7 @@ def test_a_prompt_of_three_quarters_of_the_context_is_served_at_default_settings
     server = make_server(default_host)
     n_ctx = default_host.context_length()
     assert n_ctx == 8192 and default_host.parallel == 4     # the model's whole context, for each request
+    assert default_host.flash_attn                           # several sequences: the cells of others skipped
     log = Log()
     other = in_thread(stream, server, "other", log, {"max_tokens": 400, "temperature": 0, "ban_eos_token": True,
                                                      "messages": [{"role": "user", "content": LONG}]})
