@@ -39,9 +39,3 @@ def test_sharing_into_a_sequence_drops_what_it_held_before():
     cells.share(0, 1, 10)
     assert cells.used == 10 and cells.length(1) == 10
 
-
-def test_flash_attention_is_on_with_several_sequences_unless_set():
-    from openai_ext.hosts.llamacpp_context import uses_flash_attn
-
-    assert uses_flash_attn("auto", 4) and not uses_flash_attn("auto", 1)
-    assert uses_flash_attn("on", 1) and not uses_flash_attn("off", 8)
