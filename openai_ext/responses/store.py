@@ -71,6 +71,20 @@ def _transaction(conn: sqlite3.Connection, work, *, write: bool) -> Any:
     return out
 
 
+def _retrying(run, attempts: int = 5) -> Any:
+    """``run()``, again when SQLite answers "locked" at once. busy_timeout makes a writer wait for
+    another, but a few of WAL mode's locks (another connection opening the database or
+    checkpointing it) are refused without waiting; the transaction was rolled back, so it is
+    simply run again."""
+    for attempt in range(attempts):
+        try:
+            return run()
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) and "busy" not in str(e) or attempt == attempts - 1:
+                raise
+            time.sleep(0.01 * 2 ** attempt)
+
+
 def _visible(row_owner: str, owner: str | None) -> bool:
     return owner is None or row_owner == owner
 
@@ -96,21 +110,25 @@ class Store:
         if self._conn is None:
             self.folder.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=10)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")   # WAL: durable at checkpoints, never corrupt
-            conn.execute("PRAGMA busy_timeout=10000")
-            conn.executescript(SCHEMA)
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=NORMAL")   # WAL: durable at checkpoints, never corrupt
+                conn.execute("PRAGMA busy_timeout=10000")
+                conn.executescript(SCHEMA)
+                _transaction(conn, self._sweep, write=True)
+                _transaction(conn, self._prune, write=True)
+            except BaseException:
+                conn.close()
+                raise
             self._conn = conn
-            _transaction(conn, self._sweep, write=True)
-            _transaction(conn, self._prune, write=True)
             log.info("stored responses: %s", self.path)
         return self._conn
 
     def _run(self, work, *, write: bool = False) -> Any:
         """Runs ``work(conn)`` in one transaction, under the lock."""
         with self._lock:
-            conn = self._open()
-            out = _transaction(conn, work, write=write)
+            conn = _retrying(self._open)
+            out = _retrying(lambda: _transaction(conn, work, write=write))
             if write:
                 self._writes += 1
                 if self._writes % PRUNE_EVERY == 0:
