@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from typing import Any
 
 from .guards import Receive, Scope, Send, header
@@ -17,12 +18,25 @@ log = logging.getLogger("openai_ext.requests")
 
 TEXT_CUT = 200      # characters of a string shown
 LIST_CUT = 20       # items of a list shown
-SECRET_WORDS = ("key", "token", "secret", "password", "authorization", "auth")
+# A field is a secret when a word of its name says so: api_key, admin_key, x-api-key,
+# Authorization, access_token, client_secret, password. Words, not substrings: max_tokens and
+# max_completion_tokens count tokens, prompt_cache_key names a cache, and a log that hides them
+# hides what the user needs to see.
+SECRET_WORDS = frozenset({"secret", "secrets", "password", "passwd", "passphrase", "authorization", "auth",
+                          "cookie", "credential", "credentials", "apikey", "bearer", "token"})
+SECRET_KEYS = frozenset({"api", "access", "admin", "auth", "private", "secret", "signing", "session"})
+_WORD = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])")
+
+
+def is_secret(name: str) -> bool:
+    words = [w.lower() for w in _WORD.split(name) if w]
+    return bool(SECRET_WORDS.intersection(words)) or ("key" in words and (len(words) == 1 or
+                                                                          bool(SECRET_KEYS.intersection(words))))
 
 
 def redact(value: Any, *, name: str = "") -> Any:
     """A copy fit for a log: values of secret-looking fields hidden, long strings and lists cut."""
-    if name and any(word in name.lower() for word in SECRET_WORDS) and isinstance(value, (str, int)):
+    if name and is_secret(name) and isinstance(value, (str, int)):
         return "***"
     if isinstance(value, str):
         return value if len(value) <= TEXT_CUT else f"{value[:TEXT_CUT]}...(+{len(value) - TEXT_CUT} chars)"

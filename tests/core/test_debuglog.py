@@ -19,6 +19,16 @@ def test_redact_hides_secrets_and_cuts_long_texts():
     assert len(out["messages"]) == 21 and out["messages"][-1] == "...(+10 items)"
 
 
+def test_only_secrets_are_hidden_not_token_counts():
+    body = {"api_key": "a", "admin_key": "b", "x-api-key": "c", "apiKey": "d", "key": "e", "access_token": "f",
+            "token": "g", "client_secret": "h", "password": "i", "Cookie": "j", "authToken": "k",
+            "max_tokens": 16, "max_completion_tokens": 32, "max_output_tokens": 64, "max_new_tokens": 8,
+            "top_logprobs": 2, "prompt_cache_key": "thread-1", "logit_bias": {"50256": -100}}
+    out = redact(body)
+    assert [k for k, v in out.items() if v == "***"] == list(body)[:11]
+    assert {k: out[k] for k in list(body)[11:]} == {k: body[k] for k in list(body)[11:]}
+
+
 def test_debug_logs_bodies_and_error_messages_but_not_stream_chunks(llama_host, make_server, caplog):
     caplog.set_level(logging.DEBUG)
     server = make_server(llama_host, debug=True)
