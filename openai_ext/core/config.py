@@ -51,6 +51,7 @@ class Settings(BaseSettings):
                                                           "for clients that send extras.")
     max_queue: int = Field(64, ge=1, description="Generations allowed to wait; more get 429.")
     max_n: int = Field(8, ge=1, description="Largest n (choices per request).")
+    default_max_tokens: int = Field(0, ge=0, description="Longest reply to a chat or Responses request that names no max_tokens (max_output_tokens); 0: OpenAI's rule, the rest of the context. Set it for clients that never send one (coding agents, shell tools) on a slow machine.")
     debug: bool = Field(False, description="Log each request's body (secrets hidden, long texts cut) and each error's message.")
     debug_streams: bool = Field(False, description="With debug: log every stream chunk sent too (very verbose).")
 

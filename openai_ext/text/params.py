@@ -39,7 +39,7 @@ RULES: tuple[Rule, ...] = (
     Rule("model", BOTH, "server", "-", "Any name is accepted and served by the loaded model; responses report the loaded model's id."),
     Rule("messages", CHAT, "server", "prompt", "Rendered with the model's chat template. Roles: system, developer (as system), user, assistant, tool. Content: a string or text parts; image, audio and file parts get a 400."),
     Rule("prompt", COMPLETIONS, "server", "prompt", "A string, a list of strings (one choice set per prompt), token ids, or a list of token-id lists."),
-    Rule("max_tokens", BOTH, "mapped", "max_new_tokens", "Default: 16 for completions, the rest of the context for chat. Clamped to the room left in the context."),
+    Rule("max_tokens", BOTH, "mapped", "max_new_tokens", "Default: 16 for completions; for chat the rest of the context, or the default_max_tokens setting when it is set. Clamped to the room left in the context."),
     Rule("max_completion_tokens", CHAT, "mapped", "max_new_tokens", "Takes precedence over max_tokens."),
     Rule("temperature", BOTH, "mapped", "temperature, do_sample", "Default 1. 0 means greedy decoding (do_sample off, top_k 1)."),
     Rule("top_p", BOTH, "mapped", "top_p", "Default 1."),
@@ -129,13 +129,15 @@ def _reject(param: str, message: str) -> InvalidRequestError:
 
 
 def plan(req: CompletionRequest | ChatCompletionRequest, *, abilities: HostAbilities, room: int,
-         max_n: int, toolset: ToolSet | None = None, allow_unknown: bool = False) -> Plan:
+         max_n: int, toolset: ToolSet | None = None, allow_unknown: bool = False,
+         default_max_tokens: int = 0) -> Plan:
     """Maps one request onto host settings.
 
     ``room`` is how many tokens the context has left after the prompt; ``max_n`` is the largest
     ``n`` the server allows; ``toolset`` is the request's tools, already read by tools.parse();
     ``allow_unknown`` (the allow_unknown_fields setting) ignores unknown fields instead of
-    refusing them.
+    refusing them; ``default_max_tokens`` (the setting), above 0, caps a chat reply that names
+    no max_tokens.
     """
     chat = isinstance(req, ChatCompletionRequest)
     sent = req.model_fields_set
@@ -144,7 +146,7 @@ def plan(req: CompletionRequest | ChatCompletionRequest, *, abilities: HostAbili
     # --- length -------------------------------------------------------------------------
     wanted = req.max_completion_tokens if chat and req.max_completion_tokens is not None else req.max_tokens
     if wanted is None:
-        wanted = room if chat else 16
+        wanted = (min(room, default_max_tokens) if default_max_tokens > 0 else room) if chat else 16
     settings["max_new_tokens"] = max(0, min(wanted, room))
 
     # --- sampling -----------------------------------------------------------------------
