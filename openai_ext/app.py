@@ -104,14 +104,18 @@ def create_app(settings: Settings, host: Host, manager: ModelManager | None = No
     @app.get("/health")
     @app.get("/v1/internal/health", include_in_schema=False)
     async def health():
-        loaded = state.text.host.loaded
+        host = state.text.host
+        loaded = host.loaded
+        problem = host.unavailable() if loaded else None
         queue = state.text.queue
-        body = {"status": "ok" if loaded else "no model", "model_loaded": loaded,
-                "queued": queue.waiting, "running": queue.running}
-        cells = state.text.host.kv_cells() if loaded else None
+        body = {"status": "ok" if loaded and problem is None else "no model" if not loaded else "unavailable",
+                "model_loaded": loaded, "queued": queue.waiting, "running": queue.running}
+        if problem is not None:
+            body["error"] = str(problem)   # what happened, and what to do
+        cells = host.kv_cells() if loaded else None
         if cells is not None:
             body["kv_cells"] = cells
-        return JSONResponse(body, status_code=200 if loaded else 503)
+        return JSONResponse(body, status_code=200 if loaded and problem is None else 503)
 
     routers = [
         admin.models_router(state.catalog, [messages_models.AnthropicModels(state.text)]),

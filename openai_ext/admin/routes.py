@@ -103,6 +103,9 @@ def internal_router(text: TextService, manager: ModelManager | None) -> APIRoute
         if not text.host.loaded:
             raise ServiceUnavailableError("No model is loaded, so there is no tokenizer. Load a model first.",
                                           code="model_not_loaded")
+        problem = text.host.unavailable()
+        if problem is not None:
+            raise problem
         return text.host
 
     @r.post("/encode")

@@ -158,6 +158,11 @@ class Host(ABC):
     def stop_all(self) -> None:
         """Asks any running generation to stop (internal stop-generation endpoint)."""
 
+    def unavailable(self) -> Exception | None:
+        """Why the loaded model cannot answer now (its server process has died, say), as the
+        error to answer with; None while it can."""
+        return None
+
     def kv_cells(self) -> dict[str, int] | None:
         """KV cache cells in use and in all ({"used", "total"}), where the host can tell."""
         return None

@@ -124,6 +124,7 @@ class TextgenHost(Host):
         with the web UI's own function; that takes seconds, and it does not block the event
         loop as this runs on the server's worker threads (prepare, generation)."""
         if self.m.shared.model is not None:
+            model_server.check(self.m.shared.model)
             return
         if self._idle_unloaded():
             with self._wake_lock:   # one load, however many requests arrive at once
@@ -175,7 +176,11 @@ class TextgenHost(Host):
                      max_new_tokens=0)
         state.update(resolve_chat(self.m, settings))
         try:
-            text = self.m.chat.generate_chat_prompt(user_input, state, _continue=bool(settings.get("continue_")))
+            # (the web UI's prompt builder counts tokens with llama-server's /tokenize)
+            with model_server.guarded(self.m.shared.model):
+                text = self.m.chat.generate_chat_prompt(user_input, state, _continue=bool(settings.get("continue_")))
+        except ServiceUnavailableError:
+            raise
         except Exception as e:
             raise InvalidRequestError(f"The chat template could not render these messages ({e}).",
                                       param="messages") from None
@@ -213,7 +218,9 @@ class TextgenHost(Host):
         source, aligner = self._scores(state, settings.get("logprobs"))
         follow = Follower()
         reported = 0
-        with host_failures() as failures:
+        # guarded: the web UI catches a dead server's error while generating, but then counts the
+        # reply's tokens with the same dead server (generate_reply_custom's finally), which raises
+        with host_failures() as failures, model_server.guarded(self.m.shared.model, " while generating this reply"):
             replies = self.m.text_generation.generate_reply(prompt.text, state, stopping_strings=[], is_chat=False)
             # closing() matters: the host releases its generation lock in the generator's finally.
             with contextlib.closing(replies):
@@ -332,6 +339,10 @@ class TextgenHost(Host):
 
     def stop_all(self) -> None:
         self.m.text_generation.stop_everything_event()
+
+    def unavailable(self) -> ServiceUnavailableError | None:
+        status = model_server.exit_status(self.m.shared.model)
+        return None if status is None else model_server.stopped_error(status)
 
     def describe(self) -> dict[str, Any]:
         shared = self.m.shared

@@ -101,6 +101,9 @@ class TextService:
         if not self.host.loaded:
             raise ServiceUnavailableError("No model is loaded. Load one in the web UI, or with POST "
                                           "/v1/internal/model/load.", code="model_not_loaded")
+        problem = self.host.unavailable()
+        if problem is not None:
+            raise problem
 
     def model_cards(self) -> list[dict[str, Any]]:
         host = self.host

@@ -44,6 +44,9 @@ def test_a_dead_model_server_is_a_503_that_says_what_happened(extension, host_mo
     assert "llama-server" in error["message"] and "SIGSEGV" in error["message"]
     assert "--extra-flags=--no-repack" in error["message"]      # what avoids the AMX crash
     assert "Traceback" not in r.text
+    health = httpx.get(extension.server.url.removesuffix("/v1") + "/health", timeout=10)
+    assert health.status_code == 503 and health.json()["status"] == "unavailable"
+    assert "SIGSEGV" in health.json()["error"]
     # every route that needs the model says the same, at once
     for r in (httpx.post(f"{extension.server.url}/completions", json={"prompt": "Hi", "max_tokens": 5}, timeout=30),
               httpx.post(f"{extension.server.url}/internal/token-count", json={"text": "Hi"}, timeout=30),
@@ -89,6 +92,7 @@ def test_once_the_web_ui_loads_the_model_again_requests_work_again(extension, ho
     r = ask(extension.server.url)
     assert r.status_code == 200, r.text
     assert_valid("CreateChatCompletionResponse", r.json())
+    assert httpx.get(extension.server.url.removesuffix("/v1") + "/health", timeout=10).status_code == 200
 
 
 def test_a_loader_without_a_server_process_is_not_affected(extension, host_modules):

@@ -71,6 +71,11 @@ def generate_chat_prompt(user_input, state, **kwargs):
         for end in get_stopping_strings(state):
             if prompt.endswith(end):
                 prompt = prompt[:-len(end)].rstrip()
+    from . import shared, text_generation
+    if shared.tokenizer is not None:
+        # as the host's: the prompt's length is counted for its truncation (get_encoded_length),
+        # which on llama.cpp asks llama-server's /tokenize
+        text_generation.encode(prompt)
     return prompt
 
 

@@ -189,15 +189,23 @@ def _model_replies(question, state, is_chat):
     """The loader's cumulative texts. As the host's generate_reply_custom / _HF: a failure is
     logged and ends the reply, which the caller sees as a reply that stops short."""
     hf = type(shared.model).__name__ not in PARALLEL_MODELS
+    reply = ""
     try:
         if not is_chat:
             yield ""
         if hf:
-            yield from _hf_replies(question, state)
+            for reply in _hf_replies(question, state):
+                yield reply
         else:
-            yield from shared.model.generate_with_streaming(question, state)
+            for reply in shared.model.generate_with_streaming(question, state):
+                yield reply
     except Exception:
         logging_colors.logger.exception(f"Failed to generate reply ({'HF' if hf else 'custom'})")
+    finally:
+        # as the host's generate_reply_custom: the reply's tokens are counted for its log line,
+        # with the model's tokenizer (llama-server's /tokenize, which raises once it is gone)
+        if not hf and reply:
+            encode(reply)
 
 
 def _steps(question, state):
