@@ -110,7 +110,10 @@ def prepare(text: TextService, req: ChatCompletionRequest, *, prefill: str = "",
     # run over them (a list of 100,000 messages would keep both busy for minutes).
     bound_text(host, _content_chars(req), truncate=truncate, param="messages")
     toolset = tools.parse(req)
+    if toolset is not None and toolset.calling and not prefill and host.abilities.grammar:
+        toolset.prefill = tools.named_call_prefill(toolset)
     rendered = host.chat_prompt(*template_input(host, req, toolset))
+    prefill += toolset.prefill if toolset is not None else ""
     prompt_text = bound_text(host, rendered.text + prefill, truncate=truncate, param="messages")
     prompt = Prompt(prompt_text, host.tokenize(prompt_text), rendered.stops)
     requested = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens

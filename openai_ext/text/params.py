@@ -320,7 +320,7 @@ def _constraints(req: ChatCompletionRequest, ts: ToolSet | None, abilities: Host
         if not abilities.grammar:
             raise _reject("tool_choice", "The loaded model's backend cannot constrain output with a grammar, "
                                          "so tool_choice 'required' or a named function cannot be guaranteed.")
-        return {"grammar_string": tools.call_grammar(ts)}
+        return {"grammar_string": tools.call_grammar(ts, prefilled=bool(ts.prefill))}
     if calling and schema is not None:
         # auto with a response format: one grammar allows either calls or the JSON answer
         if not abilities.grammar:

@@ -213,8 +213,10 @@ WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters":
 def test_required_tool_call_through_the_host_grammar(client, host_modules):
     tg = host_modules.text_generation
     tg.SCRIPT = ["<tool_call>", '\n{"name": "get_weather", ', '"arguments": {"city": "Oslo"}}', "\n</tool_call>"]
+    clock = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}
+    # (two tools: the model chooses the name, so it writes the whole call; with one, see below)
     resp = client.chat.completions.create(model="x", messages=[{"role": "user", "content": "Weather in Oslo?"}],
-                                          tools=[WEATHER], tool_choice="required")
+                                          tools=[WEATHER, clock], tool_choice="required")
     choice = resp.choices[0]
     assert choice.finish_reason == "tool_calls" and choice.message.content is None
     assert choice.message.tool_calls[0].function.name == "get_weather"
@@ -222,6 +224,22 @@ def test_required_tool_call_through_the_host_grammar(client, host_modules):
     question, state, _, _ = tg.CALLS[-1]
     assert "tool-call-block" in state["grammar_string"]      # the host's grammar field carries the constraint
     assert "get_weather" in question                          # the fallback tool description reached the prompt
+
+
+def test_one_forced_function_is_written_up_to_its_arguments_by_the_server(client, host_modules):
+    tg = host_modules.text_generation
+    tg.SCRIPT = ['{"city": ', '"Oslo"}', "}"]     # what the grammar leaves to the model
+    resp = client.chat.completions.create(model="x", messages=[{"role": "user", "content": "Weather in Oslo?"}],
+                                          tools=[WEATHER], tool_choice={"type": "function",
+                                                                        "function": {"name": "get_weather"}})
+    choice = resp.choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.content is None
+    assert json.loads(choice.message.tool_calls[0].function.arguments) == {"city": "Oslo"}
+    # the server's part of the call is not counted (the double's tokens are bytes)
+    assert resp.usage.completion_tokens == len("".join(tg.SCRIPT))
+    question, state, _, _ = tg.CALLS[-1]
+    assert question.endswith('<tool_call>\n{"name": "get_weather", "arguments": ')
+    assert state["grammar_string"].startswith('root ::= call-arguments tool-ws "}"')
 
 
 def test_auto_without_a_lazy_grammar_still_validates_calls(client, host_modules):

@@ -76,14 +76,18 @@ def test_host_failure_mid_stream_is_an_error_event(extension, host_modules):
 
 
 def test_a_tool_call_through_the_host(claude, host_modules):
+    """One tool forced: the server writes the call's start into the prompt, and the host's model
+    (bound by the grammar to the arguments and the closing brace) writes the rest."""
     tg = host_modules.text_generation
-    call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
-    tg.SCRIPT = [call[i:i + 5] for i in range(0, len(call), 5)]   # the call split across host tokens
+    rest = '{"city": "Paris"}}'
+    tg.SCRIPT = [rest[i:i + 5] for i in range(0, len(rest), 5)]   # split across host tokens
     tool = {"name": "get_weather", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}},
                                                     "required": ["city"]}}
     msg = create(claude, max_tokens=100, tools=[tool], tool_choice={"type": "any"},
                  messages=[{"role": "user", "content": "Weather in Paris?"}])
     assert [(b.type, b.name, b.input) for b in msg.content] == [("tool_use", "get_weather", {"city": "Paris"})]
     assert msg.stop_reason == "tool_use"
-    _, state, _, _ = tg.CALLS[-1]
+    prompt, state, _, _ = tg.CALLS[-1]
     assert "get_weather" in state["grammar_string"]    # the host's loader is given the call grammar
+    assert state["grammar_string"].startswith("root ::= call-arguments")
+    assert prompt.endswith('<tool_call>\n{"name": "get_weather", "arguments": ')

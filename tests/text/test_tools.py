@@ -444,3 +444,36 @@ def test_a_call_cut_by_max_tokens_is_the_same_call_streamed_or_not_and_never_con
         assert got[0][1][1] == '{"city": "Par'
     else:
         assert json.loads(got[0][1][1]) == {"city": "Paris {x}", "unit": "C"}
+
+
+@pytest.mark.parametrize("incremental", [True, False])
+def test_an_opening_marker_cut_by_max_tokens_never_becomes_content(incremental):
+    s = tools.ToolCallStream(toolset(tool_choice="required"), incremental=incremental)
+    content, calls = summarize(run(s, CALL + "\n\n<tool_c", [len(CALL) + 3]))
+    assert content == "" and [c["name"] for c in calls] == ["get_weather"]
+    # free text (tool_choice auto) that ends in the start of a marker: cut there too ...
+    s = tools.ToolCallStream(toolset(), incremental=incremental)
+    assert summarize(run(s, "Let me check.\n<tool_c", [5])) == ("Let me check.\n", [])
+    # ... but a lone "<" is the answer's own
+    s = tools.ToolCallStream(toolset(), incremental=incremental)
+    assert summarize(run(s, "x <", [])) == ("x <", [])
+
+
+@pytest.mark.parametrize("incremental", [True, False])
+def test_a_named_call_starts_from_what_the_prompt_holds(incremental):
+    ts = toolset(tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    ts.prefill = tools.named_call_prefill(ts)
+    assert ts.prefill == '<tool_call>\n{"name": "get_weather", "arguments": '
+    s = tools.ToolCallStream(ts, incremental=incremental)
+    events = run(s, '{"city": "Oslo"}}', [3, 9])
+    content, calls = summarize(events)
+    assert content == "" and calls[0]["name"] == "get_weather" and json.loads(calls[0]["arguments"]) == {"city": "Oslo"}
+    assert isinstance(events[0], tools.CallDelta) and events[0].id     # the call opens first
+    # nothing generated yet (max_tokens 0): the prefill alone is no content either
+    s = tools.ToolCallStream(ts, incremental=incremental)
+    assert summarize(s.finish())[0] == ""
+
+
+def test_the_name_of_a_call_is_the_models_own_choice_among_several():
+    assert tools.named_call_prefill(toolset(tool_choice="required")) == ""
+    assert tools.named_call_prefill(toolset()) == ""

@@ -24,10 +24,10 @@ not a valid call is returned as content, never as a broken call. With ``parallel
 false, whatever follows the first call is dropped.
 """
 
-from .grammar import call_grammar
+from .grammar import call_grammar, named_call_prefill
 from .prompt import fallback_instructions, for_template, template_is_native
 from .spec import CALL_CLOSE, CALL_OPEN, Tool, ToolSet, parse
 from .stream import CallDelta, Content, ToolCallStream
 
 __all__ = ["CALL_CLOSE", "CALL_OPEN", "CallDelta", "Content", "Tool", "ToolCallStream", "ToolSet", "call_grammar",
-           "fallback_instructions", "for_template", "parse", "template_is_native"]
+           "fallback_instructions", "for_template", "named_call_prefill", "parse", "template_is_native"]

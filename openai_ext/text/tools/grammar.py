@@ -2,17 +2,32 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from .. import grammar
 from .spec import CALL_CLOSE, CALL_OPEN, ToolSet
 
 
-def call_grammar(ts: ToolSet, *, response: tuple[Any, str, bool] | None = None, lazy: bool = False) -> str:
+def named_call_prefill(ts: ToolSet) -> str:
+    """With one function forced (a named tool_choice), everything before its arguments is known:
+    the server writes it into the prompt instead of spending the model's tokens on it (18 tokens
+    for get_weather with the embedded model), so a call fits a budget as small as at OpenAI, and
+    ToolCallStream is fed it first. "" when the call's name is the model's choice."""
+    if not (ts.forced and len(ts.allowed) == 1):
+        return ""
+    return f'{CALL_OPEN}\n{{"name": {json.dumps(ts.allowed[0], ensure_ascii=False)}, "arguments": '
+
+
+def call_grammar(ts: ToolSet, *, response: tuple[Any, str, bool] | None = None, lazy: bool = False,
+                 prefilled: bool = False) -> str:
     """GBNF for one call block (or several, with parallel calls) of the allowed functions.
 
     ``lazy``: the grammar of what follows an opening marker the model wrote itself (the host
-    applies it from CALL_OPEN on). ``response``: (schema, where it is in the request): the answer
+    applies it from CALL_OPEN on). ``prefilled``: what follows named_call_prefill(): the one
+    function's arguments, the brace that closes the call, and (with parallel calls) its closing
+    marker and any further calls; without them the model stops at that brace, and the call's
+    closing marker costs no token either. ``response``: (schema, where it is in the request): the answer
     may instead be JSON of that schema (response_format next to tool_choice "auto"); the last item
     says whether that schema is strict.
     """
@@ -25,14 +40,20 @@ def call_grammar(ts: ToolSet, *, response: tuple[Any, str, bool] | None = None, 
             defs.update(prepared.defs)
             calls.append({"type": "object", "properties": {"name": {"const": t.name}, "arguments": prepared.schema},
                           "required": ["name", "arguments"]})
+            arguments = prepared.schema
     rules: dict[str, Any] = {"tool-call": calls[0] if len(calls) == 1 else {"anyOf": calls}}
+    if prefilled:
+        rules["call-arguments"] = arguments
     if response is not None:
         prepared = grammar.prepare(response[0], response[1], prefix="answer-", strict=response[2])
         defs.update(prepared.defs)
         rules["response"] = prepared.schema
     body = grammar.gbnf(rules, defs, where=ts.param)
     more = " (tool-ws tool-call-block)*" if ts.parallel else ""
-    if lazy:
+    if prefilled:
+        closing = f' tool-ws {grammar.gbnf_literal(CALL_CLOSE)}{more}' if ts.parallel else ""
+        root = f'root ::= call-arguments tool-ws "}}"{closing}'
+    elif lazy:
         root = f"root ::= tool-call-rest{more}"
     else:
         root = f"root ::= tool-call-block{more}" + (" | response" if response is not None else "")

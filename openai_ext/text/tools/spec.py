@@ -39,6 +39,7 @@ class ToolSet:
     allowed: list[str]           # names the model may call now
     parallel: bool
     legacy: bool = False         # the request used functions/function_call: answer in that shape
+    prefill: str = ""            # the start of the first call, written into the prompt (named_call_prefill)
     by_name: dict[str, Tool] = field(init=False)
 
     def __post_init__(self) -> None:

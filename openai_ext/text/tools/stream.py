@@ -40,7 +40,7 @@ class ToolCallStream:
     def __init__(self, ts: ToolSet, *, incremental: bool):
         self.ts = ts
         self.incremental = incremental
-        self._buf = ""
+        self._buf = ts.prefill          # what the prompt already holds of the answer comes first
         self._in_call = False
         self._call = ""                 # text of the open call after CALL_OPEN
         self._args_sent = 0             # characters of the open call's arguments already sent
@@ -109,11 +109,12 @@ class ToolCallStream:
         return out
 
     def finish(self) -> list[Content | CallDelta]:
-        """The generation ended: what is still held is content, except a call it ended inside."""
-        out: list[Content | CallDelta] = []
+        """The generation ended: what is still held is content, except a call it ended inside, or
+        the start of an opening marker it ended inside (cut by max_tokens)."""
+        out = self._feed("")            # (a prefill the generation added nothing to)
         if self._in_call:
             out.extend(self._cut_call())
-        elif self._buf:
+        elif self._buf and not self._cut_marker():
             out.append(Content(self._buf))
         self._buf, self._in_call = "", False
         out = self._content_first(out)
@@ -121,6 +122,12 @@ class ToolCallStream:
             out.append(Content(self._blank))
         self._blank = ""
         return out
+
+    def _cut_marker(self) -> bool:
+        """Whether the text held at the end (a beginning of CALL_OPEN) is a call's opening marker
+        cut short rather than the answer's last characters: always where only calls may be written
+        or after a call, and from two characters on ("<t") elsewhere; a lone "<" stays content."""
+        return self.ts.forced or bool(self.calls) or len(self._buf) > 1
 
     def _cut_call(self) -> list[Content | CallDelta]:
         """The generation ended inside a call (max_tokens). Streamed or not, the outcome is the
