@@ -75,9 +75,19 @@ Block = Annotated[Union[
 ToolResultBlock.model_rebuild()
 
 
+class SystemOutputConfig(_Open):
+    """output_config of a system message: effort, per turn (ignored here, as at the top level)."""
+    effort: Literal["low", "medium", "high", "xhigh", "max"] | None = None
+
+
 class InputMessage(_Open):
-    role: Literal["user", "assistant"]
-    content: Union[StrictStr, list[Block]]
+    """A turn. System messages stand where they are sent; their content may also hold
+    tool_addition and tool_removal blocks (parsed as OtherBlock, read by offered.py). clear_at
+    and output_config belong to system messages only (translate.py refuses them elsewhere)."""
+    role: Literal["user", "assistant", "system"]
+    content: Union[StrictStr, list[Block], None] = None
+    clear_at: Literal["next_user_message", "never"] | None = None
+    output_config: SystemOutputConfig | None = None
 
 
 class ToolChoice(_Open):
