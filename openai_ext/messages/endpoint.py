@@ -4,7 +4,8 @@ This module is an endpoint of ``text.service.generate``, as chat is: ``prepare``
 request and lets ``chat.prepare`` render, tokenize and plan it (on the prepare thread, where
 every 400 happens); ``complete`` and ``stream`` run it in the generation queue with ``run_job``.
 A stream sends ``message_start`` and a ping at once, before its turn comes, and pings while it
-waits; a client that leaves stops the generation, as in chat.
+waits; a client that leaves stops the generation, as in chat. Context edits (context.py) are
+applied before the translation.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from ..text import chat, tools
 from ..text.generation import ChoiceResult, Job, run_job
 from ..text.params import Plan
 from ..text.service import TextService
-from . import render, translate
+from . import context, render, translate
 from .protocol import CountTokensRequest, MessagesRequest
 from .stream import PING, AnthropicFraming, Blocks
 
@@ -33,6 +34,7 @@ class Turn:
     id: str
     stops: list[str]
     max_tokens: int
+    context: dict[str, Any] | None = None    # the response's context_management
 
     @property
     def plan(self) -> Plan:
@@ -49,15 +51,16 @@ class Turn:
 
 
 def prepare(text: TextService, req: MessagesRequest) -> Turn:
-    tr = translate.to_chat(req, allow_unknown=text.settings.allow_unknown_fields)
+    edited = context.apply(req, _counter(text))
+    tr = translate.to_chat(edited.request, allow_unknown=text.settings.allow_unknown_fields)
     try:
         job = chat.prepare(text, tr.chat, prefill=tr.prefill)
     except InvalidRequestError as e:
         raise translate.chat_error(e) from None
-    return Turn(job, render.message_id(), tr.stops, tr.max_tokens)
+    return Turn(job, render.message_id(), tr.stops, tr.max_tokens, edited.report())
 
 
-def count_tokens(text: TextService, req: CountTokensRequest) -> dict[str, int]:
+def _tokens(text: TextService, req: CountTokensRequest) -> int:
     """The prompt's tokens, rendered exactly as POST /v1/messages would render it."""
     tr = translate.to_chat(req, allow_unknown=text.settings.allow_unknown_fields)
     host = text.host
@@ -65,7 +68,22 @@ def count_tokens(text: TextService, req: CountTokensRequest) -> dict[str, int]:
         rendered = host.chat_prompt(*chat.template_input(host, tr.chat, tools.parse(tr.chat)))
     except InvalidRequestError as e:
         raise translate.chat_error(e) from None
-    return {"input_tokens": len(host.tokenize(rendered.text + tr.prefill))}
+    return len(host.tokenize(rendered.text + tr.prefill))
+
+
+def _counter(text: TextService) -> context.Count:
+    return lambda req: _tokens(text, req)
+
+
+def count_tokens(text: TextService, req: CountTokensRequest) -> dict[str, Any]:
+    """The prompt's tokens after the request's context edits; with editing asked for, the count
+    before them too (original_input_tokens), as Anthropic reports it."""
+    edited = context.apply(req, _counter(text))
+    out: dict[str, Any] = {"input_tokens": _tokens(text, edited.request)}
+    if req.context_management is not None:
+        before = edited.tokens_before if edited.applied else out["input_tokens"]
+        out["context_management"] = {"original_input_tokens": before}
+    return out
 
 
 def _blocks(turn: Turn, *, incremental: bool) -> Blocks:
@@ -85,7 +103,7 @@ async def complete(text: TextService, turn: Turn, place: Place) -> dict[str, Any
     content = render.fold(blocks.feed(result.text, final=True))
     reason, sequence = turn.stop_reason(result, blocks)
     return render.message(turn.id, turn.job.model, content, reason, sequence,
-                          render.usage(turn.job.prompt_tokens, result.tokens))
+                          render.usage(turn.job.prompt_tokens, result.tokens), turn.context)
 
 
 async def stream(text: TextService, turn: Turn, place: Place) -> AsyncIterator[dict[str, Any]]:
@@ -107,6 +125,9 @@ async def stream(text: TextService, turn: Turn, place: Place) -> AsyncIterator[d
                     yield out
     assert result is not None
     reason, sequence = turn.stop_reason(result, blocks)
-    yield {"type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": sequence},
-           "usage": render.delta_usage(job.prompt_tokens, result.tokens)}
+    delta = {"type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": sequence},
+             "usage": render.delta_usage(job.prompt_tokens, result.tokens)}
+    if turn.context is not None:
+        delta["context_management"] = turn.context
+    yield delta
     yield {"type": "message_stop"}

@@ -64,6 +64,7 @@ RULES: tuple[Rule, ...] = (
     Rule("tool_choice", "mapped", "tool_choice, parallel_tool_calls", "auto -> auto; any -> required; tool -> the named function; none -> none. any and tool are enforced by a grammar, so input always validates against input_schema. disable_parallel_tool_use -> parallel_tool_calls false."),
     Rule("output_config", "mapped", "response_format", "format {type: json_schema, schema} -> response_format json_schema (grammar-enforced); effort is ignored."),
     Rule("thinking", "mapped", "enable_thinking", "Checked as Anthropic checks it (enabled needs budget_tokens >= 1024 and below max_tokens). enabled and adaptive turn the model's reasoning switch on, disabled off, where its chat template has one (extension mode); budget_tokens is not enforced. A reasoning model's thinking comes back as a thinking block before the answer (streamed as thinking_delta, signature empty); a model without a reasoning mode, such as the embedded SmolLM2, writes none."),
+    Rule("context_management", "server", "-", "clear_tool_uses_20250919 is applied as Anthropic documents it (trigger, keep, clear_at_least, clear_tool_inputs, exclude_tools): old tool results are replaced by a note in what the model is shown, and the response reports context_management.applied_edits. clear_thinking_20251015 is done already (earlier thinking is never shown to the model). compact_20260112 gets a 400."),
     Rule("cache_control", "ignored", "-", "On the request or on blocks. No cache is billed; the embedded host reuses the prompt prefix of the previous request by itself. cache_* usage fields are 0."),
     Rule("service_tier", "ignored", "-", "One local tier; usage.service_tier is standard."),
     Rule("inference_geo", "ignored", "-", "Local."),
@@ -72,7 +73,6 @@ RULES: tuple[Rule, ...] = (
     Rule("user_profile_id, workspace_id", "ignored", "-", "One local user; nothing is stored."),
     Rule("container", "rejected", "-", "There is no code execution container: 400."),
     Rule("mcp_servers", "rejected", "-", "The server does not call MCP servers: 400."),
-    Rule("context_management", "rejected", "-", "Context editing is not done here: 400."),
     Rule("host samplers", "mapped", "same name", "Extra fields named after the host's own samplers (min_p, repetition_penalty ...), as in chat."),
 )
 
@@ -125,11 +125,10 @@ def to_chat(req: CountTokensRequest, *, allow_unknown: bool = False) -> Translat
 
 
 def _check_fields(req: CountTokensRequest, allow_unknown: bool) -> None:
-    for name in ("container", "mcp_servers", "context_management"):
+    for name in ("container", "mcp_servers"):
         if getattr(req, name, None) is not None:
             what = {"container": "There is no code execution container on this server",
-                    "mcp_servers": "This server does not call MCP servers",
-                    "context_management": "This server does not edit the context"}[name]
+                    "mcp_servers": "This server does not call MCP servers"}[name]
             raise _bad(f"{what}; remove {name}.", name)
     extra = [k for k in (req.model_extra or {}) if k not in HOST_SAMPLERS]
     for name in extra:
