@@ -5,7 +5,8 @@ request and lets ``chat.prepare`` render, tokenize and plan it (on the prepare t
 every 400 happens); ``complete`` and ``stream`` run it in the generation queue with ``run_job``.
 A stream sends ``message_start`` and a ping at once, before its turn comes, and pings while it
 waits; a client that leaves stops the generation, as in chat. Context edits (context.py) are
-applied before the translation.
+applied before the translation; a threaded request's reply is handed to its ticket (threads.py)
+once complete.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class Turn:
     stops: list[str]
     max_tokens: int
     context: dict[str, Any] | None = None    # the response's context_management
+    ticket: Any = None                        # a thread's, where the reply is kept (threads.Ticket)
 
     @property
     def plan(self) -> Plan:
@@ -57,7 +59,7 @@ def prepare(text: TextService, req: MessagesRequest) -> Turn:
         job = chat.prepare(text, tr.chat, prefill=tr.prefill)
     except InvalidRequestError as e:
         raise translate.chat_error(e) from None
-    return Turn(job, render.message_id(), tr.stops, tr.max_tokens, edited.report())
+    return Turn(job, render.message_id(), tr.stops, tr.max_tokens, edited.report(), req._ticket)
 
 
 def _tokens(text: TextService, req: CountTokensRequest) -> int:
@@ -102,6 +104,8 @@ async def complete(text: TextService, turn: Turn, place: Place) -> dict[str, Any
     blocks = _blocks(turn, incremental=False)
     content = render.fold(blocks.feed(result.text, final=True))
     reason, sequence = turn.stop_reason(result, blocks)
+    if turn.ticket is not None:
+        turn.ticket.commit(turn.id, content)
     return render.message(turn.id, turn.job.model, content, reason, sequence,
                           render.usage(turn.job.prompt_tokens, result.tokens), turn.context)
 
@@ -114,17 +118,22 @@ async def stream(text: TextService, turn: Turn, place: Place) -> AsyncIterator[d
     # Calls stream as they are generated when a grammar guarantees them, as in chat.
     blocks = _blocks(turn, incremental=bool(job.tools and turn.plan.settings.get("grammar_string")))
     result: ChoiceResult | None = None
+    sent: list[dict[str, Any]] = []     # the content events, for a thread to keep the reply
     async with contextlib.aclosing(run_job(text, job, place)) as events:
         async for ev in events:
             if ev.delta is not None:
                 for out in blocks.feed(ev.delta.text):
+                    sent.append(out)
                     yield out
             elif ev.result is not None:
                 result = ev.result
                 for out in blocks.feed("", final=True):
+                    sent.append(out)
                     yield out
     assert result is not None
     reason, sequence = turn.stop_reason(result, blocks)
+    if turn.ticket is not None:
+        turn.ticket.commit(turn.id, render.fold(sent))
     delta = {"type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": sequence},
              "usage": render.delta_usage(job.prompt_tokens, result.tokens)}
     if turn.context is not None:

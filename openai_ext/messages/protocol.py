@@ -5,8 +5,8 @@ required), so a malformed request gets a 400 naming the field. Content blocks of
 server cannot read (image, document, the server tools' blocks ...) are parsed as ``OtherBlock``,
 so that translate.py can say what is refused and why, instead of a generic schema error.
 Unknown top-level fields are kept (``extra="allow"``) for translate.py: the host's own samplers
-pass on, anything else gets a 400 naming it. ``context_management`` is read by context.py
-(with ``parse``, so that an error names the field inside it);
+pass on, anything else gets a 400 naming it. ``context_management`` and ``thread`` are read by
+context.py and threads.py (with ``parse``, so that an error names the field inside them);
 context-management edits of a type not served here are parsed as ``OtherEdit``, for context.py
 to say why they are refused.
 """
@@ -20,6 +20,7 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    PrivateAttr,
     StrictBool,
     StrictInt,
     StrictStr,
@@ -198,6 +199,16 @@ class ContextManagement(_Open):
     edits: list[Edit] | None = None
 
 
+class ThreadCreate(_Open):
+    type: Literal["create"]
+
+
+class ThreadContinue(_Open):
+    type: Literal["continue"]
+    previous_message_id: StrictStr
+
+
+Thread = _by_type(ThreadCreate, ThreadContinue)
 _ADAPTERS: dict[int, TypeAdapter] = {}     # by the id of a module-level type: built once each
 
 
@@ -244,6 +255,9 @@ class MessagesRequest(CountTokensRequest):
     speed: Literal["standard", "fast"] | None = None
     container: Any = None
     mcp_servers: list[Any] | None = None
+    thread: dict[str, Any] | None = None     # a Thread, read by threads.py
     diagnostics: dict[str, Any] | None = None
     user_profile_id: StrictStr | None = None
     workspace_id: StrictStr | None = None
+    # set by threads.py: where the reply goes when the request continues or creates a thread
+    _ticket: Any = PrivateAttr(default=None)

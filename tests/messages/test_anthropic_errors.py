@@ -55,6 +55,10 @@ def post(server, body, path="/messages", **kw):
     ({"model": "x", "messages": Q, "max_tokens": 5, "context_management": {"edits": [
         {"type": "clear_tool_uses_20250919", "keep": {"type": "tool_uses", "value": -1}}]}},
      "context_management.edits[0].keep.value"),
+    ({"model": "x", "messages": Q, "max_tokens": 5, "thread": {"type": "continue"}}, "thread.previous_message_id"),
+    ({"model": "x", "messages": Q, "max_tokens": 5, "thread": {"type": "fork"}}, "'create' or 'continue'"),
+    ({"model": "x", "messages": Q, "max_tokens": 5, "system": "s",
+      "thread": {"type": "continue", "previous_message_id": "msg_1"}}, "system is kept by the thread"),
     ({"model": "x", "messages": Q, "max_tokens": 5, "tfs": 0.5}, "tfs"),   # a sampler this host lacks
     ({"model": "x", "max_tokens": 5, "tools": [{"name": "f", "input_schema": {"type": "object"}}],
       "tool_choice": {"type": "any"}, "messages": [*Q, {"role": "assistant", "content": "Sure: "}]}, "prefill"),
