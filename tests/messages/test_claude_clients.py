@@ -1,5 +1,8 @@
 """What Anthropic's own clients send, replayed on the real model through the anthropic SDK:
-context editing that clears old tool results. Each is served while a second client's ordinary
+Claude Code's first request (system blocks with cache_control, a tool list, metadata,
+context_management, thinking or not, streamed), a system message in the middle of the
+conversation, context editing that clears old tool results, and the SDK's tool runner, which
+keeps its conversation in a server-held thread. Each is served while a second client's ordinary
 request is served beside it. Every body and event is validated against the SDK's beta types."""
 
 from __future__ import annotations
@@ -8,11 +11,55 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from support.anthropic_types import anthropic_client, assert_events, assert_message
+from jsonschema import Draft202012Validator
+from support.anthropic_types import anthropic_client, assert_events, assert_message, fold_text, parse_events
 
-from openai_ext.messages import endpoint
+from openai_ext.messages import endpoint, threads
+
+BETAS = ["claude-code-20250219", "interleaved-thinking-2025-05-14", "context-management-2025-06-27",
+         "fine-grained-tool-streaming-2025-05-14"]
+SYSTEM = [
+    {"type": "text", "text": "You are Claude Code, Anthropic's official CLI for Claude.",
+     "cache_control": {"type": "ephemeral"}},
+    {"type": "text", "text": "You are an interactive CLI tool that helps users with software engineering tasks. "
+                             "Be concise. Use the tools to read and change files.",
+     "cache_control": {"type": "ephemeral"}}]
+
+
+def tool(name: str, description: str, properties: dict, required: list[str]) -> dict:
+    return {"name": name, "description": description,
+            "input_schema": {"type": "object", "properties": properties, "required": required,
+                             "additionalProperties": False, "$schema": "http://json-schema.org/draft-07/schema#"}}
+
 
 STR = {"type": "string"}
+TOOLS = [
+    tool("Bash", "Run a shell command.", {"command": STR, "timeout": {"type": "number"},
+                                          "description": STR, "run_in_background": {"type": "boolean"}}, ["command"]),
+    tool("Glob", "Find files by pattern.", {"pattern": STR, "path": STR}, ["pattern"]),
+    tool("Grep", "Search file contents.", {"pattern": STR, "path": STR, "glob": STR,
+                                           "output_mode": {"type": "string", "enum": ["content", "files_with_matches",
+                                                                                      "count"]},
+                                           "-i": {"type": "boolean"}, "head_limit": {"type": "number"}}, ["pattern"]),
+    tool("Read", "Read a file.", {"file_path": STR, "offset": {"type": "number"}, "limit": {"type": "number"}},
+         ["file_path"]),
+    tool("Edit", "Replace text in a file.", {"file_path": STR, "old_string": STR, "new_string": STR,
+                                             "replace_all": {"type": "boolean", "default": False}},
+         ["file_path", "old_string", "new_string"]),
+    tool("Write", "Write a file.", {"file_path": STR, "content": STR}, ["file_path", "content"]),
+    tool("TodoWrite", "Update the todo list.", {"todos": {"type": "array", "items": {
+        "type": "object", "properties": {"content": STR, "status": {"type": "string", "enum": ["pending",
+                                                                                              "in_progress",
+                                                                                              "completed"]},
+                                         "activeForm": STR},
+        "required": ["content", "status", "activeForm"], "additionalProperties": False}}}, ["todos"]),
+    tool("WebFetch", "Fetch a URL.", {"url": {"type": "string", "format": "uri"}, "prompt": STR}, ["url", "prompt"]),
+]
+FIRST_TURN = [{"role": "user", "content": [
+    {"type": "text", "text": "<system-reminder>\nThis is a reminder that your todo list is empty.\n</system-reminder>"},
+    {"type": "text", "text": "Say hello in one short sentence.", "cache_control": {"type": "ephemeral"}}]}]
+METADATA = {"user_id": "user_" + "ab" * 32 + "_account__session_5f0c2a7e-9d51-4f7b-8d0e-1c2b3a4d5e6f"}
+KEEP_ALL = {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]}
 ORDINARY = [{"role": "user", "content": "Name a colour."}]
 
 
@@ -57,6 +104,46 @@ def stream_text(claude, **body) -> str:
     with claude.beta.messages.with_streaming_response.create(model="claude-sonnet-4-6", stream=True,
                                                              **body) as r:
         return r.read().decode()
+
+
+@pytest.mark.parametrize("thinking", [None, {"type": "enabled", "budget_tokens": 1024}])
+def test_claude_code_first_request(live, claude, thinking):
+    body = dict(system=SYSTEM, tools=TOOLS, messages=FIRST_TURN, metadata=METADATA, context_management=KEEP_ALL,
+                max_tokens=1100 if thinking else 64, betas=BETAS)
+    if thinking:
+        body["thinking"] = thinking
+    # greedy and short, so the small model answers quickly: the rest is what Claude Code sends
+    text = beside(live, lambda: stream_text(claude, **body, extra_body={"temperature": 0},
+                                            extra_query={"beta": "true"}))
+    events = assert_events(text, beta=True)
+    delta = next(e for e in events if e["type"] == "message_delta")
+    assert delta["context_management"] == {"applied_edits": []}      # keep all: nothing to clear
+    assert delta["delta"]["stop_reason"] in ("end_turn", "max_tokens", "tool_use", "model_context_window_exceeded")
+    assert [e for e in events if e["type"] == "content_block_start"]
+    counted = claude.beta.messages.count_tokens(model="x", system=SYSTEM, tools=TOOLS, messages=FIRST_TURN,
+                                                context_management=KEEP_ALL, betas=BETAS)
+    assert counted.input_tokens == events[0]["message"]["usage"]["input_tokens"]
+    assert counted.context_management.original_input_tokens == counted.input_tokens
+
+
+def test_a_system_message_in_the_middle_is_shown_in_place(live, claude, shown):
+    turns = [{"role": "user", "content": "Hi, I need help with a script."},
+             {"role": "assistant", "content": "Sure, what does it do?"},
+             {"role": "system", "content": [{"type": "text", "text": "RULE: answer in one word."}]},
+             {"role": "user", "content": "It copies files."}]
+    raw = beside(live, lambda: claude.beta.messages.with_raw_response.create(
+        model="x", max_tokens=16, system="You help with code.", messages=turns, extra_body={"temperature": 0}))
+    assert_message(raw.http_response.json(), beta=True)
+    assert raw.parse().content[0].text.strip()
+    mine = [c for c in shown if c.messages[0].content == "You help with code."]
+    assert [(m.role, m.content) for m in mine[0].messages] == [
+        ("system", "You help with code."), ("user", "Hi, I need help with a script."),
+        ("assistant", "Sure, what does it do?"), ("system", "RULE: answer in one word."),
+        ("user", "It copies files.")]
+    # the same text, counted as /v1/messages renders it: the system message is part of the prompt
+    without = [t for t in turns if t["role"] != "system"]
+    count = claude.beta.messages.count_tokens
+    assert count(model="x", messages=turns).input_tokens > count(model="x", messages=without).input_tokens
 
 
 LOOKUP = {"name": "lookup", "description": "Look a word up.",
@@ -156,3 +243,82 @@ def test_clear_tool_uses_that_does_not_apply_clears_nothing(claude, edit):
     assert msg.context_management.applied_edits == []
     assert msg.usage.input_tokens == claude.messages.count_tokens(model="x", messages=turns,
                                                                   tools=[LOOKUP, NOTE]).input_tokens
+
+
+def test_the_tool_runner_runs_a_tool_loop_on_a_kept_thread(live, claude, shown, monkeypatch):
+    from anthropic import beta_tool
+
+    sent = []
+    real = threads.Threads.resolve
+
+    def resolve(self, req, owner):
+        sent.append(((req.thread or {}).get("type"), len(req.messages), req.tools is not None))
+        return real(self, req, owner)
+    monkeypatch.setattr(threads.Threads, "resolve", resolve)
+    ran = []
+
+    @beta_tool
+    def get_weather(city: str) -> str:
+        """The current weather in a city.
+
+        Args:
+            city: The city's name.
+        """
+        ran.append(city)
+        return f"18 degrees and sunny in {city}"
+
+    def loop():
+        runner = claude.beta.messages.tool_runner(
+            model="x", max_tokens=60, messages=[{"role": "user", "content": "What is the weather in Paris?"}],
+            tools=[get_weather], tool_choice={"type": "any", "disable_parallel_tool_use": True},
+            extra_body={"temperature": 0})
+        replies = []
+        for message in runner:
+            replies.append(message)
+            if len(replies) == 1:    # the tool was called: now the model answers in words
+                runner.set_messages_params(lambda p: {**p, "tool_choice": {"type": "none"}})
+        return replies
+    replies = beside(live, loop)
+    first, last = replies[0], replies[-1]
+    uses = [b for b in first.content if b.type == "tool_use"]
+    assert first.stop_reason == "tool_use" and len(uses) == 1 and uses[0].name == "get_weather"
+    assert Draft202012Validator(get_weather.to_dict()["input_schema"]).is_valid(uses[0].input)
+    assert ran == [uses[0].input["city"]]
+    assert len(replies) == 2 and last.stop_reason in ("end_turn", "max_tokens") and last.content[0].text.strip()
+    # the first turn created the thread with the tools; the second sent only the tool's result
+    mine = [s for s in sent if s[0] is not None]
+    assert mine == [("create", 1, True), ("continue", 1, False)]
+    # and the model was shown the whole conversation: the call and its result
+    last_shown = with_results(shown)[-1].messages
+    assert [m.role for m in last_shown][-3:] == ["user", "assistant", "tool"]
+    assert last_shown[-1].content == f"18 degrees and sunny in {ran[0]}"
+    assert last_shown[-2].tool_calls[0].id == uses[0].id
+
+
+def test_the_kept_thread_is_what_the_next_turn_continues(live, claude):
+    """The SDK's thread: each turn sends only its new message; the model is shown all of them."""
+    def talk():
+        thread = claude.beta.messages.thread(model="x", max_tokens=8, system="Be brief.",
+                                             extra_body={"temperature": 0})
+        one = thread.send({"role": "user", "content": "Say one word."})
+        two = thread.send({"role": "user", "content": "Say another word."})
+        return thread, one, two
+    thread, one, two = beside(live, talk)
+    assert thread.previous_message_id == two.id and one.id != two.id
+    assert two.usage.input_tokens > one.usage.input_tokens + one.usage.output_tokens
+    whole = claude.messages.count_tokens(model="x", system="Be brief.", messages=list(thread.messages)[:3])
+    assert two.usage.input_tokens == whole.input_tokens
+
+
+def test_stream_events_of_a_thread_are_kept_too(claude, live):
+    first = stream_text(claude, max_tokens=6, messages=[{"role": "user", "content": "Count: one, two,"}],
+                        thread={"type": "create"}, extra_body={"temperature": 0})
+    start = parse_events(first)[0][1]["message"]
+    text = fold_text(assert_events(first, beta=True))
+    second = claude.beta.messages.create(model="x", max_tokens=4, messages=[{"role": "user", "content": "More."}],
+                                         thread={"type": "continue", "previous_message_id": start["id"]},
+                                         extra_body={"temperature": 0})
+    whole = claude.messages.count_tokens(model="x", messages=[
+        {"role": "user", "content": "Count: one, two,"}, {"role": "assistant", "content": text},
+        {"role": "user", "content": "More."}])
+    assert second.usage.input_tokens == whole.input_tokens
