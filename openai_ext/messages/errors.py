@@ -22,6 +22,10 @@ _TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permi
           404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 500: "api_error",
           OVERLOADED: "overloaded_error"}
 
+# Anthropic's error.details.error_code, on the errors Anthropic's SDKs act on: a thread the server
+# does not hold, or holds as continued already, is replayed whole under a new thread (threads.py).
+DETAILED = {"thread_not_found", "thread_already_continued"}
+
 # Reworded where the OpenAI wording names OpenAI's header: Anthropic's clients send x-api-key.
 _MESSAGES = {"invalid_api_key": "Invalid API key. Send it as 'x-api-key: <key>' (or 'Authorization: Bearer <key>')."}
 
@@ -36,8 +40,10 @@ def status_and_type(err: OpenAIError) -> tuple[int, str]:
 def body(err: OpenAIError) -> dict[str, Any]:
     _, kind = status_and_type(err)
     message = _MESSAGES.get(err.code or "", err.message) if err.status == 401 else err.message
-    return {"type": "error", "error": {"type": kind, "message": message},
-            "request_id": f"req_{uuid.uuid4().hex[:24]}"}
+    error: dict[str, Any] = {"type": kind, "message": message}
+    if err.code in DETAILED:
+        error["details"] = {"error_code": err.code}
+    return {"type": "error", "error": error, "request_id": f"req_{uuid.uuid4().hex[:24]}"}
 
 
 def reply(err: OpenAIError) -> ErrorReply:

@@ -5,14 +5,31 @@ required), so a malformed request gets a 400 naming the field. Content blocks of
 server cannot read (image, document, the server tools' blocks ...) are parsed as ``OtherBlock``,
 so that translate.py can say what is refused and why, instead of a generic schema error.
 Unknown top-level fields are kept (``extra="allow"``) for translate.py: the host's own samplers
-pass on, anything else gets a 400 naming it.
+pass on, anything else gets a 400 naming it. ``context_management`` and ``thread`` are read by
+context.py and threads.py (with ``parse``, so that an error names the field inside them);
+context-management edits of a type not served here are parsed as ``OtherEdit``, for context.py
+to say why they are refused.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, StrictBool, StrictInt, StrictStr, Tag
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    PrivateAttr,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    Tag,
+    TypeAdapter,
+    ValidationError,
+)
+
+from ..core.errors import from_validation_errors
 
 
 class _Open(BaseModel):
@@ -75,9 +92,19 @@ Block = Annotated[Union[
 ToolResultBlock.model_rebuild()
 
 
+class SystemOutputConfig(_Open):
+    """output_config of a system message: effort, per turn (ignored here, as at the top level)."""
+    effort: Literal["low", "medium", "high", "xhigh", "max"] | None = None
+
+
 class InputMessage(_Open):
-    role: Literal["user", "assistant"]
-    content: Union[StrictStr, list[Block]]
+    """A turn. System messages stand where they are sent; their content may also hold
+    tool_addition and tool_removal blocks (parsed as OtherBlock, read by offered.py). clear_at
+    and output_config belong to system messages only (translate.py refuses them elsewhere)."""
+    role: Literal["user", "assistant", "system"]
+    content: Union[StrictStr, list[Block], None] = None
+    clear_at: Literal["next_user_message", "never"] | None = None
+    output_config: SystemOutputConfig | None = None
 
 
 class ToolChoice(_Open):
@@ -105,6 +132,102 @@ class OutputConfig(_Open):
     format: OutputFormat | None = None
 
 
+def _by_type(*models: type[_Open]) -> Any:
+    """A union of ``models`` chosen by their ``type`` (tagged ``type-<type>``: ``parse`` leaves
+    the tags out of error paths, so that a path names the fields a client sent)."""
+    kinds = {m.model_fields["type"].annotation.__args__[0]: m for m in models}
+
+    def kind(value: Any) -> str | None:
+        t = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+        return f"type-{t}" if t in kinds else None
+    return Annotated[Union[tuple(Annotated[m, Tag(f"type-{k}")] for k, m in kinds.items())],
+                     Discriminator(kind, custom_error_type="invalid_type",
+                                   custom_error_message=f"type must be {' or '.join(repr(k) for k in kinds)}")]
+
+
+class InputTokens(_Open):
+    type: Literal["input_tokens"]
+    value: StrictInt = Field(ge=1)
+
+
+class ToolUses(_Open):
+    type: Literal["tool_uses"]
+    value: StrictInt = Field(ge=0)
+
+
+class ThinkingTurns(_Open):
+    type: Literal["thinking_turns"]
+    value: StrictInt = Field(ge=1)
+
+
+class AllThinkingTurns(_Open):
+    type: Literal["all"]
+
+
+class ClearThinkingEdit(_Open):
+    type: Literal["clear_thinking_20251015"]
+    keep: Union[Literal["all"], _by_type(ThinkingTurns, AllThinkingTurns), None] = None
+
+
+class ClearToolUsesEdit(_Open):
+    type: Literal["clear_tool_uses_20250919"]
+    trigger: Union[_by_type(InputTokens, ToolUses), None] = None
+    keep: ToolUses | None = None
+    clear_at_least: InputTokens | None = None
+    clear_tool_inputs: Union[StrictBool, list[StrictStr], None] = None
+    exclude_tools: list[StrictStr] | None = None
+
+
+class OtherEdit(_Open):
+    """compact_20260112, or a type this server does not know: refused with a reason."""
+    type: StrictStr
+
+
+def _edit_kind(value: Any) -> str:
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return f"type-{kind}" if kind in ("clear_thinking_20251015", "clear_tool_uses_20250919") else "type-other"
+
+
+Edit = Annotated[Union[
+    Annotated[ClearThinkingEdit, Tag("type-clear_thinking_20251015")],
+    Annotated[ClearToolUsesEdit, Tag("type-clear_tool_uses_20250919")],
+    Annotated[OtherEdit, Tag("type-other")],
+], Discriminator(_edit_kind)]
+
+
+class ContextManagement(_Open):
+    edits: list[Edit] | None = None
+
+
+class ThreadCreate(_Open):
+    type: Literal["create"]
+
+
+class ThreadContinue(_Open):
+    type: Literal["continue"]
+    previous_message_id: StrictStr
+
+
+Thread = _by_type(ThreadCreate, ThreadContinue)
+_ADAPTERS: dict[int, TypeAdapter] = {}     # by the id of a module-level type: built once each
+
+
+def parse(type_: Any, value: Any, name: str) -> Any:
+    """The request field ``name`` as ``type_``: a 400 names the field inside it that is wrong.
+    (The fields whose unions pydantic would report under their tags are parsed so, by the
+    modules that read them.)"""
+    adapter = _ADAPTERS.get(id(type_))
+    if adapter is None:
+        adapter = _ADAPTERS[id(type_)] = TypeAdapter(type_)
+    try:
+        return adapter.validate_python(value)
+    except ValidationError as e:
+        errors = [{**err, "loc": ("body", name, *(p for p in err["loc"]
+                                                  if not (isinstance(p, str) and p.startswith("type-"))))}
+                  for err in e.errors()]
+        raise from_validation_errors(errors) from None
+
+
 class CountTokensRequest(_Open):
     """POST /v1/messages/count_tokens: what shapes the prompt, nothing that samples."""
     model: StrictStr
@@ -115,6 +238,7 @@ class CountTokensRequest(_Open):
     thinking: Thinking | None = None
     output_config: OutputConfig | None = None
     cache_control: dict[str, Any] | None = None
+    context_management: dict[str, Any] | None = None      # a ContextManagement, read by context.py
 
 
 class MessagesRequest(CountTokensRequest):
@@ -131,7 +255,9 @@ class MessagesRequest(CountTokensRequest):
     speed: Literal["standard", "fast"] | None = None
     container: Any = None
     mcp_servers: list[Any] | None = None
-    context_management: dict[str, Any] | None = None
+    thread: dict[str, Any] | None = None     # a Thread, read by threads.py
     diagnostics: dict[str, Any] | None = None
     user_profile_id: StrictStr | None = None
     workspace_id: StrictStr | None = None
+    # set by threads.py: where the reply goes when the request continues or creates a thread
+    _ticket: Any = PrivateAttr(default=None)

@@ -53,9 +53,14 @@ def stop_reason(finish: str, stop: str | None, *, stops: list[str], called: bool
 
 
 def message(msg_id: str, model: str, content: list[dict[str, Any]], reason: str | None, sequence: str | None,
-            usage_: dict[str, Any]) -> dict[str, Any]:
-    return {"id": msg_id, "type": "message", "role": "assistant", "model": model, "content": content,
-            "stop_reason": reason, "stop_sequence": sequence, "usage": usage_}
+            usage_: dict[str, Any], context_management: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``context_management``: what the request's context edits did, sent only to a request that
+    asked for editing (a beta field, unknown to clients of the plain Message)."""
+    out = {"id": msg_id, "type": "message", "role": "assistant", "model": model, "content": content,
+           "stop_reason": reason, "stop_sequence": sequence, "usage": usage_}
+    if context_management is not None:
+        out["context_management"] = context_management
+    return out
 
 
 def fold(events: list[dict[str, Any]]) -> list[dict[str, Any]]:

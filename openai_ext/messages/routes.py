@@ -1,4 +1,5 @@
-"""The Messages family's routes: /v1/messages and /v1/messages/count_tokens."""
+"""The Messages family's routes: /v1/messages and /v1/messages/count_tokens. The threads that
+/v1/messages keeps (threads.py) live as long as the router."""
 
 from __future__ import annotations
 
@@ -7,14 +8,25 @@ from fastapi import APIRouter, Request
 from ..text.service import TextService, generate
 from . import endpoint
 from .protocol import CountTokensRequest, MessagesRequest
+from .threads import Threads, owner_of
+
+
+def _token(request: Request) -> str | None:
+    scheme, _, token = (request.headers.get("authorization") or "").partition(" ")
+    if scheme.lower() == "bearer" and token.strip():
+        return token.strip()
+    return request.headers.get("x-api-key")
 
 
 def router(text: TextService) -> APIRouter:
     r = APIRouter()
+    threads = Threads()
 
     @r.post("/messages")
     async def create_message(body: MessagesRequest, request: Request):
-        return await generate(text, request, endpoint, body)
+        text.require_model()
+        whole = threads.resolve(body, owner_of(text.settings.api_key, _token(request)))
+        return await generate(text, request, endpoint, whole)
 
     @r.post("/messages/count_tokens")
     async def count_tokens(body: CountTokensRequest):

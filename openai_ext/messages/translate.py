@@ -8,7 +8,8 @@ table is generated from it); nothing here talks to the host.
 
 History: a user turn's ``tool_result`` blocks become ``tool`` messages (the results of the
 previous assistant turn's ``tool_use`` blocks, which become its tool calls); text blocks are
-joined with a newline, as chat joins text parts. ``thinking`` blocks are dropped: the chat
+joined with a newline, as chat joins text parts. A system message stays a system message where
+it stands (chat keeps later system messages in place); its tool changes are read by offered.py. ``thinking`` blocks are dropped: the chat
 templates the server renders through have no place for them. A conversation that ends with an
 assistant turn is a prefill: the model continues that text, as at Anthropic.
 """
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +27,7 @@ from ..core.errors import InvalidRequestError, from_validation_errors, unrecogni
 from ..hosts.base import HOST_SAMPLERS
 from ..text.protocol import ChatCompletionRequest
 from ..text.webui_fields import ALL as WEB_UI_FIELDS
+from .offered import TOOL_CHANGES, chat_tools
 from .protocol import (
     CountTokensRequest,
     InputMessage,
@@ -50,7 +51,8 @@ class Rule:
 RULES: tuple[Rule, ...] = (
     Rule("model", "server", "model", "Any name is served by the loaded model; the response reports the loaded model's id."),
     Rule("max_tokens", "mapped", "max_tokens", "Required, at least 1. Clamped to the room left in the context; a reply cut there (not at max_tokens) ends with stop_reason model_context_window_exceeded."),
-    Rule("messages", "mapped", "messages", "Roles user and assistant; content a string or blocks: text, tool_use, tool_result (string or text blocks, is_error), thinking and redacted_thinking (dropped). A last assistant turn is a prefill the model continues. image, document and other blocks get a 400."),
+    Rule("messages", "mapped", "messages", "Roles user, assistant and system (next row); content a string or blocks: text, tool_use, tool_result (string or text blocks, is_error), thinking and redacted_thinking (dropped). A last assistant turn is a prefill the model continues. image, document and other blocks get a 400."),
+    Rule("messages (role system)", "mapped", "system messages in place", "Text (a string or text blocks) stays where it stands; clear_at next_user_message leaves it out once a later user turn exists. tool_addition and tool_removal blocks (tool_reference, or an inline tool_definition) change the tools offered to the model. output_config.effort is ignored; clear_at and output_config on other roles get a 400."),
     Rule("system", "mapped", "messages[0] (system)", "A string or text blocks, joined with newlines."),
     Rule("stop_sequences", "mapped", "stop", "Any number; the one that ended the reply is returned in stop_sequence (stop_reason stop_sequence)."),
     Rule("temperature", "mapped", "temperature", "0-1, default 1; 0 is greedy decoding."),
@@ -62,6 +64,8 @@ RULES: tuple[Rule, ...] = (
     Rule("tool_choice", "mapped", "tool_choice, parallel_tool_calls", "auto -> auto; any -> required; tool -> the named function; none -> none. any and tool are enforced by a grammar, so input always validates against input_schema. disable_parallel_tool_use -> parallel_tool_calls false."),
     Rule("output_config", "mapped", "response_format", "format {type: json_schema, schema} -> response_format json_schema (grammar-enforced); effort is ignored."),
     Rule("thinking", "mapped", "enable_thinking", "Checked as Anthropic checks it (enabled needs budget_tokens >= 1024 and below max_tokens). enabled and adaptive turn the model's reasoning switch on, disabled off, where its chat template has one (extension mode); budget_tokens is not enforced. A reasoning model's thinking comes back as a thinking block before the answer (streamed as thinking_delta, signature empty); a model without a reasoning mode, such as the embedded SmolLM2, writes none."),
+    Rule("context_management", "server", "-", "clear_tool_uses_20250919 is applied as Anthropic documents it (trigger, keep, clear_at_least, clear_tool_inputs, exclude_tools): old tool results are replaced by a note in what the model is shown, and the response reports context_management.applied_edits. clear_thinking_20251015 is done already (earlier thinking is never shown to the model). compact_20260112 gets a 400."),
+    Rule("thread", "server", "-", "Threads are kept in memory: create keeps the conversation under the reply's id; continue sends only the new messages (without system and tools). An unknown or dropped id is thread_not_found (404), a reply continued twice thread_already_continued; Anthropic's SDK then replays the whole conversation."),
     Rule("cache_control", "ignored", "-", "On the request or on blocks. No cache is billed; the embedded host reuses the prompt prefix of the previous request by itself. cache_* usage fields are 0."),
     Rule("service_tier", "ignored", "-", "One local tier; usage.service_tier is standard."),
     Rule("inference_geo", "ignored", "-", "Local."),
@@ -70,11 +74,8 @@ RULES: tuple[Rule, ...] = (
     Rule("user_profile_id, workspace_id", "ignored", "-", "One local user; nothing is stored."),
     Rule("container", "rejected", "-", "There is no code execution container: 400."),
     Rule("mcp_servers", "rejected", "-", "The server does not call MCP servers: 400."),
-    Rule("context_management", "rejected", "-", "Context editing is not done here: 400."),
     Rule("host samplers", "mapped", "same name", "Extra fields named after the host's own samplers (min_p, repetition_penalty ...), as in chat."),
 )
-
-_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
 
 def _bad(message: str, param: str | None = None) -> InvalidRequestError:
@@ -108,7 +109,7 @@ def to_chat(req: CountTokensRequest, *, allow_unknown: bool = False) -> Translat
             body["enable_thinking"] = req.thinking.type != "disabled"
     # host samplers and the web UI's own fields mean here what they mean in chat
     body.update({k: v for k, v in (req.model_extra or {}).items() if k in HOST_SAMPLERS or k in WEB_UI_FIELDS})
-    body.update(_tools(req))
+    body.update(chat_tools(req))
     if req.output_config is not None and req.output_config.format is not None:
         body["response_format"] = {"type": "json_schema",
                                    "json_schema": {"name": "output", "schema": req.output_config.format.schema_}}
@@ -125,11 +126,10 @@ def to_chat(req: CountTokensRequest, *, allow_unknown: bool = False) -> Translat
 
 
 def _check_fields(req: CountTokensRequest, allow_unknown: bool) -> None:
-    for name in ("container", "mcp_servers", "context_management"):
+    for name in ("container", "mcp_servers"):
         if getattr(req, name, None) is not None:
             what = {"container": "There is no code execution container on this server",
-                    "mcp_servers": "This server does not call MCP servers",
-                    "context_management": "This server does not edit the context"}[name]
+                    "mcp_servers": "This server does not call MCP servers"}[name]
             raise _bad(f"{what}; remove {name}.", name)
     extra = [k for k in (req.model_extra or {}) if k not in HOST_SAMPLERS]
     for name in extra:
@@ -163,7 +163,7 @@ def _unreadable(block: Any, where: str) -> InvalidRequestError:
     kind = block.type
     if kind in ("image", "document", "search_result", "container_upload"):
         why = "which the loaded text model cannot read. Send text blocks only"
-    elif kind in ("tool_use", "tool_result", "thinking", "redacted_thinking"):
+    elif kind in ("tool_use", "tool_result", "thinking", "redacted_thinking", *TOOL_CHANGES):
         why = "which does not belong here"
     else:
         why = "which this server does not take (results of Anthropic's server tools are not run here)"
@@ -178,14 +178,24 @@ def _history(req: CountTokensRequest) -> tuple[list[dict[str, Any]], str]:
     prefill = ""
     calls: set[str] = set()     # ids of the previous assistant turn's tool_use blocks
     last = len(req.messages) - 1
+    last_user = max((i for i, m in enumerate(req.messages) if m.role == "user"), default=-1)
+    if all(m.role == "system" for m in req.messages):
+        raise _bad("messages holds system messages only; send at least one user turn.", "messages")
     for i, m in enumerate(req.messages):
         where = f"messages[{i}].content"
-        if m.role == "assistant":
+        _check_message(m, i)
+        if m.role == "system":
+            # in place, as chat keeps a later system message where it stands; one that asks to be
+            # shown only until the next user turn is left out once that turn exists
+            text = _system_text(m, where)
+            if text and not (m.clear_at == "next_user_message" and i < last_user):
+                out.append({"role": "system", "content": text})
+        elif m.role == "assistant":
             text, tool_calls = _assistant(m, where)
             if i == last and not tool_calls:
                 prefill = text
                 continue
-            if i == last:
+            if tool_calls and i > last_user:
                 raise _bad(f"messages[{i}] is an assistant turn with tool_use blocks; send their tool_result blocks "
                            "in a user turn after it.", f"messages[{i}]")
             calls = {c["id"] for c in tool_calls}
@@ -195,6 +205,36 @@ def _history(req: CountTokensRequest) -> tuple[list[dict[str, Any]], str]:
             out.extend(_user(m, where, calls))
             calls = set()
     return out, prefill
+
+
+def _check_message(m: InputMessage, i: int) -> None:
+    if m.role != "system":
+        for name in ("clear_at", "output_config"):
+            if getattr(m, name) is not None:
+                raise _bad(f"messages[{i}].{name} is only permitted on role 'system' messages.", f"messages[{i}].{name}")
+        if m.content is None:
+            raise _bad(f"messages[{i}].content is required.", f"messages[{i}].content")
+        return
+    if m.content is None and m.output_config is None:
+        raise _bad(f"messages[{i}] is a system message with neither content nor output_config; send one of them.",
+                   f"messages[{i}].content")
+    if m.output_config is not None and "format" in (m.output_config.model_extra or {}):
+        raise _bad(f"messages[{i}].output_config.format is not permitted: format is set by the top-level "
+                   "output_config only.", f"messages[{i}].output_config.format")
+
+
+def _system_text(m: InputMessage, where: str) -> str:
+    """A system message's text; its tool_addition and tool_removal blocks are read by offered.py."""
+    if m.content is None or isinstance(m.content, str):
+        return m.content or ""
+    texts = []
+    for j, b in enumerate(m.content):
+        if isinstance(b, TextBlock):
+            texts.append(b.text)
+        elif b.type not in TOOL_CHANGES:
+            raise _bad(f"{where}[{j}] is a block of type '{b.type}'; a system message holds text, tool_addition "
+                       "and tool_removal blocks.", f"{where}[{j}].type")
+    return "\n".join(texts)
 
 
 def _assistant(m: InputMessage, where: str) -> tuple[str, list[dict[str, Any]]]:
@@ -240,41 +280,6 @@ def _user(m: InputMessage, where: str, calls: set[str]) -> list[dict[str, Any]]:
         else:
             raise _unreadable(b, f"{where}[{j}]")
     flush()
-    return out
-
-
-def _tools(req: CountTokensRequest) -> dict[str, Any]:
-    """tools and tool_choice, in chat's terms; chat's tools.parse checks the schemas and names."""
-    out: dict[str, Any] = {}
-    if req.tools is not None:
-        tools = []
-        for j, t in enumerate(req.tools):
-            kind = t.get("type")
-            if kind not in (None, "custom"):
-                raise _bad(f"tools[{j}] is Anthropic's server tool '{kind}', which this server does not run. Only "
-                           "custom tools (name, description, input_schema) can be used.", f"tools[{j}].type")
-            name = t.get("name")
-            if not isinstance(name, str) or not _NAME.match(name):
-                raise _bad(f"tools[{j}].name must be 1-64 letters, digits, underscores or dashes.", f"tools[{j}].name")
-            schema = t.get("input_schema")
-            if not isinstance(schema, dict) or schema.get("type") != "object":
-                raise _bad(f"tools[{j}].input_schema must be a JSON Schema with type 'object'.",
-                           f"tools[{j}].input_schema")
-            tools.append({"type": "function", "function": {"name": name, "description": t.get("description") or "",
-                                                           "parameters": schema, "strict": t.get("strict") is True}})
-        if tools:
-            out["tools"] = tools
-    choice = req.tool_choice
-    if choice is None:
-        return out
-    if choice.type == "tool":
-        if not choice.name:
-            raise _bad("tool_choice of type 'tool' needs the name of the tool.", "tool_choice.name")
-        out["tool_choice"] = {"type": "function", "function": {"name": choice.name}}
-    else:
-        out["tool_choice"] = {"auto": "auto", "any": "required", "none": "none"}[choice.type]
-    if choice.disable_parallel_tool_use and out.get("tools"):
-        out["parallel_tool_calls"] = False
     return out
 
 

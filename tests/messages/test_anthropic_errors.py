@@ -32,7 +32,8 @@ def post(server, body, path="/messages", **kw):
     ({"model": "x", "messages": [], "max_tokens": 5}, "'messages'"),
     ({"messages": Q, "max_tokens": 5}, "'model'"),
     ({"model": "x", "messages": Q, "max_tokens": 0}, "max_tokens"),
-    ({"model": "x", "messages": [{"role": "system", "content": "x"}], "max_tokens": 5}, "messages[0].role"),
+    ({"model": "x", "messages": [{"role": "system", "content": "x"}], "max_tokens": 5}, "at least one user turn"),
+    ({"model": "x", "messages": [*Q, {"role": "tool", "content": "x"}], "max_tokens": 5}, "messages[1].role"),
     ({"model": "x", "messages": Q, "max_tokens": 5, "temperature": 1.5}, "temperature"),
     ({"model": "x", "messages": [{"role": "user", "content": [IMAGE]}], "max_tokens": 5}, "'image'"),
     ({"model": "x", "messages": [{"role": "user", "content": [DOCUMENT]}], "max_tokens": 5}, "'document'"),
@@ -43,6 +44,21 @@ def post(server, body, path="/messages", **kw):
     ({"model": "x", "messages": Q, "max_tokens": 5, "mcp_servers": [{"type": "url"}]}, "mcp_servers"),
     ({"model": "x", "messages": Q, "max_tokens": 2000, "thinking": {"type": "enabled", "budget_tokens": 10}},
      "budget_tokens"),
+    ({"model": "x", "messages": Q, "max_tokens": 5, "context_management": {"edits": [{"type": "compact_20260112"}]}},
+     "compact_20260112"),
+    ({"model": "x", "messages": Q, "max_tokens": 5, "context_management": {"edits": [{"type": "clear_all"}]}},
+     "clear_tool_uses_20250919 or clear_thinking_20251015"),
+    ({"model": "x", "messages": Q, "max_tokens": 5, "context_management": {"edits": [
+        {"type": "clear_tool_uses_20250919"}, {"type": "clear_thinking_20251015"}]}}, "must come first"),
+    ({"model": "x", "messages": Q, "max_tokens": 5, "context_management": {"edits": [
+        {"type": "clear_tool_uses_20250919"}, {"type": "clear_tool_uses_20250919"}]}}, "give each type of edit once"),
+    ({"model": "x", "messages": Q, "max_tokens": 5, "context_management": {"edits": [
+        {"type": "clear_tool_uses_20250919", "keep": {"type": "tool_uses", "value": -1}}]}},
+     "context_management.edits[0].keep.value"),
+    ({"model": "x", "messages": Q, "max_tokens": 5, "thread": {"type": "continue"}}, "thread.previous_message_id"),
+    ({"model": "x", "messages": Q, "max_tokens": 5, "thread": {"type": "fork"}}, "'create' or 'continue'"),
+    ({"model": "x", "messages": Q, "max_tokens": 5, "system": "s",
+      "thread": {"type": "continue", "previous_message_id": "msg_1"}}, "system is kept by the thread"),
     ({"model": "x", "messages": Q, "max_tokens": 5, "tfs": 0.5}, "tfs"),   # a sampler this host lacks
     ({"model": "x", "max_tokens": 5, "tools": [{"name": "f", "input_schema": {"type": "object"}}],
       "tool_choice": {"type": "any"}, "messages": [*Q, {"role": "assistant", "content": "Sure: "}]}, "prefill"),

@@ -156,3 +156,83 @@ def test_stop_reasons(finish, stop, called, clamped, expected):
 def test_readme_has_the_current_table():
     readme = (ROOT / "README.md").read_text()
     assert translate.markdown_table() in readme, "README's Messages table is stale: paste translate.markdown_table()"
+
+
+def roles_and_text(tr):
+    return [(m.role, m.content) for m in tr.chat.messages]
+
+
+def test_system_messages_stand_where_they_are_sent():
+    tr = chat_of(system="Top.", messages=[
+        {"role": "user", "content": "A"},
+        {"role": "system", "content": [{"type": "text", "text": "Mid one."}, {"type": "text", "text": "Mid two."}]},
+        {"role": "assistant", "content": "B"},
+        {"role": "system", "content": "Only until the next user turn.", "clear_at": "next_user_message"},
+        {"role": "user", "content": "C"},
+        {"role": "system", "content": "Shown: no user turn after it.", "clear_at": "next_user_message",
+         "output_config": {"effort": "low"}},
+        {"role": "system", "output_config": {"effort": "high"}}])
+    assert roles_and_text(tr) == [("system", "Top."), ("user", "A"), ("system", "Mid one.\nMid two."),
+                                  ("assistant", "B"), ("user", "C"), ("system", "Shown: no user turn after it.")]
+    assert tr.prefill == ""
+
+
+def test_a_system_message_between_a_call_and_its_result_keeps_them_paired():
+    tr = chat_of(tools=[WEATHER], messages=[
+        {"role": "user", "content": "Paris?"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_a", "name": "get_weather",
+                                           "input": {"city": "Paris"}}]},
+        {"role": "system", "content": "Results follow."},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_a", "content": "18C"}]}])
+    assert [m.role for m in tr.chat.messages] == ["user", "assistant", "system", "tool"]
+
+
+NOTE = {"name": "note", "description": "Keep a note.",
+        "input_schema": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}}
+
+
+def change(kind, tool):
+    return {"role": "system", "content": [{"type": kind, "tool": tool}]}
+
+
+def offered(messages, tools=(WEATHER,)):
+    tr = chat_of(tools=list(tools), messages=[{"role": "user", "content": "x"}, *messages])
+    return [t["function"]["name"] for t in tr.chat.tools or []]
+
+
+def test_tool_changes_in_system_messages_set_the_tools_offered():
+    ref = {"type": "tool_reference", "name": "get_weather"}
+    assert offered([change("tool_removal", ref)]) == []
+    assert offered([change("tool_removal", ref), change("tool_addition", ref)]) == ["get_weather"]
+    inline = {"type": "tool_definition", "definition": NOTE}
+    assert offered([change("tool_addition", inline)]) == ["get_weather", "note"]
+    assert offered([change("tool_addition", inline), change("tool_removal", ref)]) == ["note"]
+    assert offered([change("tool_addition", inline)], tools=()) == ["note"]
+
+
+@pytest.mark.parametrize("messages, param", [
+    ([{"role": "user", "content": "x", "clear_at": "never"}], "messages[0].clear_at"),
+    ([{"role": "user", "content": "x", "output_config": {"effort": "low"}}], "messages[0].output_config"),
+    ([{"role": "user", "content": "x"}, {"role": "system"}], "messages[1].content"),
+    ([{"role": "user"}], "messages[0].content"),
+    ([{"role": "user", "content": "x"}, {"role": "system", "content": "y", "output_config": {"format": {}}}],
+     "messages[1].output_config.format"),
+    ([{"role": "user", "content": "x"}, {"role": "system", "content": [{"type": "image", "source": {}}]}],
+     "messages[1].content[0].type"),
+    ([{"role": "system", "content": "x"}], "messages"),
+    ([{"role": "user", "content": "x"}, {"role": "assistant", "content": [
+        {"type": "tool_use", "id": "t", "name": "get_weather", "input": {}}]}, {"role": "system", "content": "y"}],
+     "messages[1]"),
+    ([{"role": "user", "content": "x"}, change("tool_removal", {"type": "tool_reference", "name": "nope"})],
+     "messages[1].content[0].tool.name"),
+    ([{"role": "user", "content": "x"}, change("tool_addition", {"type": "mcp_tool_reference", "name": "a",
+                                                                  "server_name": "s"})],
+     "messages[1].content[0].tool.type"),
+    ([{"role": "user", "content": "x"}, change("tool_removal", {"type": "tool_definition", "definition": NOTE})],
+     "messages[1].content[0].tool"),
+    ([{"role": "user", "content": [{"type": "tool_addition", "tool": {}}]}], "messages[0].content[0].type"),
+])
+def test_system_message_refusals_name_the_field(messages, param):
+    with pytest.raises(InvalidRequestError) as e:
+        chat_of(tools=[WEATHER], messages=messages)
+    assert e.value.param == param and e.value.message

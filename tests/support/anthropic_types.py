@@ -42,18 +42,28 @@ def strict(type_: Any, obj: Any) -> Any:
     return value
 
 
-def assert_message(obj: dict[str, Any]):
+def assert_message(obj: dict[str, Any], *, beta: bool = False):
+    """A Message; ``beta``: the beta Message, for the fields only beta requests get back
+    (context_management)."""
     from anthropic.types import Message
+    from anthropic.types.beta import BetaMessage
 
-    return strict(Message, obj)
+    return strict(BetaMessage if beta else Message, obj)
 
 
-def assert_error(obj: dict[str, Any], kind: str) -> None:
-    """Anthropic's error object, of type ``kind``. request_too_large is Anthropic's documented
-    type for 413, which the SDK's ErrorObject union does not list: its shape is checked as such."""
+def assert_error(obj: dict[str, Any], kind: str, *, code: str | None = None) -> None:
+    """Anthropic's error object, of type ``kind``; with ``code``, its ``details.error_code`` (the
+    details are checked against the SDK's ErrorDetails). request_too_large is Anthropic's
+    documented type for 413, which the SDK's ErrorObject union does not list: its shape is
+    checked as such."""
     from anthropic.types.shared import ErrorResponse
+    from anthropic.types.shared.error_details import ErrorDetails
 
     assert obj["type"] == "error" and obj["error"]["type"] == kind, obj
+    if code is not None:
+        obj = {**obj, "error": dict(obj["error"])}
+        details = obj["error"].pop("details")
+        assert strict(ErrorDetails, details).error_code == code, details
     assert isinstance(obj["error"]["message"], str) and obj["error"]["message"]
     if kind == "request_too_large":
         assert set(obj) == {"type", "error", "request_id"} and set(obj["error"]) == {"type", "message"}
@@ -79,11 +89,13 @@ def parse_events(text: str) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-def assert_events(text: str) -> list[dict[str, Any]]:
-    """Validates a whole stream: every event strictly, and their order (message_start first, then
-    blocks opened, filled and closed one at a time with rising indices, then message_delta and
-    message_stop; pings anywhere after the start). Returns the events, pings left out."""
+def assert_events(text: str, *, beta: bool = False) -> list[dict[str, Any]]:
+    """Validates a whole stream: every event strictly (``beta``: as the beta events), and their
+    order (message_start first, then blocks opened, filled and closed one at a time with rising
+    indices, then message_delta and message_stop; pings anywhere after the start). Returns the
+    events, pings left out."""
     from anthropic.types import RawMessageStreamEvent
+    from anthropic.types.beta import BetaRawMessageStreamEvent
 
     events = parse_events(text)
     assert events and events[0][0] == "message_start", events[:1]
@@ -94,7 +106,7 @@ def assert_events(text: str) -> list[dict[str, Any]]:
         if name == "ping":
             assert data == {"type": "ping"}
             continue
-        strict(RawMessageStreamEvent, data)
+        strict(BetaRawMessageStreamEvent if beta else RawMessageStreamEvent, data)
         if name == "content_block_start":
             assert open_index is None and data["index"] == next_index, (open_index, data)
             open_index, next_index = data["index"], next_index + 1
