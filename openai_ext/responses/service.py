@@ -28,7 +28,7 @@ from ..core.config import Settings
 from ..core.errors import InvalidRequestError, NotFoundError
 from ..core.streaming import event_stream, until_disconnect
 from ..text.service import TextService
-from . import convert, items, render, rules, stream
+from . import convert, items, render, rules, stream, tools
 from .background import Background
 from .protocol import CreateResponse, InputTokensRequest
 from .store import Store
@@ -116,13 +116,15 @@ class ResponsesService:
         who = self.visible_to(owner)
         history, cid = self._context(body, who)
         new = self._items(body, history, who)
-        job = convert.prepare(self.text, body, history, new, allow_unknown=self.settings.allow_unknown_fields)
+        tool_map = tools.build(body.tools)
+        job = convert.prepare(self.text, body, history, new, allow_unknown=self.settings.allow_unknown_fields,
+                              tools=tool_map)
         background = bool(body.background)
         state = render.ResponseState(id=items.new_id("resp"), model=job.model, background=background,
                                      echo=render.echo(body, store=store, conversation_id=cid),
                                      status="queued" if background else "in_progress")
         turn = Turn(job, state, stream=bool(body.stream), max_tool_calls=body.max_tool_calls,
-                    want_logprobs=job.plan.logprobs is not None,
+                    want_logprobs=job.plan.logprobs is not None, tools=tool_map,
                     extra={"owner": owner, "conversation": cid, "input": new, "store": store})
         if store or cid:
             turn.settle_work = self._settle
