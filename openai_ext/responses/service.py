@@ -24,6 +24,7 @@ import anyio
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
+from ..core.admission import Place
 from ..core.config import Settings
 from ..core.errors import InvalidRequestError, NotFoundError
 from ..core.streaming import event_stream, until_disconnect
@@ -148,7 +149,9 @@ class ResponsesService:
             log.warning("response %s ended after the store was closed; it is not kept", body["id"])
 
     # answering ---------------------------------------------------------------------------------
-    async def respond(self, request: Request, body: CreateResponse, owner: str) -> Any:
+    async def begin(self, body: CreateResponse, owner: str) -> tuple[Turn, Place]:
+        """A place in line (a full line is a 429 at once, before any work) and the prepared turn;
+        the caller runs it through ``stream.events`` and gives the place back."""
         text = self.text
         text.require_model()
         place = text.queue.admit()
@@ -157,6 +160,11 @@ class ResponsesService:
         except BaseException:
             place.release()
             raise
+        return turn, place
+
+    async def respond(self, request: Request, body: CreateResponse, owner: str) -> Any:
+        text = self.text
+        turn, place = await self.begin(body, owner)
         timeout = self.settings.stream_send_timeout
         if turn.state.background:
             run = self.background.start(turn, place)
