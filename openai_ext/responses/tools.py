@@ -43,8 +43,11 @@ def _bad(param: str, message: str) -> InvalidRequestError:
 
 
 def hosted(param: str, kind: str) -> InvalidRequestError:
+    # Codex CLI sends web_search (external_web_access false) by default: say how to turn it off
+    codex = ' Codex CLI sends it unless its config.toml says web_search = "disabled".' if "web_search" in kind else ""
     return _bad(param, f"'{kind}' is one of OpenAI's hosted tools, which run on OpenAI's servers; this server does "
-                       "not run them. Use function tools (type: function) and run the tool yourself.")
+                       "not run them. Remove it, or use function tools (type: function) and run the tool yourself."
+                       f"{codex}")
 
 
 def _custom(param: str) -> InvalidRequestError:

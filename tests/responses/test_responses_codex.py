@@ -47,14 +47,16 @@ def codex_request(input_items: list[dict], **changes) -> dict:
         "input": input_items,
         "tools": [PLAN, NAMESPACE],
         "tool_choice": "auto",
-        "parallel_tool_calls": False,
-        "reasoning": {"effort": "medium", "summary": "auto"},
+        "parallel_tool_calls": True,
+        "reasoning": {"summary": "auto"},
         "store": False,
         "stream": True,
         "include": ["reasoning.encrypted_content"],
         "prompt_cache_key": "0199a6d2-6a43-7c12-9b0e-3f8e1c2d4b5a",
         "text": {"verbosity": "low"},
-        "client_metadata": {"x-codex-installation-id": "8c7e2f0a-1b2c-4d3e-9f80-123456789abc"},
+        "client_metadata": {"thread_id": "0199a6d2-6a43-7c12-9b0e-3f8e1c2d4b5a",
+                            "x-codex-turn-metadata": json.dumps({"turn_id": "0199a6d2-6a50-7d11-8a0f-0a1b2c3d4e5f"}),
+                            "x-codex-installation-id": "8c7e2f0a-1b2c-4d3e-9f80-123456789abc"},
         "temperature": 0,
         "max_output_tokens": 120,
     }
@@ -62,7 +64,7 @@ def codex_request(input_items: list[dict], **changes) -> dict:
 
 
 FIRST_INPUT = [
-    {"type": "message", "role": "developer",
+    {"type": "message", "id": "msg_0199a6d2-6a43-7c12-9b0e-000000000001", "role": "developer",
      "content": [{"type": "input_text", "text": "<permissions instructions>Commands run in a sandbox.</permissions "
                                                 "instructions>"}]},
     {"type": "message", "role": "user",
@@ -107,7 +109,8 @@ def test_a_codex_request_calls_a_namespaced_function_and_takes_its_output(rserve
     response = final["response"]
     assert response["store"] is False and response["prompt_cache_key"] == "0199a6d2-6a43-7c12-9b0e-3f8e1c2d4b5a"
     assert response["tools"][1]["type"] == "namespace" and response["tools"][1]["tools"][0]["name"] == "exec_command"
-    [call] = [item for item in response["output"] if item["type"] == "function_call"]
+    calls = [item for item in response["output"] if item["type"] == "function_call"]
+    call = calls[0]
     # the function's own name and its namespace, in every event that carries the call
     assert (call["namespace"], call["name"]) == ("workspace", "exec_command"), call
     added = next(e["item"] for e in events if e["type"] == "response.output_item.added"
@@ -119,10 +122,12 @@ def test_a_codex_request_calls_a_namespaced_function_and_takes_its_output(rserve
 
     # the next turn, as Codex sends it with store false: the history, the call with its
     # namespace, and its output
-    sent_call = {k: call[k] for k in ("type", "name", "namespace", "arguments", "call_id")} | {"status": "completed"}
-    output = {"type": "function_call_output", "call_id": call["call_id"], "status": "completed",
-              "output": "README.md\nsetup.py\nsrc"}
-    history = [*FIRST_INPUT, sent_call, output]
+    # (every call made, each with its output; a namespaced one with its namespace)
+    sent = [{k: c[k] for k in ("type", "name", "namespace", "arguments", "call_id") if k in c} | {"status": "completed"}
+            for c in calls]
+    outputs = [{"type": "function_call_output", "call_id": c["call_id"], "status": "completed",
+                "output": "README.md\nsetup.py\nsrc"} for c in calls]
+    history = [*FIRST_INPUT, *sent, *outputs]
     events = beside(rserver, rclient, codex_request(history))
     final = events[-1]
     assert final["type"] in ("response.completed", "response.incomplete")
@@ -168,8 +173,10 @@ def test_hosted_tools_and_clashes_are_refused_by_name(rserver):
         r = httpx.post(f"{rserver.url}/responses", json={"model": "x", "input": "Hi", "tools": tools, **extra})
         return error_of(r, 400)
 
+    # Codex CLI's default web_search (cached) still searches: refused, saying how to turn it off
     err = refused([PLAN, NAMESPACE, {"type": "web_search", "external_web_access": False}])
     assert err["param"] == "tools[2]" and "'web_search'" in err["message"]
+    assert 'web_search = "disabled"' in err["message"]
     err = refused([{**NAMESPACE, "tools": [EXEC, {"type": "custom", "name": "exec", "format": {"type": "text"}}]}])
     assert err["param"] == "tools[0].tools[1]" and "custom" in err["message"]
     other = {**NAMESPACE, "name": "remote"}
