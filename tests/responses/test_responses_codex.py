@@ -58,14 +58,14 @@ def codex_request(input_items: list[dict], **changes) -> dict:
                             "x-codex-turn-metadata": json.dumps({"turn_id": "0199a6d2-6a50-7d11-8a0f-0a1b2c3d4e5f"}),
                             "x-codex-installation-id": "8c7e2f0a-1b2c-4d3e-9f80-123456789abc"},
         "temperature": 0,
-        "max_output_tokens": 120,
+        "max_output_tokens": 400,
     }
     return {**body, **changes}
 
 
 FIRST_INPUT = [
     {"type": "message", "id": "msg_0199a6d2-6a43-7c12-9b0e-000000000001", "role": "developer",
-     "content": [{"type": "input_text", "text": "<permissions instructions>Commands run in a sandbox.</permissions "
+     "content": [{"type": "input_text", "text": "<permissions instructions>Commands may only read files.</permissions "
                                                 "instructions>"}]},
     {"type": "message", "role": "user",
      "content": [{"type": "input_text", "text": "<environment_context><cwd>/home/user/project</cwd>"
@@ -110,15 +110,19 @@ def test_a_codex_request_calls_a_namespaced_function_and_takes_its_output(rserve
     assert response["store"] is False and response["prompt_cache_key"] == "0199a6d2-6a43-7c12-9b0e-3f8e1c2d4b5a"
     assert response["tools"][1]["type"] == "namespace" and response["tools"][1]["tools"][0]["name"] == "exec_command"
     calls = [item for item in response["output"] if item["type"] == "function_call"]
-    call = calls[0]
-    # the function's own name and its namespace, in every event that carries the call
-    assert (call["namespace"], call["name"]) == ("workspace", "exec_command"), call
+    # every call names its function by its own name, with its namespace where it has one
+    assert {(c.get("namespace"), c["name"]) for c in calls} <= {(None, "update_plan"), ("workspace", "exec_command"),
+                                                                 ("workspace", "apply_patch")}, calls
+    call = next(c for c in calls if "namespace" in c)   # the model called a namespaced function
+    # ... in every event that carries the call
     added = next(e["item"] for e in events if e["type"] == "response.output_item.added"
-                 and e["item"]["type"] == "function_call")
-    assert (added["namespace"], added["name"]) == ("workspace", "exec_command")
-    done = next(e for e in events if e["type"] == "response.function_call_arguments.done")
-    assert done["name"] == "exec_command" and done["arguments"] == call["arguments"]
-    jsonschema.validate(json.loads(call["arguments"]), EXEC["parameters"])
+                 and e["item"]["id"] == call["id"])
+    assert (added["namespace"], added["name"]) == (call["namespace"], call["name"])
+    done = next(e for e in events if e["type"] == "response.function_call_arguments.done"
+                and e["item_id"] == call["id"])
+    assert done["name"] == call["name"] and done["arguments"] == call["arguments"]
+    member = EXEC if call["name"] == "exec_command" else PATCH
+    jsonschema.validate(json.loads(call["arguments"]), member["parameters"])
 
     # the next turn, as Codex sends it with store false: the history, the call with its
     # namespace, and its output
