@@ -42,7 +42,8 @@ def _matches(token: str | None, key: str) -> bool:
 
 
 class KeyGuard:
-    """Every route but health needs the api_key, when one is set (the admin key also passes)."""
+    """Every route but health needs the api_key, when one is set (the admin key also passes);
+    so does a WebSocket upgrade, which carries the same headers."""
 
     def __init__(self, app: Any, api_key: str, admin_key: str, shapes: ErrorShapes = OPENAI_ONLY):
         self.app = app
@@ -50,7 +51,8 @@ class KeyGuard:
         self.shapes = shapes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] != "OPTIONS" and scope["path"] not in OPEN_PATHS:
+        if (scope["type"] in ("http", "websocket") and scope.get("method") != "OPTIONS"
+                and scope["path"] not in OPEN_PATHS):
             tokens = _tokens(lambda name: header(scope, name.encode()))
             if not any(_matches(token, key) for token in tokens for key in self.keys):
                 await send_error(send, AuthenticationError(), scope, self.shapes)

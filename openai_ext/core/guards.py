@@ -32,8 +32,14 @@ LOCAL_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 
 async def send_error(send: Send, err: OpenAIError, scope: Scope | None = None,
                      shapes: ErrorShapes = OPENAI_ONLY) -> None:
-    """Answers ``err`` in the shape of the API that ``scope``'s request was made to."""
+    """Answers ``err`` in the shape of the API that ``scope``'s request was made to. A WebSocket
+    upgrade is refused with the same HTTP answer (ASGI's denial response); a server without that
+    extension can only close it, which its client sees as a 403."""
     logging.getLogger("openai_ext.requests").debug("answered %d %s: %s", err.status, err.type, err.message)
+    socket = scope is not None and scope.get("type") == "websocket"
+    if socket and "websocket.http.response" not in scope.get("extensions", {}):
+        await send({"type": "websocket.close", "code": 1008, "reason": err.message[:120]})
+        return
     if scope is None:
         status, obj, extra = err.status, err.body(), err.headers
     else:
@@ -42,8 +48,9 @@ async def send_error(send: Send, err: OpenAIError, scope: Scope | None = None,
     body = json.dumps(obj).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     headers += [(k.lower().encode(), v.encode()) for k, v in extra.items()]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+    prefix = "websocket." if socket else ""
+    await send({"type": prefix + "http.response.start", "status": status, "headers": headers})
+    await send({"type": prefix + "http.response.body", "body": body})
 
 
 def header(scope: Scope, name: bytes) -> str | None:
@@ -69,8 +76,9 @@ def host_name(header: str) -> str:
 
 
 class HostGuard:
-    """Defends against DNS rebinding: while the API listens on localhost only, a request whose
-    Host is some other name came through a browser tricked into calling it, and is refused."""
+    """Defends against DNS rebinding: while the API listens on localhost only, a request (or a
+    WebSocket upgrade) whose Host is some other name came through a browser tricked into calling
+    it, and is refused."""
 
     def __init__(self, app: Any, allowed: frozenset[str], allowed_suffixes: tuple[str, ...] = (),
                  shapes: ErrorShapes = OPENAI_ONLY):
@@ -80,7 +88,7 @@ class HostGuard:
         self.allowed_suffixes = allowed_suffixes   # e.g. the public tunnel's ".trycloudflare.com"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
+        if scope["type"] in ("http", "websocket"):
             name = host_name(header(scope, b"host") or "")
             if name not in self.allowed and not (self.allowed_suffixes and name.endswith(self.allowed_suffixes)):
                 await send_error(send, InvalidRequestError(

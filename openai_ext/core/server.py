@@ -117,9 +117,10 @@ class ApiServer:
         self.port = self.sockets[0].getsockname()[1]
         tls = _tls(settings)
         self.scheme = "https" if tls else "http"
+        # a WebSocket message is a request body: the same limit (uvicorn's own is 16 MB)
         config = uvicorn.Config(app, log_level="info" if settings.debug else "warning",
                                 access_log=settings.debug, timeout_graceful_shutdown=settings.shutdown_grace_s,
-                                **tls)
+                                ws_max_size=int(settings.max_body_mb * 2 ** 20), **tls)
         drain = getattr(app.state, "drain", None)
         self.drain = drain if isinstance(drain, Drain) else Drain()
         self.server = _Server(config, self.drain)

@@ -22,13 +22,8 @@ from ..text.protocol import ChatCompletionRequest
 from ..text.service import TextService
 from ..text.webui_fields import ALL as WEB_UI_FIELDS
 from . import items as items_
+from . import tools as tools_
 from .protocol import CreateResponse, InputTokensRequest
-
-# Tools OpenAI runs on its own servers (or that need a client protocol other than function calls).
-HOSTED_TOOLS = {"web_search", "web_search_preview", "web_search_preview_2025_03_11", "web_search_2025_08_26",
-                "file_search", "computer", "computer_use", "computer_use_preview", "code_interpreter",
-                "image_generation", "mcp", "local_shell", "shell", "apply_patch", "custom", "namespace",
-                "tool_search", "programmatic_tool_calling"}
 
 # Chat parameters a client may send here by mistake, with what /v1/responses takes instead.
 CHAT_ONLY = {"messages": "input", "max_tokens": "max_output_tokens", "max_completion_tokens": "max_output_tokens",
@@ -41,13 +36,13 @@ CHAT_ONLY = {"messages": "input", "max_tokens": "max_output_tokens", "max_comple
 LOGPROBS = "message.output_text.logprobs"
 
 # chat's parameter names, as the client sent them here (first match wins)
-_RENAMES = [(re.compile(r"^tools\[(\d+)\]\.function\."), r"tools[\1]."),
-            (re.compile(r"^response_format\.json_schema\.schema"), "text.format.schema"),
+_RENAMES = [(re.compile(r"^response_format\.json_schema\.schema"), "text.format.schema"),
             (re.compile(r"^response_format\.json_schema"), "text.format"),
             (re.compile(r"^response_format"), "text.format"),
             (re.compile(r"^max_completion_tokens$"), "max_output_tokens"),
             (re.compile(r"^messages"), "input"),
             (re.compile(r"^logprobs$"), "include")]
+_TOOL = re.compile(r"tools\[(\d+)\](?:\.function)?")   # chat's tools[k] or tools[k].function
 _WORDS = [("response_format", "text.format"), ("max_completion_tokens", "max_output_tokens"),
           ("the messages alone take", "the input alone takes"), ("Shorten the messages", "Shorten the input")]
 
@@ -56,9 +51,12 @@ def _bad(param: str, message: str) -> InvalidRequestError:
     return InvalidRequestError(message, param=param)
 
 
-def chat_messages(instructions: str | None, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Items as chat turns: the model's calls join the assistant turn they belong to, and
-    function outputs become tool messages. Reasoning items are kept in the store, not shown."""
+def chat_messages(instructions: str | None, items: list[dict[str, Any]],
+                  tools: tools_.ToolMap | None = None) -> list[dict[str, Any]]:
+    """Items as chat turns: the model's calls join the assistant turn they belong to (a
+    namespaced call under the name the model sees it by), and function outputs become tool
+    messages. Reasoning items are kept in the store, not shown."""
+    tools = tools or tools_.ToolMap()
     out: list[dict[str, Any]] = [{"role": "system", "content": instructions}] if instructions else []
     for it in items:
         kind = it["type"]
@@ -66,7 +64,7 @@ def chat_messages(instructions: str | None, items: list[dict[str, Any]]) -> list
             out.append({"role": it["role"], "content": items_.text_of(it)})
         elif kind == "function_call":
             call = {"id": it["call_id"], "type": "function",
-                    "function": {"name": it["name"], "arguments": it["arguments"]}}
+                    "function": {"name": tools.name_of(it.get("namespace"), it["name"]), "arguments": it["arguments"]}}
             last = out[-1] if out else None
             if last is not None and last["role"] == "assistant":
                 last.setdefault("tool_calls", []).append(call)
@@ -75,50 +73,6 @@ def chat_messages(instructions: str | None, items: list[dict[str, Any]]) -> list
         elif kind == "function_call_output":
             out.append({"role": "tool", "tool_call_id": it["call_id"], "content": items_.text_of(it)})
     return out
-
-
-def _hosted(param: str, kind: str) -> InvalidRequestError:
-    return _bad(param, f"'{kind}' is one of OpenAI's hosted tools, which run on OpenAI's servers; this server does "
-                       "not run them. Use function tools (type: function) and run the tool yourself.")
-
-
-def chat_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    out = []
-    for i, tool in enumerate(tools):
-        kind = tool.get("type") if isinstance(tool, dict) else None
-        if kind in HOSTED_TOOLS:
-            raise _hosted(f"tools[{i}]", kind)
-        if kind != "function":
-            raise _bad(f"tools[{i}].type", f"tools[{i}] has type {kind!r}; only function tools are supported here.")
-        fn = {"name": tool.get("name"), "description": tool.get("description") or "",
-              "parameters": tool.get("parameters")}
-        out.append({"type": "function", "function": fn})
-    return out
-
-
-def chat_tool_choice(choice: str | dict[str, Any] | None) -> str | dict[str, Any] | None:
-    if choice is None or isinstance(choice, str):
-        if choice not in (None, "none", "auto", "required"):
-            raise _bad("tool_choice", f"tool_choice {choice!r} is not one of none, auto, required.")
-        return choice
-    kind = choice.get("type")
-    if kind == "function":
-        if not isinstance(choice.get("name"), str):
-            raise _bad("tool_choice.name", "tool_choice {type: function} needs the name of a function tool.")
-        return {"type": "function", "function": {"name": choice["name"]}}
-    if kind == "allowed_tools":
-        picked = []
-        for j, t in enumerate(choice.get("tools") or []):
-            if not isinstance(t, dict) or t.get("type") != "function":
-                if isinstance(t, dict) and t.get("type") in HOSTED_TOOLS:
-                    raise _hosted(f"tool_choice.tools[{j}]", t["type"])
-                raise _bad(f"tool_choice.tools[{j}]", "allowed_tools lists function tools: {type: function, name}.")
-            picked.append({"type": "function", "function": {"name": t.get("name")}})
-        return {"type": "allowed_tools", "allowed_tools": {"mode": choice.get("mode", "auto"), "tools": picked}}
-    if kind in HOSTED_TOOLS or kind in ("file_search", "web_search_preview", "mcp", "custom"):
-        raise _hosted("tool_choice", kind)
-    raise _bad("tool_choice", "tool_choice must be none, auto, required, {type: function, name} or "
-                              "{type: allowed_tools, mode, tools}.")
 
 
 def response_format(fmt: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -155,10 +109,12 @@ def host_extras(body: CreateResponse | InputTokensRequest, allow_unknown: bool) 
     return out
 
 
-def to_chat(body: CreateResponse | InputTokensRequest, items: list[dict[str, Any]], *,
-            allow_unknown: bool) -> ChatCompletionRequest:
-    """The chat request for ``items`` (the history, then the new input) and the body's parameters."""
-    messages = chat_messages(body.instructions, items)
+def to_chat(body: CreateResponse | InputTokensRequest, items: list[dict[str, Any]], *, allow_unknown: bool,
+            tools: tools_.ToolMap | None = None) -> ChatCompletionRequest:
+    """The chat request for ``items`` (the history, then the new input) and the body's parameters;
+    ``tools`` is ``tools.build(body.tools)``, when already built."""
+    tools = tools if tools is not None else tools_.build(body.tools)
+    messages = chat_messages(body.instructions, items, tools)
     if not any(m["role"] != "system" for m in messages):
         raise _bad("input", "There is nothing to answer: send input (a string or items), or continue a "
                             "conversation or a previous response.")
@@ -172,8 +128,8 @@ def to_chat(body: CreateResponse | InputTokensRequest, items: list[dict[str, Any
     fmt = body.text.format if body.text is not None else None
     kw["response_format"] = response_format(fmt)
     if body.tools:
-        kw["tools"] = chat_tools(body.tools)
-        kw["tool_choice"] = chat_tool_choice(body.tool_choice)
+        kw["tools"] = tools.chat
+        kw["tool_choice"] = tools_.chat_tool_choice(body.tool_choice, tools)
         kw["parallel_tool_calls"] = body.parallel_tool_calls
         limit = getattr(body, "max_tool_calls", None)
         if limit == 0:
@@ -181,17 +137,25 @@ def to_chat(body: CreateResponse | InputTokensRequest, items: list[dict[str, Any
         elif limit == 1:
             kw["parallel_tool_calls"] = False
     else:
-        choice = chat_tool_choice(body.tool_choice)
+        choice = tools_.chat_tool_choice(body.tool_choice)
         if choice not in (None, "none", "auto"):
             raise _bad("tool_choice", "tool_choice names a tool, but there are no tools; send tools or remove "
                                       "tool_choice.")
     return ChatCompletionRequest(**kw, **host_extras(body, allow_unknown))
 
 
-def translate(err: InvalidRequestError) -> InvalidRequestError:
-    """A chat error, renamed to the Responses parameters the client sent."""
+def translate(err: InvalidRequestError, paths: list[str] | None = None) -> InvalidRequestError:
+    """A chat error, renamed to the Responses parameters the client sent. ``paths``: where chat's
+    tools[k] was sent (a namespace's functions are flattened, so the indices differ)."""
+
+    def tool(m: re.Match[str]) -> str:
+        k = int(m.group(1))
+        return paths[k] if paths is not None and k < len(paths) else f"tools[{k}]"
+
     param = err.param
-    if param:
+    if param and _TOOL.match(param):
+        param = _TOOL.sub(tool, param, count=1)
+    elif param:
         for pattern, repl in _RENAMES:
             if pattern.search(param):
                 param = pattern.sub(repl, param, count=1)
@@ -199,7 +163,7 @@ def translate(err: InvalidRequestError) -> InvalidRequestError:
     message = err.message
     for old, new in _WORDS:
         message = message.replace(old, new)
-    message = re.sub(r"tools\[(\d+)\]\.function\.", r"tools[\1].", message)
+    message = _TOOL.sub(tool, message)
     if isinstance(err, ContextLengthExceeded):
         message = re.sub(r"start the server with the truncate_prompt setting to cut the oldest tokens",
                          'send truncation: "auto" to drop the oldest input items', message)
@@ -219,20 +183,22 @@ def _starts(items: list[dict[str, Any]]) -> list[int]:
 
 
 def prepare(text: TextService, body: CreateResponse | InputTokensRequest, history: list[dict[str, Any]],
-            items: list[dict[str, Any]], *, allow_unknown: bool) -> Job:
+            items: list[dict[str, Any]], *, allow_unknown: bool, tools: tools_.ToolMap | None = None) -> Job:
     """chat.prepare() on the request; with truncation auto, the oldest items (history first) are
     dropped until the prompt fits. The cut is found by bisection, so a long history costs a few
     tries (each refused cheaply, before tokenizing, when far too long), not one per item."""
     context = [*history, *items]
+    tools = tools if tools is not None else tools_.build(body.tools)
 
     def attempt(start: int) -> Job:
-        req = to_chat(body, context[start:], allow_unknown=allow_unknown)   # its errors name our fields
+        # to_chat's errors name our fields already
+        req = to_chat(body, context[start:], allow_unknown=allow_unknown, tools=tools)
         try:
             return chat.prepare(text, req, truncate=False)
         except ContextLengthExceeded as e:
             raise translate(e) if body.truncation != "auto" else e from None
         except InvalidRequestError as e:
-            raise translate(e) from None
+            raise translate(e, tools.paths) from None
 
     try:
         return attempt(0)

@@ -174,6 +174,12 @@ def _output_value(out: Union[str, list[dict[str, Any]]], where: str) -> Union[st
     return [_text_part(p, f"{where}.output[{j}]", "tool") for j, p in enumerate(out)]
 
 
+def _named(parsed: _Item, fields: tuple[str, ...]) -> dict[str, str]:
+    """The function's namespace (and an output's function name), kept when sent: a namespaced
+    call is shown to the model under its namespace's name for it (tools.py)."""
+    return {f: getattr(parsed, f) for f in fields if getattr(parsed, f) is not None}
+
+
 def parse(raw: Union[str, list[Any], None], *, where: str = "input",
           resolve: Resolver | None = None) -> list[dict[str, Any]]:
     """The request's items in their stored shape, ids given where the client sent none."""
@@ -191,10 +197,12 @@ def parse(raw: Union[str, list[Any], None], *, where: str = "input",
             out.append(_message(parsed, here))
         elif kind == "function_call":
             out.append({"id": parsed.id or new_id("fc"), "type": "function_call", "call_id": parsed.call_id,
-                        "name": parsed.name, "arguments": parsed.arguments, "status": parsed.status or "completed"})
+                        "name": parsed.name, "arguments": parsed.arguments, "status": parsed.status or "completed",
+                        **_named(parsed, ("namespace",))})
         elif kind == "function_call_output":
             out.append({"id": parsed.id or new_id("fco"), "type": "function_call_output", "call_id": parsed.call_id,
-                        "output": _output_value(parsed.output, here), "status": parsed.status or "completed"})
+                        "output": _output_value(parsed.output, here), "status": parsed.status or "completed",
+                        **_named(parsed, ("name", "namespace"))})
         elif kind == "reasoning":
             entry = {"id": parsed.id or new_id("rs"), "type": "reasoning", "summary": parsed.summary}
             if parsed.content is not None:

@@ -96,6 +96,8 @@ class CreateResponse(_Common):
     prompt: dict[str, Any] | None = None
     moderation: dict[str, Any] | None = None
     context_management: list[dict[str, Any]] | None = None
+    # Not in OpenAI's spec: Codex CLI sends it with every request (string pairs about the client).
+    client_metadata: dict[str, Any] | None = None
 
 
 class InputTokensRequest(_Common):

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..hosts.base import TokenLogprob
+from . import tools
 from .protocol import CreateResponse
 
 TERMINAL = ("completed", "incomplete", "failed", "cancelled")
@@ -48,16 +49,13 @@ def message_item(item_id: str, status: str, parts: list[dict[str, Any]]) -> dict
     return {"id": item_id, "type": "message", "status": status, "role": "assistant", "content": parts}
 
 
-def call_item(item_id: str, status: str, call_id: str, name: str, arguments: str) -> dict[str, Any]:
-    return {"id": item_id, "type": "function_call", "status": status, "call_id": call_id, "name": name,
+def call_item(item_id: str, status: str, call_id: str, name: str, arguments: str,
+              namespace: str | None = None) -> dict[str, Any]:
+    item = {"id": item_id, "type": "function_call", "status": status, "call_id": call_id, "name": name,
             "arguments": arguments}
-
-
-def echo_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
-    """Function tools as OpenAI echoes them (strict defaults to true in this API)."""
-    return [{"type": "function", "name": t.get("name"), "description": t.get("description"),
-             "parameters": t.get("parameters"), "strict": t.get("strict", True) is not False}
-            for t in tools or []]
+    if namespace is not None:
+        item["namespace"] = namespace
+    return item
 
 
 def echo(body: CreateResponse, *, store: bool, conversation_id: str | None) -> dict[str, Any]:
@@ -81,7 +79,7 @@ def echo(body: CreateResponse, *, store: bool, conversation_id: str | None) -> d
         "text": {"format": (text.format if text and text.format else None) or {"type": "text"},
                  "verbosity": (text.verbosity if text else None) or "medium"},
         "tool_choice": body.tool_choice if body.tool_choice is not None else "auto",
-        "tools": echo_tools(body.tools),
+        "tools": tools.echo(body.tools),
         "top_logprobs": body.top_logprobs or 0,
         "top_p": 1.0 if body.top_p is None else body.top_p,
         "truncation": body.truncation or "disabled",

@@ -1,20 +1,22 @@
-"""The Responses family's routes: /v1/responses and /v1/conversations."""
+"""The Responses family's routes: /v1/responses (and its WebSocket) and /v1/conversations."""
 
 from __future__ import annotations
 
 from typing import Literal
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query, Request, WebSocket
+from starlette.requests import HTTPConnection
 
-from ..core.errors import refuse_unknown_fields
+from ..core.errors import InvalidRequestError, NotImplementedByServer, refuse_unknown_fields
 from .conversations import Conversations
 from .protocol import AddItems, CreateConversation, CreateResponse, InputTokensRequest, UpdateConversation
 from .service import ResponsesService, owner_of
+from .websocket import serve
 
 Order = Literal["asc", "desc"]
 
 
-def _token(request: Request) -> str | None:
+def _token(request: HTTPConnection) -> str | None:
     scheme, _, token = (request.headers.get("authorization") or "").partition(" ")
     if scheme.lower() == "bearer" and token.strip():
         return token.strip()
@@ -26,13 +28,28 @@ def router(responses: ResponsesService) -> APIRouter:
     conversations = Conversations(responses)
     settings = responses.settings
 
-    def owner(request: Request) -> str:
+    def owner(request: HTTPConnection) -> str:
         return owner_of(settings, _token(request))
 
     # --- responses ---------------------------------------------------------------------------
     @r.post("/responses")
     async def create_response(body: CreateResponse, request: Request):
         return await responses.respond(request, body, owner(request))
+
+    @r.websocket("/responses")
+    async def responses_socket(websocket: WebSocket):
+        await serve(websocket, responses, owner(websocket))
+
+    @r.get("/responses", include_in_schema=False)
+    async def responses_upgrade_over_http(request: Request):
+        # uvicorn hands an upgrade on as a plain GET when no WebSocket library is installed
+        if "websocket" in (request.headers.get("upgrade") or "").lower():
+            raise NotImplementedByServer("This server cannot take WebSocket connections: the websockets package is "
+                                         "not installed where it runs (pip install websockets). Until then, use "
+                                         "POST /v1/responses with stream: true.", code="websocket_unavailable",
+                                         retry=False)
+        raise InvalidRequestError(f"Method GET is not allowed on {request.url.path}; use POST (or a WebSocket).",
+                                  status=405, headers={"Allow": "POST"})
 
     @r.post("/responses/input_tokens")
     async def count_input_tokens(body: InputTokensRequest, request: Request):

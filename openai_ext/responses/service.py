@@ -24,11 +24,12 @@ import anyio
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
+from ..core.admission import Place
 from ..core.config import Settings
 from ..core.errors import InvalidRequestError, NotFoundError
 from ..core.streaming import event_stream, until_disconnect
 from ..text.service import TextService
-from . import convert, items, render, rules, stream
+from . import convert, items, render, rules, stream, tools
 from .background import Background
 from .protocol import CreateResponse, InputTokensRequest
 from .store import Store
@@ -116,13 +117,15 @@ class ResponsesService:
         who = self.visible_to(owner)
         history, cid = self._context(body, who)
         new = self._items(body, history, who)
-        job = convert.prepare(self.text, body, history, new, allow_unknown=self.settings.allow_unknown_fields)
+        tool_map = tools.build(body.tools)
+        job = convert.prepare(self.text, body, history, new, allow_unknown=self.settings.allow_unknown_fields,
+                              tools=tool_map)
         background = bool(body.background)
         state = render.ResponseState(id=items.new_id("resp"), model=job.model, background=background,
                                      echo=render.echo(body, store=store, conversation_id=cid),
                                      status="queued" if background else "in_progress")
         turn = Turn(job, state, stream=bool(body.stream), max_tool_calls=body.max_tool_calls,
-                    want_logprobs=job.plan.logprobs is not None,
+                    want_logprobs=job.plan.logprobs is not None, tools=tool_map,
                     extra={"owner": owner, "conversation": cid, "input": new, "store": store})
         if store or cid:
             turn.settle_work = self._settle
@@ -146,7 +149,9 @@ class ResponsesService:
             log.warning("response %s ended after the store was closed; it is not kept", body["id"])
 
     # answering ---------------------------------------------------------------------------------
-    async def respond(self, request: Request, body: CreateResponse, owner: str) -> Any:
+    async def begin(self, body: CreateResponse, owner: str) -> tuple[Turn, Place]:
+        """A place in line (a full line is a 429 at once, before any work) and the prepared turn;
+        the caller runs it through ``stream.events`` and gives the place back."""
         text = self.text
         text.require_model()
         place = text.queue.admit()
@@ -155,6 +160,11 @@ class ResponsesService:
         except BaseException:
             place.release()
             raise
+        return turn, place
+
+    async def respond(self, request: Request, body: CreateResponse, owner: str) -> Any:
+        text = self.text
+        turn, place = await self.begin(body, owner)
         timeout = self.settings.stream_send_timeout
         if turn.state.background:
             run = self.background.start(turn, place)

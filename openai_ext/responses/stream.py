@@ -31,6 +31,7 @@ from ..text.reasoning import ReasoningStream
 from ..text.service import TextService
 from . import render
 from .items import new_id
+from .tools import ToolMap
 
 
 @dataclass
@@ -42,6 +43,7 @@ class Turn:
     stream: bool = False
     max_tool_calls: int | None = None
     want_logprobs: bool = False
+    tools: ToolMap | None = None                           # the way back from the names the model calls
     settle_work: Callable[["Turn"], None] | None = None   # blocking; runs once, on a worker thread
     extra: dict[str, Any] = field(default_factory=dict)    # what the service keeps for settle_work
     _seq: int = 0
@@ -218,7 +220,8 @@ class _Output:
             return []   # max_tool_calls: calls past the limit are dropped
         if e.id is not None:
             out = self._close_message("completed")
-            item = render.call_item(new_id("fc"), "in_progress", e.id, e.name or "", "")
+            namespace, name = self.turn.tools.call(e.name or "") if self.turn.tools else (None, e.name or "")
+            item = render.call_item(new_id("fc"), "in_progress", e.id, name, "", namespace)
             index = len(self.state.output)
             self.state.output.append(item)
             self.open_calls[e.index] = (index, item)

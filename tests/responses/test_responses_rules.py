@@ -5,7 +5,7 @@ from __future__ import annotations
 from support import ROOT
 
 from openai_ext.core.errors import ContextLengthExceeded, InvalidRequestError
-from openai_ext.responses import convert, items, rules
+from openai_ext.responses import convert, items, rules, tools
 from openai_ext.responses.protocol import CreateResponse
 
 
@@ -55,8 +55,8 @@ def test_chat_errors_are_renamed_to_what_the_client_sent():
 
 
 def test_tool_choice_and_format_shapes():
-    assert convert.chat_tool_choice({"type": "function", "name": "f"}) == {"type": "function", "function": {"name": "f"}}
-    assert convert.chat_tool_choice({"type": "allowed_tools", "mode": "required",
+    assert tools.chat_tool_choice({"type": "function", "name": "f"}) == {"type": "function", "function": {"name": "f"}}
+    assert tools.chat_tool_choice({"type": "allowed_tools", "mode": "required",
                                      "tools": [{"type": "function", "name": "f"}]}) == {
         "type": "allowed_tools", "allowed_tools": {"mode": "required", "tools": [{"type": "function", "function": {"name": "f"}}]}}
     assert convert.response_format({"type": "json_schema", "name": "n", "schema": {"type": "object"}, "strict": True}) == {
@@ -105,3 +105,37 @@ def test_truncation_auto_finds_the_cut_in_few_tries(monkeypatch):
         assert e.param == "input" and e.code == "context_length_exceeded" and len(calls) == 1
     else:
         raise AssertionError("a prompt that does not fit was accepted")
+
+
+def _fn(name: str) -> dict:
+    return {"type": "function", "name": name, "parameters": {"type": "object", "properties": {}}}
+
+
+def test_a_namespace_is_flattened_and_its_names_map_back():
+    """Own names where they are unique; namespace__name for a namespaced function whose name is
+    taken; the way back from either, and history shown under the same names."""
+    built = tools.build([_fn("read"), {"type": "namespace", "name": "fs", "description": "Files.",
+                                       "tools": [_fn("read"), _fn("write")]}])
+    assert [t["function"]["name"] for t in built.chat] == ["read", "fs__read", "write"]
+    assert built.paths == ["tools[0]", "tools[1].tools[0]", "tools[1].tools[1]"]
+    assert built.chat[2]["function"]["description"] == "Files."
+    assert [built.call(n) for n in ("read", "fs__read", "write")] == [(None, "read"), ("fs", "read"), ("fs", "write")]
+    calls = items.parse([{"type": "function_call", "call_id": "c1", "name": "read", "namespace": "fs", "arguments": "{}"},
+                         {"type": "function_call_output", "call_id": "c1", "namespace": "fs", "output": "x"}])
+    assert calls[0]["namespace"] == "fs" and calls[1]["namespace"] == "fs"
+    [turn, _] = convert.chat_messages(None, calls, built)
+    assert turn["tool_calls"][0]["function"]["name"] == "fs__read"
+    # a name over chat's 64 characters is cut, with a digest that keeps two such names apart
+    long = tools.build([{"type": "namespace", "name": "n" * 60, "description": "", "tools": [_fn("a"), _fn("b")]},
+                        _fn("a"), _fn("b")])
+    shown = [t["function"]["name"] for t in long.chat[:2]]
+    assert all(len(s) <= 64 for s in shown) and shown[0] != shown[1]
+    assert long.call(shown[1]) == ("n" * 60, "b")
+
+
+def test_a_chat_error_on_a_namespaced_function_names_it_where_it_was_sent():
+    paths = ["tools[0]", "tools[1].tools[0]"]
+    err = convert.translate(InvalidRequestError("tools[1].function.parameters is not a valid JSON Schema",
+                                                param="tools[1].function.parameters.properties"), paths)
+    assert err.param == "tools[1].tools[0].parameters.properties"
+    assert err.message == "tools[1].tools[0].parameters is not a valid JSON Schema"

@@ -1,0 +1,221 @@
+"""A Responses request's ``tools`` and ``tool_choice`` as the chat request's.
+
+Function tools pass through. A ``namespace`` tool (OpenAI's grouping of function tools that the
+client runs, as Codex CLI sends its shell and patch functions) is flattened: its functions stand
+beside the others, and ``ToolMap`` remembers where each came from.
+
+How the model sees a namespace's function: under the function's own name, which is what its
+author wrote and what a small model copes with best. Only a name taken twice (by two namespaces,
+or by a namespace and a top-level function) is shown as ``<namespace>__<name>`` instead, for the
+namespaced ones; a top-level function always keeps its name. A call the model makes comes back
+as a ``function_call`` item with the function's own ``name`` and its ``namespace``, and such
+items sent back in a later turn are shown to the model under the name it called. Names over the
+64 characters chat allows are cut, with a short digest to keep them apart.
+
+Tools OpenAI runs on its own servers get a 400 naming them: the spec gives a client no way to
+mark one optional or disabled (``web_search``'s ``external_web_access: false`` still searches,
+from a cache), so there is nothing to skip safely.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core.errors import InvalidRequestError
+
+# Tools OpenAI runs on its own servers (or that need a client protocol other than function calls).
+HOSTED_TOOLS = {"web_search", "web_search_preview", "web_search_preview_2025_03_11", "web_search_2025_08_26",
+                "file_search", "computer", "computer_use", "computer_use_preview", "code_interpreter",
+                "image_generation", "mcp", "local_shell", "shell", "apply_patch", "tool_search",
+                "programmatic_tool_calling"}
+SEPARATOR = "__"
+_CHAT_NAME = 64                                   # the longest function name chat takes
+_NAMESPACE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")   # as the spec has it on function_call_output
+_MEMBER = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")     # FunctionToolParam's name
+
+
+def _bad(param: str, message: str) -> InvalidRequestError:
+    return InvalidRequestError(message, param=param)
+
+
+def hosted(param: str, kind: str) -> InvalidRequestError:
+    # Codex CLI sends web_search (external_web_access false) by default: say how to turn it off
+    codex = ' Codex CLI sends it unless its config.toml says web_search = "disabled".' if "web_search" in kind else ""
+    return _bad(param, f"'{kind}' is one of OpenAI's hosted tools, which run on OpenAI's servers; this server does "
+                       "not run them. Remove it, or use function tools (type: function) and run the tool yourself."
+                       f"{codex}")
+
+
+def _custom(param: str) -> InvalidRequestError:
+    return _bad(param, f"{param} is a 'custom' tool, whose calls are free-form text; this server calls functions "
+                       "with JSON arguments only. Send it as a function tool (type: function) with parameters.")
+
+
+def _fit(name: str) -> str:
+    if len(name) <= _CHAT_NAME:
+        return name
+    return f"{name[:_CHAT_NAME - 9]}_{hashlib.sha256(name.encode()).hexdigest()[:8]}"
+
+
+def qualified(namespace: str, name: str) -> str:
+    """The name a namespaced function is shown under when its own name is taken."""
+    return _fit(f"{namespace}{SEPARATOR}{name}")
+
+
+@dataclass
+class _Entry:
+    namespace: str | None
+    name: Any                # as sent; a top-level function's name is checked by chat
+    tool: dict[str, Any]
+    path: str                # where it is in the request: tools[i] or tools[i].tools[j]
+    description: str = ""
+
+
+@dataclass
+class ToolMap:
+    chat: list[dict[str, Any]] = field(default_factory=list)     # chat's tools, in order
+    paths: list[str] = field(default_factory=list)               # chat's tools[k] -> where it was sent
+    origin: dict[str, tuple[str | None, str]] = field(default_factory=dict)   # shown name -> (namespace, name)
+    shown: dict[tuple[str | None, str], str] = field(default_factory=dict)    # (namespace, name) -> shown name
+
+    def call(self, shown: str) -> tuple[str | None, str]:
+        """The namespace and the own name of the function the model called as ``shown``."""
+        return self.origin.get(shown, (None, shown))
+
+    def name_of(self, namespace: str | None, name: str) -> str:
+        """The name an earlier call (a function_call item) is shown to the model under."""
+        if namespace is None:
+            return name
+        return self.shown.get((namespace, name)) or qualified(namespace, name)
+
+    def pick(self, choice: dict[str, Any], where: str) -> str:
+        """The shown name of the function a tool_choice entry names: ``namespace.name`` (as
+        OpenAI's SDKs name a namespaced function), the name the model sees, or a namespaced
+        function's own name where only one namespace holds it."""
+        name = choice.get("name")
+        if not isinstance(name, str):
+            raise _bad(f"{where}.name", f"{where} needs the name of a function tool.")
+        if name in self.origin:
+            return name
+        namespace, dot, own = name.rpartition(".")
+        if dot and (namespace, own) in self.shown:
+            return self.shown[(namespace, own)]
+        held = sorted(key for key in self.shown if key[0] is not None and key[1] == name)
+        if len(held) > 1:
+            raise _bad(f"{where}.name", f"{where} names the function {name!r}, which several namespaces hold; name "
+                                        f"one of {', '.join(f'{ns}.{own}' for ns, own in held)}.")
+        return self.shown[held[0]] if held else name
+
+
+def _members(tool: dict[str, Any], i: int) -> list[_Entry]:
+    where = f"tools[{i}]"
+    namespace = tool.get("name")
+    if not isinstance(namespace, str) or not _NAMESPACE.match(namespace):
+        raise _bad(f"{where}.name", f"{where} is a namespace and needs a name of 1-64 letters, digits, underscores "
+                                    "or dashes.")
+    about = tool.get("description")
+    if about is not None and not isinstance(about, str):
+        raise _bad(f"{where}.description", f"{where}.description must be a string.")
+    members = tool.get("tools")
+    if not isinstance(members, list) or not members:
+        raise _bad(f"{where}.tools", f"{where} is a namespace and needs tools: a non-empty list of function tools.")
+    out = []
+    for j, member in enumerate(members):
+        here = f"{where}.tools[{j}]"
+        kind = member.get("type") if isinstance(member, dict) else None
+        if kind == "custom":
+            raise _custom(here)
+        if kind != "function":
+            raise _bad(f"{here}.type", f"{here} has type {kind!r}; a namespace holds function tools (type: function).")
+        name = member.get("name")
+        if not isinstance(name, str) or not _MEMBER.match(name):
+            raise _bad(f"{here}.name", f"{here} needs a name of 1-128 letters, digits, underscores or dashes.")
+        # the namespace's description is shown to the model with each of its functions
+        text = " ".join(t for t in (about, member.get("description")) if isinstance(t, str) and t)
+        out.append(_Entry(namespace, name, member, here, text))
+    return out
+
+
+def _entries(tools: list[Any]) -> list[_Entry]:
+    out: list[_Entry] = []
+    for i, tool in enumerate(tools):
+        where = f"tools[{i}]"
+        kind = tool.get("type") if isinstance(tool, dict) else None
+        if kind == "namespace":
+            out += _members(tool, i)
+        elif kind in HOSTED_TOOLS:
+            raise hosted(where, kind)
+        elif kind == "custom":
+            raise _custom(where)
+        elif kind != "function":
+            raise _bad(f"{where}.type", f"{where} has type {kind!r}; only function tools (and namespaces of "
+                                        "function tools) are supported here.")
+        else:
+            out.append(_Entry(None, tool.get("name"), tool, where, tool.get("description") or ""))
+    return out
+
+
+def build(tools: list[Any] | None) -> ToolMap:
+    """The chat request's tools for ``tools``, and the way back from the names the model sees."""
+    entries = _entries(tools or [])
+    taken = Counter(e.name for e in entries if isinstance(e.name, str))
+    out = ToolMap()
+    owner: dict[str, str] = {}
+    for e in entries:
+        shown = e.name
+        if e.namespace is not None:
+            shown = _fit(e.name) if taken[e.name] == 1 else qualified(e.namespace, e.name)
+            if shown in owner:
+                raise _bad(e.path, f"{e.path} is shown to the model as {shown!r}, and so is {owner[shown]}; rename "
+                                   "one of them.")
+        if isinstance(shown, str):
+            owner.setdefault(shown, e.path)   # two top-level functions of one name are chat's 400
+            out.origin[shown] = (e.namespace, e.name)
+            out.shown[(e.namespace, e.name)] = shown
+        out.chat.append({"type": "function", "function": {"name": shown, "description": e.description,
+                                                          "parameters": e.tool.get("parameters")}})
+        out.paths.append(e.path)
+    return out
+
+
+def chat_tool_choice(choice: str | dict[str, Any] | None, tools: ToolMap | None = None) -> str | dict[str, Any] | None:
+    """``tool_choice`` in chat's shape, naming functions as the model sees them."""
+    tools = tools or ToolMap()
+    if choice is None or isinstance(choice, str):
+        if choice not in (None, "none", "auto", "required"):
+            raise _bad("tool_choice", f"tool_choice {choice!r} is not one of none, auto, required.")
+        return choice
+    kind = choice.get("type")
+    if kind == "function":
+        return {"type": "function", "function": {"name": tools.pick(choice, "tool_choice")}}
+    if kind == "allowed_tools":
+        picked = []
+        for j, t in enumerate(choice.get("tools") or []):
+            where = f"tool_choice.tools[{j}]"
+            if not isinstance(t, dict) or t.get("type") != "function":
+                if isinstance(t, dict) and t.get("type") in HOSTED_TOOLS:
+                    raise hosted(where, t["type"])
+                raise _bad(where, "allowed_tools lists function tools: {type: function, name}.")
+            picked.append({"type": "function", "function": {"name": tools.pick(t, where)}})
+        return {"type": "allowed_tools", "allowed_tools": {"mode": choice.get("mode", "auto"), "tools": picked}}
+    if kind in HOSTED_TOOLS:
+        raise hosted("tool_choice", kind)
+    if kind == "custom":
+        raise _custom("tool_choice")
+    raise _bad("tool_choice", "tool_choice must be none, auto, required, {type: function, name} or "
+                              "{type: allowed_tools, mode, tools}.")
+
+
+def echo(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """The tools as a Response object repeats them (strict defaults to true in this API)."""
+    def function(t: dict[str, Any]) -> dict[str, Any]:
+        return {"type": "function", "name": t.get("name"), "description": t.get("description"),
+                "parameters": t.get("parameters"), "strict": t.get("strict", True) is not False}
+
+    return [{"type": "namespace", "name": t.get("name"), "description": t.get("description") or "",
+             "tools": [function(m) for m in t.get("tools") or []]} if t.get("type") == "namespace" else function(t)
+            for t in tools or []]

@@ -1,0 +1,217 @@
+"""The Responses API over a WebSocket (``/v1/responses`` upgraded), as OpenAI's spec documents it
+(``ResponsesClientEvent`` in, ``ResponsesWebSocketStreamEvent`` out) and its SDKs use it: the
+Agents SDK's WebSocket transport, the openai SDK's ``responses.connect()``.
+
+The client sends ``response.create`` events: the body of ``POST /v1/responses`` with ``type`` and
+an optional ``stream_id``. Each is answered with the events a stream sends, as JSON text frames,
+carrying the request's ``stream_id`` when it had one. A lane (one ``stream_id``, or none) serves
+its requests in the order sent; lanes run side by side, and every request takes its place in
+the line of requests like an HTTP one. An error before a response starts (a 400, a 404, a full
+line's 429) is an ``error`` event with the HTTP status, and the connection serves on; a failure
+after it started ends the response with ``response.failed``. ``stream`` is implied, and
+``background`` gets an error event (the spec has none here).
+
+The upgrade passes the key and Host guards as an HTTP request does. A browser lets any page open
+a WebSocket, without the CORS preflight that guards a JSON POST, so an upgrade from a page (one
+with an Origin header) is refused unless ``cors_origins`` lets that origin call the API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import math
+import re
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from fastapi import WebSocket
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+
+from ..core.errors import (
+    InvalidRequestError,
+    OpenAIError,
+    PermissionDeniedError,
+    RateLimitError,
+    from_validation_errors,
+    internal_error,
+)
+from . import stream
+from .protocol import CreateResponse
+from .service import ResponsesService
+
+log = logging.getLogger(__name__)
+
+MAX_LANES = 16        # stream_ids open at once on one connection
+MAX_WAITING = 64      # response.create events sent on one connection and not yet begun
+_STREAM_ID = re.compile(r"^[A-Za-z0-9_.-]{1,256}$")
+_ENVELOPE = ("type", "stream_id")
+
+
+def origin_refusal(socket: WebSocket, cors_origins: list[str]) -> OpenAIError | None:
+    origin = socket.headers.get("origin")
+    if origin is None or "*" in cors_origins or origin in cors_origins:
+        return None
+    return PermissionDeniedError(f"WebSocket connections from web pages are refused unless the page's origin is in "
+                                 f"the cors_origins setting; this one came from {origin!r}. Add it there to allow it.",
+                                 code="origin_not_allowed")
+
+
+async def serve(socket: WebSocket, service: ResponsesService, owner: str) -> None:
+    refusal = origin_refusal(socket, service.settings.cors_origins)
+    if refusal is not None:
+        if "websocket.http.response" in socket.scope.get("extensions", {}):
+            await socket.send_denial_response(JSONResponse(refusal.body(), status_code=refusal.status))
+        else:
+            await socket.close(code=1008, reason=refusal.message[:120])
+        return
+    await socket.accept()
+    await _Connection(socket, service, owner).run()
+
+
+def _error_event(err: OpenAIError, stream_id: str | None) -> dict[str, Any]:
+    payload: dict[str, Any] = {"type": err.type, "code": err.code, "message": err.message, "param": err.param}
+    if err.headers:
+        payload["headers"] = dict(err.headers)
+    event: dict[str, Any] = {"type": "error", "status": err.status, "error": payload}
+    if stream_id is not None:
+        event["stream_id"] = stream_id
+    return event
+
+
+def _body(fields: dict[str, Any]) -> CreateResponse:
+    try:
+        body = CreateResponse.model_validate(fields)
+    except ValidationError as e:
+        raise from_validation_errors(list(e.errors())) from None
+    if body.background:
+        raise InvalidRequestError("background is not available over a WebSocket: the response streams on this "
+                                  "connection. Send background responses with POST /v1/responses.",
+                                  param="background")
+    return body
+
+
+class _Connection:
+    def __init__(self, socket: WebSocket, service: ResponsesService, owner: str):
+        self.socket = socket
+        self.service = service
+        self.owner = owner
+        self.send_timeout = service.settings.stream_send_timeout
+        self.lanes: dict[str | None, MemoryObjectSendStream[dict[str, Any]]] = {}
+        self.waiting = 0
+        self.sending = anyio.Lock()        # one frame at a time, whichever lane it is from
+        self.tasks: TaskGroup | None = None
+
+    async def run(self) -> None:
+        async with anyio.create_task_group() as tasks:
+            self.tasks = tasks
+            while True:
+                message = await self.socket.receive()
+                if message["type"] == "websocket.disconnect":
+                    break
+                await self.take(message)
+            # the client left: the lanes' generations stop, and their responses say cancelled
+            tasks.cancel_scope.cancel()
+
+    def _gone(self) -> None:
+        if self.tasks is not None:
+            self.tasks.cancel_scope.cancel()
+
+    async def send(self, event: dict[str, Any], stream_id: str | None = None) -> None:
+        """One frame. A client that left, or read nothing for stream_send_timeout seconds (its
+        buffers full), ends the connection: its work stops and its places in line are freed."""
+        if stream_id is not None:
+            event = {**event, "stream_id": stream_id}
+        text = json.dumps(event, ensure_ascii=False, separators=(",", ":"))
+        try:
+            with anyio.fail_after(self.send_timeout):
+                async with self.sending:
+                    await self.socket.send_text(text)
+        except Exception as e:  # noqa: BLE001 - any failure to send means the client is gone
+            if isinstance(e, TimeoutError):
+                log.warning("a WebSocket client read nothing for %g s: the connection was dropped and its work "
+                            "stopped (stream_send_timeout)", self.send_timeout)
+            self._gone()
+            await anyio.lowlevel.checkpoint()   # the cancellation ends this lane here
+
+    async def take(self, message: dict[str, Any]) -> None:
+        """One client message: a response.create for its lane, or an error event."""
+        raw = message.get("text")
+        if raw is None:
+            raw = (message.get("bytes") or b"").decode("utf-8", "replace")
+        try:
+            event = json.loads(raw)
+        except ValueError:
+            event = None
+        if not isinstance(event, dict):
+            await self.send(_error_event(InvalidRequestError(
+                "A WebSocket message must be a JSON object, such as {\"type\": \"response.create\", \"model\": ..., "
+                "\"input\": ...}."), None))
+            return
+        stream_id = event.get("stream_id")
+        if stream_id is not None and (not isinstance(stream_id, str) or not _STREAM_ID.match(stream_id)):
+            await self.send(_error_event(InvalidRequestError(
+                "stream_id must be 1-256 letters, digits, dots, underscores or dashes.", param="stream_id"), None))
+            return
+        if event.get("type") != "response.create":
+            await self.send(_error_event(InvalidRequestError(
+                f"Unknown event type {event.get('type')!r}: this server takes response.create events (the body of "
+                "POST /v1/responses, with type and an optional stream_id).", param="type"), stream_id))
+            return
+        refusal = self._admit(stream_id)
+        if refusal is not None:
+            await self.send(_error_event(refusal, stream_id))
+            return
+        self.waiting += 1
+        self.lanes[stream_id].send_nowait({k: v for k, v in event.items() if k not in _ENVELOPE})
+
+    def _admit(self, stream_id: str | None) -> OpenAIError | None:
+        if stream_id not in self.lanes:
+            if len(self.lanes) >= MAX_LANES:
+                return InvalidRequestError(f"This WebSocket connection has reached its limit of {MAX_LANES} "
+                                           "stream_ids; reuse one, or open another connection.", param="stream_id",
+                                           code="websocket_stream_limit_reached")
+            sender, receiver = anyio.create_memory_object_stream[dict[str, Any]](math.inf)
+            self.lanes[stream_id] = sender
+            assert self.tasks is not None
+            self.tasks.start_soon(self._lane, stream_id, receiver)
+        if self.waiting >= MAX_WAITING:
+            return RateLimitError(f"{MAX_WAITING} requests already wait on this WebSocket connection; wait for "
+                                  "their responses before sending more.", code="websocket_queue_full")
+        return None
+
+    async def _lane(self, stream_id: str | None, requests: MemoryObjectReceiveStream[dict[str, Any]]) -> None:
+        async with requests:
+            async for fields in requests:
+                self.waiting -= 1
+                await self._respond(fields, stream_id)
+
+    async def _respond(self, fields: dict[str, Any], stream_id: str | None) -> None:
+        try:
+            turn, place = await self.service.begin(_body(fields), self.owner)
+        except OpenAIError as e:
+            await self.send(_error_event(e, stream_id))
+            return
+        except Exception as e:  # noqa: BLE001 - the client gets an error event, the connection serves on
+            log.exception("preparing a WebSocket response failed")
+            await self.send(_error_event(internal_error(e), stream_id))
+            return
+        try:
+            async with contextlib.aclosing(stream.events(self.service.text, turn, place)) as events:
+                async for event in events:
+                    await self.send(event, stream_id)
+        except Exception as e:  # noqa: BLE001 - the response ends as failed, the connection serves on
+            if not isinstance(e, OpenAIError):
+                log.exception("a WebSocket response failed")
+            turn.fail(e)   # already done by events() when it failed there
+            await self.send(turn.event("response.failed", response=turn.state.snapshot()), stream_id)
+        finally:
+            place.release()
+            if not turn.settled:   # cancelled before its events began
+                turn.fail(asyncio.CancelledError())
+                await turn.settle()
