@@ -12,9 +12,10 @@ as a ``function_call`` item with the function's own ``name`` and its ``namespace
 items sent back in a later turn are shown to the model under the name it called. Names over the
 64 characters chat allows are cut, with a short digest to keep them apart.
 
-Tools OpenAI runs on its own servers get a 400 naming them: the spec gives a client no way to
-mark one optional or disabled (``web_search``'s ``external_web_access: false`` still searches,
-from a cache), so there is nothing to skip safely.
+Tools OpenAI runs on its own servers get a 400 naming them, with one exception: ``web_search``
+with ``external_web_access: false`` (what Codex CLI sends unless told otherwise) may search only a
+cache of pages it already has, and this server has none, so such a search could only ever come
+back empty: the tool is accepted and not offered to the model, which answers from what it knows.
 """
 
 from __future__ import annotations
@@ -43,11 +44,16 @@ def _bad(param: str, message: str) -> InvalidRequestError:
 
 
 def hosted(param: str, kind: str) -> InvalidRequestError:
-    # Codex CLI sends web_search (external_web_access false) by default: say how to turn it off
-    codex = ' Codex CLI sends it unless its config.toml says web_search = "disabled".' if "web_search" in kind else ""
+    cached = " (a web_search with external_web_access false, searching no live page, is accepted)" \
+        if kind.startswith("web_search") else ""
     return _bad(param, f"'{kind}' is one of OpenAI's hosted tools, which run on OpenAI's servers; this server does "
-                       "not run them. Remove it, or use function tools (type: function) and run the tool yourself."
-                       f"{codex}")
+                       "not run them. Remove it, or use function tools (type: function) and run the tool "
+                       f"yourself{cached}.")
+
+
+def _cache_only_search(tool: dict[str, Any]) -> bool:
+    """A web search restricted to cached pages (see the module's notes): nothing to offer."""
+    return tool.get("type") in ("web_search", "web_search_2025_08_26") and tool.get("external_web_access") is False
 
 
 def _custom(param: str) -> InvalidRequestError:
@@ -147,6 +153,8 @@ def _entries(tools: list[Any]) -> list[_Entry]:
         kind = tool.get("type") if isinstance(tool, dict) else None
         if kind == "namespace":
             out += _members(tool, i)
+        elif _cache_only_search(tool):
+            continue
         elif kind in HOSTED_TOOLS:
             raise hosted(where, kind)
         elif kind == "custom":
@@ -216,6 +224,12 @@ def echo(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
         return {"type": "function", "name": t.get("name"), "description": t.get("description"),
                 "parameters": t.get("parameters"), "strict": t.get("strict", True) is not False}
 
-    return [{"type": "namespace", "name": t.get("name"), "description": t.get("description") or "",
-             "tools": [function(m) for m in t.get("tools") or []]} if t.get("type") == "namespace" else function(t)
-            for t in tools or []]
+    def one(t: dict[str, Any]) -> dict[str, Any]:
+        if t.get("type") == "namespace":
+            return {"type": "namespace", "name": t.get("name"), "description": t.get("description") or "",
+                    "tools": [function(m) for m in t.get("tools") or []]}
+        if _cache_only_search(t):
+            return dict(t)   # accepted as sent (see the module's notes)
+        return function(t)
+
+    return [one(t) for t in tools or []]

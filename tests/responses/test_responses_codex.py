@@ -45,7 +45,8 @@ def codex_request(input_items: list[dict], **changes) -> dict:
         "model": "gpt-5.1-codex",
         "instructions": "You are Codex, a coding assistant that runs in the user's terminal. Use the tools.",
         "input": input_items,
-        "tools": [PLAN, NAMESPACE],
+        # Codex's default web search (cached pages only) comes along: accepted, never offered
+        "tools": [PLAN, NAMESPACE, {"type": "web_search", "external_web_access": False}],
         "tool_choice": "auto",
         "parallel_tool_calls": True,
         "reasoning": {"summary": "auto"},
@@ -177,10 +178,11 @@ def test_hosted_tools_and_clashes_are_refused_by_name(rserver):
         r = httpx.post(f"{rserver.url}/responses", json={"model": "x", "input": "Hi", "tools": tools, **extra})
         return error_of(r, 400)
 
-    # Codex CLI's default web_search (cached) still searches: refused, saying how to turn it off
-    err = refused([PLAN, NAMESPACE, {"type": "web_search", "external_web_access": False}])
-    assert err["param"] == "tools[2]" and "'web_search'" in err["message"]
-    assert 'web_search = "disabled"' in err["message"]
+    # a web search of the live web is OpenAI's to run: refused, saying which one is accepted
+    for live in ({"type": "web_search"}, {"type": "web_search", "external_web_access": True}):
+        err = refused([PLAN, NAMESPACE, live])
+        assert err["param"] == "tools[2]" and "'web_search'" in err["message"]
+        assert "external_web_access false" in err["message"]
     err = refused([{**NAMESPACE, "tools": [EXEC, {"type": "custom", "name": "exec", "format": {"type": "text"}}]}])
     assert err["param"] == "tools[0].tools[1]" and "custom" in err["message"]
     other = {**NAMESPACE, "name": "remote"}
