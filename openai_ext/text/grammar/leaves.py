@@ -15,7 +15,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator, ValidationError, validators
 
-from . import automata
+from .automata import TooComplex, combine, search
 from .errors import SchemaNotSupported
 from .limits import MAX_AUTOMATON_STATES, MAX_LITERAL_BYTES
 from .numbers import BoundTooLarge, integer_bounds, integer_range, number_bounds, number_range
@@ -60,7 +60,7 @@ def _pattern(validator, pattern, instance, schema):
     engine: a constant and a hostile pattern would otherwise hold the process for hours."""
     if not validator.is_type(instance, "string"):
         return
-    found = automata.search(pattern, instance)
+    found = search(pattern, instance)
     if found is None:
         _unchecked.pattern = pattern
     elif not found:
@@ -197,8 +197,8 @@ class Leaves:
         if len(patterns) == 1 and not lo and hi is None:
             return {"type": "string", "x-pattern": patterns[0]}
         try:
-            combined = automata.combine(patterns, lo, hi)
-        except automata.TooComplex:
+            combined = combine(patterns, lo, hi)
+        except TooComplex:
             self.cannot(f"{path}.pattern", f"{path}.pattern: its patterns, minLength and maxLength together need "
                                            f"more than {MAX_AUTOMATON_STATES} states to be enforced while "
                                            "generating; put the length into one pattern, or make it smaller.")

@@ -144,7 +144,8 @@ def _lengths(node: tuple) -> tuple[int, float]:
         a, b = _lengths(atom)
         q_lo, q_hi = quant or (1, 1)
         lo += a * q_lo
-        hi += float("inf") if (q_hi is None and b) else b * (q_hi or 0)
+        if q_hi != 0 and b:
+            hi += float("inf") if q_hi is None else b * q_hi
     return lo, hi
 
 
