@@ -119,19 +119,30 @@ def check_calls(message, tools):
         jsonschema.validate(json.loads(call.function.arguments), by_name[call.function.name])
 
 
-@pytest.mark.parametrize("choice", ["auto", "required", {"type": "function", "function": {"name": "Workflow"}}])
-def test_claude_codes_workflow_tool_beside_ordinary_tools(live, held, choice):
-    tools = [READ, WEATHER, WORKFLOW]
+def named(name):
+    return {"type": "function", "function": {"name": name}}
+
+
+@pytest.mark.parametrize("tools, ask, choice", [
+    # Claude Code's Workflow tool beside ordinary tools
+    ([READ, WEATHER, WORKFLOW], "Run a workflow that lists the files here.", "auto"),
+    ([READ, WEATHER, WORKFLOW], "Run a workflow that lists the files here.", "required"),
+    ([READ, WEATHER, WORKFLOW], "Run a workflow that lists the files here.", named("Workflow")),
+    # zod's allOf of two patterns in SendMessage
+    ([READ, SEND_MESSAGE], "Tell ann@backend that the build is green.", "auto"),
+    ([READ, SEND_MESSAGE], "Tell ann@backend that the build is green.", named("SendMessage")),
+], ids=["workflow-auto", "workflow-required", "workflow-named", "send-message-auto", "send-message-named"])
+def test_claude_codes_tools_through_chat_completions(live, held, tools, ask, choice):
     client = openai_client(live)
     resp = beside(live, held, lambda: client.chat.completions.create(
-        model="x", messages=[{"role": "user", "content": "Run a workflow that lists the files here."}], tools=tools,
-        tool_choice=choice, max_tokens=60, temperature=0))
+        model="x", messages=[{"role": "user", "content": ask}], tools=tools, tool_choice=choice, max_tokens=80,
+        temperature=0))
     assert not isinstance(resp, Exception), resp
-    choice_out = resp.choices[0]
+    out = resp.choices[0]
     if choice != "auto":
-        assert choice_out.finish_reason in ("tool_calls", "length") and choice_out.message.tool_calls
-    if choice_out.finish_reason == "tool_calls":
-        check_calls(choice_out.message, tools)
+        assert out.finish_reason in ("tool_calls", "length") and out.message.tool_calls
+    if out.finish_reason == "tool_calls":
+        check_calls(out.message, tools)
 
 
 @pytest.mark.parametrize("choice", [{"type": "auto"}, {"type": "tool", "name": "Workflow"}])
@@ -152,21 +163,6 @@ def test_claude_code_through_the_messages_api(live, held, choice):
         assert any(b.type == "tool_use" for b in msg.content) or msg.stop_reason == "max_tokens"
 
 
-@pytest.mark.parametrize("choice", ["auto", {"type": "function", "function": {"name": "SendMessage"}}])
-def test_zods_all_of_patterns_in_send_message(live, held, choice):
-    tools = [READ, SEND_MESSAGE]
-    client = openai_client(live)
-    resp = beside(live, held, lambda: client.chat.completions.create(
-        model="x", messages=[{"role": "user", "content": "Tell ann@backend that the build is green."}], tools=tools,
-        tool_choice=choice, max_tokens=80, temperature=0))
-    assert not isinstance(resp, Exception), resp
-    out = resp.choices[0]
-    if choice != "auto":
-        assert out.finish_reason in ("tool_calls", "length") and out.message.tool_calls
-    if out.finish_reason == "tool_calls":
-        check_calls(out.message, tools)
-
-
 def test_pydantic_ge_le_through_the_sdks_parse(live, held):
     client = openai_client(live)
     resp = beside(live, held, lambda: client.chat.completions.parse(
@@ -177,7 +173,7 @@ def test_pydantic_ge_le_through_the_sdks_parse(live, held):
     assert isinstance(parsed, Rating) and 1 <= parsed.stars <= 5 and 0 <= parsed.score <= 1
 
 
-@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "Rating"}}])
+@pytest.mark.parametrize("choice", ["required", named("Rating")])
 def test_pydantic_ge_le_through_pydantic_function_tool(live, held, choice):
     tool = openai.pydantic_function_tool(Rating)
     assert tool["function"]["strict"] is True

@@ -19,7 +19,7 @@ from functools import lru_cache
 
 from .errors import SchemaNotSupported
 from .limits import MAX_AUTOMATON_STATES, MAX_MATCH_STEPS
-from .patterns import _ALL, _SAFE, _UNSAFE, Pattern, _gbnf_class, _minus, gbnf_literal, parse
+from .patterns import _ALL, _SAFE, _UNSAFE, Pattern, _gbnf_class, _minus, _norm, gbnf_literal, parse
 from .repeat import Rules
 
 
@@ -172,7 +172,7 @@ def combine(patterns: list[Pattern], min_len: int = 0, max_len: int | None = Non
                     index[target] = len(index)
                     queue.append(target)
                 by_target.setdefault(index[target], []).append((lo, hi))
-        dfa.moves[i] = [(_merge(r), t) for t, r in by_target.items()]
+        dfa.moves[i] = [(_norm(r), t) for t, r in by_target.items()]
     dfa.trim()
     return dfa
 
@@ -181,16 +181,6 @@ def _any_string(nfa: _NFA) -> tuple[int, int]:
     s = nfa.state()
     nfa.moves[s].extend((lo, hi, s) for lo, hi in _SAFE)
     return s, s
-
-
-def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    out: list[tuple[int, int]] = []
-    for lo, hi in sorted(ranges):
-        if out and lo <= out[-1][1] + 1:
-            out[-1] = (out[-1][0], max(out[-1][1], hi))
-        else:
-            out.append((lo, hi))
-    return out
 
 
 class _DFA:
