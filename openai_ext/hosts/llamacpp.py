@@ -42,6 +42,29 @@ FALLBACK_TEMPLATE = (
 FALLBACK_STOPS = ["\nUser:", "\nSystem:"]
 # Characters of text tokenized in one call at most, where the text can be cut exactly (tokenize()).
 TOKENIZE_PIECE = 4096
+# Grammars llama.cpp is never handed: its parser recurses once per nested group (a deep enough
+# nesting overflows the thread's stack and ends the process) and a long grammar takes long to
+# parse. The project's converter stays far below both (see text/grammar/limits.py).
+MAX_GRAMMAR_CHARS = 4 << 20
+MAX_GRAMMAR_NESTING = 512
+_GRAMMAR_LITERALS = re.compile(r'"(?:[^"\\\n]|\\.)*"|\[(?:[^\]\\\n]|\\.)*\]')
+_NOT_PARENTHESES = re.compile(r"[^()]+")
+
+
+def grammar_shape_ok(gbnf: str) -> bool:
+    """Whether ``gbnf`` is within MAX_GRAMMAR_CHARS and nests groups at most MAX_GRAMMAR_NESTING
+    deep (literals and classes, which may hold parentheses, are left out of the count)."""
+    if len(gbnf) > MAX_GRAMMAR_CHARS:
+        return False
+    depth = deepest = 0
+    for ch in _NOT_PARENTHESES.sub("", _GRAMMAR_LITERALS.sub("", gbnf)):
+        if ch == "(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch == ")":
+            depth -= 1
+    return deepest <= MAX_GRAMMAR_NESTING
+
 
 class LlamaCppHost(Host):
     owned_by = "llama.cpp"
@@ -221,7 +244,8 @@ class LlamaCppHost(Host):
         rejects is the client's 400 rather than a failure in the middle of generating."""
         ok = self._grammar_ok.get(gbnf)
         if ok is None:
-            smpl = self._L.llama_sampler_init_grammar(self._vocab, gbnf.encode(), b"root")
+            ok = grammar_shape_ok(gbnf)
+            smpl = self._L.llama_sampler_init_grammar(self._vocab, gbnf.encode(), b"root") if ok else None
             ok = bool(smpl)
             if smpl:
                 self._L.llama_sampler_free(smpl)

@@ -126,8 +126,8 @@ def test_tool_choice_none_and_auto(claude):
      "tools[0].input_schema"),
     (dict(tools=[WEATHER], tool_choice={"type": "tool", "name": "nope"}), "nope"),
     (dict(tools=[{"name": "f", "strict": True, "input_schema": {"type": "object", "properties": {"n": {
-        "type": "integer", "minimum": 1}}}}],
-          tool_choice={"type": "any"}), "tools[0].input_schema.properties.n.minimum"),
+        "type": "integer", "minimum": 1, "multipleOf": 2}}}}],
+          tool_choice={"type": "any"}), "tools[0].input_schema.properties.n.multipleOf"),
     (dict(tool_choice={"type": "any"}), "tool_choice"),
     (dict(messages=[*ASK, {"role": "assistant", "content": [
         {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}]},

@@ -208,8 +208,8 @@ def test_legacy_functions_answer_with_function_call(client):
 # enforced as far as the grammar can: see test_tools.py)
 @pytest.mark.parametrize("kwargs, param", [
     (dict(response_format={"type": "json_schema", "json_schema": {
-        "name": "n", "strict": True, "schema": {"type": "object", "properties": {"n": {"type": "number", "minimum": 0}}}}}),
-     "response_format.json_schema.schema.properties.n.minimum"),
+        "name": "n", "strict": True, "schema": {"type": "object", "properties": {"n": {"type": "number", "multipleOf": 2}}}}}),
+     "response_format.json_schema.schema.properties.n.multipleOf"),
     (dict(response_format={"type": "json_schema", "json_schema": {"schema": PERSON}}), "response_format.json_schema"),
     (dict(response_format={"type": "json_schema", "json_schema": {
         "name": "n", "strict": True, "schema": {"type": "object", "not": {"required": ["a"]}}}}),
@@ -227,13 +227,14 @@ def test_legacy_functions_answer_with_function_call(client):
     (dict(tools=[{"type": "function", "function": {"name": "f", "parameters": {
         "type": "object", "properties": {"a": {"$ref": "https://example.com/a.json"}}}}}], tool_choice="auto"),
      "tools[0].function.parameters.properties.a.$ref"),                                  # external $ref
-    (dict(response_format={"type": "json_schema", "json_schema": {"name": "n", "schema": {
+    (dict(response_format={"type": "json_schema", "json_schema": {"name": "n", "strict": True, "schema": {
         "type": "object", "properties": {"w": {"type": "string", "pattern": "^(?!x)\\w+$"}}}}}),
      "response_format.json_schema.schema.properties.w.pattern"),                        # lookahead
     (dict(parallel_tool_calls=False), "parallel_tool_calls"),                           # OpenAI: only with tools
     (dict(functions=[WEATHER["function"]], tool_choice="auto"), "tool_choice"),
     (dict(functions=[{"name": "f", "strict": True, "parameters": {"type": "object", "properties": {
-        "n": {"type": "integer", "maximum": 3}}}}], function_call={"name": "f"}), "functions[0].parameters.properties.n.maximum"),
+        "n": {"type": "integer", "maximum": 3, "multipleOf": 3}}}}], function_call={"name": "f"}),
+     "functions[0].parameters.properties.n.multipleOf"),
 ])
 def test_structured_output_errors(client, kwargs, param):
     with pytest.raises(openai.BadRequestError) as e:

@@ -92,6 +92,29 @@ def test_text_that_is_not_a_valid_call_is_content(bad):
     assert calls == [] and content == "ok " + bad and s.calls == []
 
 
+def test_calls_of_a_function_whose_grammar_was_relaxed_are_held_and_validated():
+    """Under a grammar calls stream as written, but not those of a function whose schema the
+    grammar enforces only in part: they wait until complete, and one that fails is content."""
+    ts = toolset()
+    ts.by_name["get_weather"].exact = False
+    s = tools.ToolCallStream(ts, incremental=True)
+    assert s.feed('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Pa') == []
+    content, calls = summarize(s.feed('ris", "unit": "C"}}\n</tool_call>') + s.finish())
+    assert content == "" and [c["name"] for c in calls] == ["get_weather"]
+    assert json.loads(calls[0]["arguments"]) == {"city": "Paris", "unit": "C"}
+    bad = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "K"}}\n</tool_call>'
+    s = tools.ToolCallStream(ts, incremental=True)
+    content, calls = summarize(run(s, bad, list(range(3, len(bad), 5))))
+    assert calls == [] and content == bad
+    # cut short by max_tokens: the arguments written so far, as a call whose JSON was never complete
+    s = tools.ToolCallStream(ts, incremental=True)
+    content, calls = summarize(run(s, '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Os', [20]))
+    assert content == "" and calls[0]["arguments"] == '{"city": "Os' and s.cut == {0}
+    # the other function's calls still stream as they are written
+    s = tools.ToolCallStream(ts, incremental=True)
+    assert s.feed('<tool_call>\n{"name": "get_time", "arguments": {')
+
+
 def test_a_complete_call_whose_closing_marker_never_came_is_a_call():
     s = tools.ToolCallStream(toolset(), incremental=False)
     content, calls = summarize(run(s, 'ok <tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}', [5]))
@@ -167,15 +190,17 @@ def test_native_rendering_passes_tools_and_object_arguments():
 
 def test_call_grammar_names_unsupported_parameter_keywords_of_a_strict_tool():
     bad = {"type": "function", "function": {"name": "f", "strict": True, "parameters": {
-        "type": "object", "properties": {"n": {"type": "integer", "minimum": 1}}}}}
+        "type": "object", "properties": {"n": {"type": "integer", "minimum": 1, "multipleOf": 2}}}}}
     ts = tools.parse(ChatCompletionRequest(messages=MSG, tools=[WEATHER, bad], tool_choice="required"))
     with pytest.raises(InvalidRequestError) as e:
         tools.call_grammar(ts)
-    assert e.value.param == "tools[1].function.parameters.properties.n.minimum"
-    # the same tool, not strict: enforced as far as the grammar can (minimum is left out)
+    assert e.value.param == "tools[1].function.parameters.properties.n.multipleOf"
+    # the same tool, not strict: enforced as far as the grammar can (multipleOf is left out, and
+    # its calls are validated before they are sent)
     lenient = {"type": "function", "function": {**bad["function"], "strict": False}}
     ts = tools.parse(ChatCompletionRequest(messages=MSG, tools=[WEATHER, lenient], tool_choice="required"))
     assert "tool-call" in tools.call_grammar(ts)
+    assert [t.exact for t in ts.tools] == [True, False]
 
 
 def test_legacy_error_paths_name_functions():
@@ -252,7 +277,8 @@ def test_siblings_of_any_of_and_ref_are_merged_in():
     ({"properties": {"a": {"$ref": "#/$defs/Missing"}}}, "s.properties.a.$ref"),
     ({"type": "string", "pattern": "(?=a)b"}, "s.pattern"),
     ({"type": "string", "pattern": "\\bword"}, "s.pattern"),
-    ({"type": "string", "pattern": "^[a-z]+$", "maxLength": 5}, "s.pattern"),
+    ({"type": "string", "pattern": "^2", "format": "date"}, "s.format"),
+    ({"type": "integer", "multipleOf": 5}, "s.multipleOf"),
     ({"type": "string", "pattern": '["\\\\]'}, "s.pattern"),          # nothing left that is safe in JSON
     ({"type": "string", "pattern": "(a"}, "s.pattern"),
 ])
@@ -417,10 +443,11 @@ def test_a_non_strict_schema_is_enforced_as_far_as_the_grammar_can_and_a_strict_
     lenient = httpx.post(f"{live.url}/chat/completions", timeout=120, json={**body, "response_format": {
         "type": "json_schema", "json_schema": {"name": "n", "schema": schema}}})
     assert lenient.status_code == 200, lenient.text
-    assert isinstance(json.loads(lenient.json()["choices"][0]["message"]["content"])["n"], int)
+    n = json.loads(lenient.json()["choices"][0]["message"]["content"])["n"]
+    assert isinstance(n, int) and n >= 3        # minimum is enforced, multipleOf left out
     strict = httpx.post(f"{live.url}/chat/completions", timeout=120, json={**body, "response_format": {
         "type": "json_schema", "json_schema": {"name": "n", "schema": schema, "strict": True}}})
-    assert strict.status_code == 400 and strict.json()["error"]["param"].endswith(".minimum")
+    assert strict.status_code == 400 and strict.json()["error"]["param"].endswith(".multipleOf")
 
 
 @pytest.mark.parametrize("cut_at", ['\n</tool', '"C"}}', '{"city": "Par'])
@@ -477,3 +504,28 @@ def test_a_named_call_starts_from_what_the_prompt_holds(incremental):
 def test_the_name_of_a_call_is_the_models_own_choice_among_several():
     assert tools.named_call_prefill(toolset(tool_choice="required")) == ""
     assert tools.named_call_prefill(toolset()) == ""
+
+
+def test_a_hostile_pattern_on_a_calls_arguments_is_checked_in_bounded_time(caplog):
+    """A lookahead keeps the pattern from the linear-time matcher, and its nested repetition would
+    take a backtracking engine hours on this string: the check runs out of its time and the
+    arguments count as not matching, instead of holding the server."""
+    from openai_ext.text.tools.validation import CallValidator, is_valid
+
+    validator = CallValidator({"type": "object", "properties": {"s": {"type": "string", "pattern": "^(?=a)(a|aa)+$"}}})
+    assert is_valid(validator, {"s": "aaaa"})
+    assert not is_valid(validator, {"s": "aaa!"})              # quick either way
+    assert not is_valid(validator, {"s": "a" * 60 + "!"})
+    assert "ran out of time" in caplog.text
+
+
+@pytest.mark.parametrize("choice, is_call", [("required", True), ("auto", False)])
+def test_a_call_failing_what_its_grammar_could_not_enforce(choice, is_call):
+    """Required: the client asked for a call, so it is returned as written (as OpenAI returns a
+    non-strict function's call). Auto: text that is not a valid call is content."""
+    fn = {"type": "function", "function": {"name": "tag", "parameters": {
+        "type": "object", "properties": {"t": {"type": "string", "pattern": "^(?!x)"}}, "required": ["t"]}}}
+    ts = tools.parse(ChatCompletionRequest(messages=MSG, tools=[fn, TIME], tool_choice=choice))
+    s = tools.ToolCallStream(ts, incremental=False)
+    content, calls = summarize(run(s, '<tool_call>\n{"name": "tag", "arguments": {"t": "xyz"}}\n</tool_call>', []))
+    assert bool(calls) is is_call and (content == "") is is_call

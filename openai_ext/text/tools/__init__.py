@@ -20,8 +20,10 @@ Guarantees. With ``tool_choice`` "required" or a named function, decoding follow
 from the functions' parameter schemas, so every call is well-formed and valid. With "auto", the
 embedded host applies the same grammar from the moment the model writes the opening marker
 (``grammar_triggers``); any call is then parsed and validated against its schema, and text that is
-not a valid call is returned as content, never as a broken call. With ``parallel_tool_calls``
-false, whatever follows the first call is dropped.
+not a valid call is returned as content, never as a broken call. A non-strict function whose
+schema the grammar enforces only in part (see grammar.rewrite) has its calls held until they are
+complete and validated, even under a grammar. With ``parallel_tool_calls`` false, whatever follows
+the first call is dropped.
 """
 
 from .grammar import call_grammar, named_call_prefill

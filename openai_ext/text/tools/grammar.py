@@ -30,29 +30,33 @@ def call_grammar(ts: ToolSet, *, response: tuple[Any, str, bool] | None = None, 
     closing marker costs no token either. ``response``: (schema, where it is in the request): the answer
     may instead be JSON of that schema (response_format next to tool_choice "auto"); the last item
     says whether that schema is strict.
+
+    All the schemas share the request's budget (grammar.limits), strict ones first: a strict
+    schema beyond it is a 400 naming it; any other is relaxed (``Tool.exact`` becomes false), and
+    its calls are validated after generation, as every call is.
     """
-    defs: dict[str, Any] = {}
-    calls = []
-    for i, t in enumerate(ts.tools):
-        if t.name in ts.allowed:
-            # Each function's schema keeps its own definitions: its references are renamed apart.
-            prepared = grammar.prepare(t.parameters, t.param_path, prefix=f"fn{i}-", strict=t.strict)
-            defs.update(prepared.defs)
-            calls.append({"type": "object", "properties": {"name": {"const": t.name}, "arguments": prepared.schema},
-                          "required": ["name", "arguments"]})
-            arguments = prepared.schema
-    rules: dict[str, Any] = {"tool-call": calls[0] if len(calls) == 1 else {"anyOf": calls}}
-    if prefilled:
-        rules["call-arguments"] = arguments
+    g = grammar.Grammar()
+    allowed = [(i, t) for i, t in enumerate(ts.tools) if t.name in ts.allowed]
+    jobs = [(t.strict, f"fn{i}-arguments", t) for i, t in allowed]
     if response is not None:
-        prepared = grammar.prepare(response[0], response[1], prefix="answer-", strict=response[2])
-        defs.update(prepared.defs)
-        rules["response"] = prepared.schema
-    body = grammar.gbnf(rules, defs, where=ts.param)
+        jobs.append((response[2], "response", response))
+    for strict, name, job in sorted(jobs, key=lambda j: not j[0]):   # strict schemas first
+        if isinstance(job, tuple):
+            grammar.write_schema(g, name, job[0], job[1], strict=strict, prefix="answer-")
+        else:
+            prefix = name.removesuffix("arguments")
+            job.exact = grammar.write_schema(g, name, job.parameters, job.param_path, strict=strict,
+                                             prefix=prefix, checked=True).exact
+    # {"name": ..., "arguments": ...}: the names as a tree, so any number of functions costs one
+    # alternative at a time
+    g.use("j-ws")
+    g.tree("tool-call-name", [(json.dumps(t.name, ensure_ascii=False),
+                               f'"," j-ws "\\"arguments\\"" j-ws ":" j-ws fn{i}-arguments "}}" j-ws')
+                              for i, t in allowed])
     more = " (tool-ws tool-call-block)*" if ts.parallel else ""
-    if prefilled:
+    if prefilled:   # the one allowed function's arguments, after named_call_prefill()
         closing = f' tool-ws {grammar.gbnf_literal(CALL_CLOSE)}{more}' if ts.parallel else ""
-        root = f'root ::= call-arguments tool-ws "}}"{closing}'
+        root = f'root ::= fn{allowed[0][0]}-arguments tool-ws "}}"{closing}'
     elif lazy:
         root = f"root ::= tool-call-rest{more}"
     else:
@@ -64,4 +68,5 @@ def call_grammar(ts: ToolSet, *, response: tuple[Any, str, bool] | None = None, 
         f"tool-call-block ::= {grammar.gbnf_literal(CALL_OPEN)} tool-call-rest",
         f"tool-call-rest ::= tool-ws tool-call tool-ws {grammar.gbnf_literal(CALL_CLOSE)}",
         "tool-ws ::= ([ \\t\\n] ([ \\t\\n] [ \\t\\n]?)?)?",
-        body])
+        'tool-call ::= "{" j-ws "\\"name\\"" j-ws ":" j-ws tool-call-name',
+        g.text()])

@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
 
 from ...core.errors import InvalidRequestError
-from ..grammar.errors import check_depth
+from ..grammar.errors import MAX_SCHEMA_NODES, check_depth, check_schema
+from .validation import CallValidator
 
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
 _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
@@ -26,6 +26,8 @@ class Tool:
     validator: Draft202012Validator
     param_path: str              # where the parameters are in the request, for errors
     strict: bool = False         # strict: true: a keyword the grammar cannot enforce is a 400
+    exact: bool = True           # the call grammar enforces the whole schema (else calls are held and
+                                 # validated before they are sent: see call_grammar, ToolCallStream)
 
     def as_openai(self) -> dict[str, Any]:
         return {"type": "function", "function": {"name": self.name, "description": self.description,
@@ -89,6 +91,7 @@ def parse(req) -> ToolSet | None:
         return None
 
     tools = []
+    room = MAX_SCHEMA_NODES     # objects and lists all the functions' parameters may hold together
     for i, item in enumerate(raw_tools):
         where = f"{tools_param}[{i}]" if not legacy else f"functions[{i}]"
         if not isinstance(item, dict) or item.get("type") != "function" or not isinstance(item.get("function"), dict):
@@ -103,13 +106,9 @@ def parse(req) -> ToolSet | None:
         ppath = f"{where}.function.parameters" if not legacy else f"{where}.parameters"
         if not isinstance(params, dict):
             raise _bad(ppath, f"{ppath} must be a JSON Schema object.")
-        check_depth(params, ppath)   # before the validator walks it
-        try:
-            validator = Draft202012Validator(params)
-            Draft202012Validator.check_schema(params)
-        except SchemaError as e:
-            here = ppath + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in e.absolute_path)
-            raise _bad(here, f"{here} is not a valid JSON Schema: {e.message}") from None
+        room -= check_depth(params, ppath, room=room)   # before the validator walks it
+        check_schema(params, ppath)
+        validator = CallValidator(params)
         if any(t.name == name for t in tools):
             raise _bad(where, f"Two functions are named {name!r}; names must be unique.")
         tools.append(Tool(name, str(fn.get("description") or ""), params, validator, ppath, fn.get("strict") is True))

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from .spec import CALL_CLOSE, CALL_OPEN, ToolSet
+from .validation import is_valid
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +33,9 @@ class ToolCallStream:
     """Splits generated text into content and tool calls, as the text arrives.
 
     ``incremental``: stream each call's arguments while they are generated (used when a grammar
-    guarantees the calls). Otherwise each call is held until it is complete, then validated, and
-    sent as a call only if valid; anything else is sent as content. Without parallel calls,
+    guarantees the calls; not for a function whose grammar was relaxed, see ``Tool.exact``).
+    Otherwise each call is held until it is complete, then validated, and sent as a call only if
+    valid; anything else is sent as content. Without parallel calls,
     whatever follows the first call is dropped.
     """
 
@@ -99,7 +101,7 @@ class ToolCallStream:
                     keep = _partial_suffix(self._buf, CALL_CLOSE)
                     self._call += self._buf[:len(self._buf) - keep]
                     self._buf = self._buf[len(self._buf) - keep:]
-                    if self.incremental:
+                    if self._streams():
                         out.extend(self._stream_arguments())
                     break
                 self._call += self._buf[:j]
@@ -137,9 +139,7 @@ class ToolCallStream:
         the client); one cut before its name is complete is nothing."""
         if self._parse(self._call) is not None:
             return self._close_call()
-        if self.incremental:
-            if self._started is None:
-                return []
+        if self._started is not None:
             self.cut.add(len(self.calls))
             return self._finish_started(cut=True)
         m = self._HEAD.match(self._call)
@@ -151,6 +151,21 @@ class ToolCallStream:
         self.calls.append({"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}})
         return [CallDelta(index, "", id=call_id, name=name),
                 *(CallDelta(index, part) for part in _fragments(arguments))]
+
+    def _streams(self) -> bool:
+        """Whether the open call's arguments go out as they are generated: a grammar guarantees
+        the calls, and it enforces the whole schema of the function named (a function whose
+        grammar was relaxed has its calls held until they are complete and validated)."""
+        if not self.incremental or self._started is not None:
+            return self.incremental
+        m = self._HEAD.match(self._call)
+        if not m:
+            return True
+        try:
+            tool = self.ts.by_name.get(json.loads(f'"{m.group(1)}"'))
+        except json.JSONDecodeError:
+            return True
+        return tool is None or tool.exact
 
     # calls -----------------------------------------------------------------------------------
     def _parse(self, text: str) -> tuple[str, Any] | None:
@@ -164,8 +179,14 @@ class ToolCallStream:
         tool = self.ts.by_name.get(name) if isinstance(name, str) else None
         if tool is None or name not in self.ts.allowed or not isinstance(args, dict):
             return None
-        if not tool.validator.is_valid(args):
-            return None
+        if not is_valid(tool.validator, args):
+            if not self.ts.forced:
+                return None
+            # The client asked for a call, and the grammar made this one well-formed; only the parts
+            # of the schema it could not enforce (Tool.exact) fail. It is returned as written, as
+            # OpenAI returns a call of a non-strict function, rather than as text.
+            log.warning("a call to %s does not match the parts of its schema the grammar could not enforce",
+                        name)
         return name, args
 
     def _close_call(self) -> list[Content | CallDelta]:
