@@ -239,7 +239,7 @@ def test_one_forced_function_is_written_up_to_its_arguments_by_the_server(client
     assert resp.usage.completion_tokens == len("".join(tg.SCRIPT))
     question, state, _, _ = tg.CALLS[-1]
     assert question.endswith('<tool_call>\n{"name": "get_weather", "arguments": ')
-    assert state["grammar_string"].startswith('root ::= call-arguments tool-ws "}"')
+    assert state["grammar_string"].startswith('root ::= fn0-arguments tool-ws "}"')
 
 
 def test_auto_without_a_lazy_grammar_still_validates_calls(client, host_modules):

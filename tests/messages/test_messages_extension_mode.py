@@ -89,5 +89,5 @@ def test_a_tool_call_through_the_host(claude, host_modules):
     assert msg.stop_reason == "tool_use"
     prompt, state, _, _ = tg.CALLS[-1]
     assert "get_weather" in state["grammar_string"]    # the host's loader is given the call grammar
-    assert state["grammar_string"].startswith("root ::= call-arguments")
+    assert state["grammar_string"].startswith("root ::= fn0-arguments")
     assert prompt.endswith('<tool_call>\n{"name": "get_weather", "arguments": ')
