@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 import anyio
 
+from ..core.errors import InvalidRequestError
 from . import items
 from .protocol import AddItems, CreateConversation, UpdateConversation
 from .service import ResponsesService, not_found
@@ -29,6 +30,10 @@ class Conversations:
 
     def _parse(self, raw: list[dict[str, Any]], who: str | None, before: list[dict[str, Any]]) -> list[dict[str, Any]]:
         new = items.parse(raw, where="items", resolve=lambda item_id: self.store.item(item_id, who))
+        if new and new[-1]["type"] == "compaction_trigger":
+            raise InvalidRequestError(f"items[{len(new) - 1}] is a compaction_trigger, which only a response's input "
+                                      "may end with; it is not kept in a conversation.",
+                                      param=f"items[{len(new) - 1}].type")
         items.check_call_outputs(before, new, where="items")
         return new
 

@@ -21,6 +21,7 @@ from ..text.generation import Job
 from ..text.protocol import ChatCompletionRequest
 from ..text.service import TextService
 from ..text.webui_fields import ALL as WEB_UI_FIELDS
+from . import compaction
 from . import items as items_
 from . import tools as tools_
 from .protocol import CreateResponse, InputTokensRequest
@@ -60,7 +61,15 @@ def chat_messages(instructions: str | None, items: list[dict[str, Any]],
     out: list[dict[str, Any]] = [{"role": "system", "content": instructions}] if instructions else []
     for it in items:
         kind = it["type"]
-        if kind == "message":
+        if kind == compaction.SUMMARY_ITEM:
+            # What a compaction item stands for joins the system message, which every chat
+            # template places first, rather than a turn the model might answer.
+            note = f"Summary of the conversation so far:\n{it['text']}"
+            if out and out[0]["role"] == "system":
+                out[0]["content"] = f"{out[0]['content']}\n\n{note}"
+            else:
+                out.insert(0, {"role": "system", "content": note})
+        elif kind == "message":
             out.append({"role": it["role"], "content": items_.text_of(it)})
         elif kind == "function_call":
             call = {"id": it["call_id"], "type": "function",
@@ -170,16 +179,16 @@ def translate(err: InvalidRequestError, paths: list[str] | None = None) -> Inval
     return InvalidRequestError(message, param=param, code=err.code, status=err.status, headers=err.headers)
 
 
-def _starts(items: list[dict[str, Any]]) -> list[int]:
+def starts(items: list[dict[str, Any]]) -> list[int]:
     """Where the context may start, oldest first: dropping an item drops with it what only made
     sense after it (outputs of its calls, reasoning), so some indices are skipped."""
-    starts, i = [0], 0
+    out, i = [0], 0
     while i < len(items) - 1:
         i += 1
         while i < len(items) - 1 and items[i]["type"] in ("function_call_output", "reasoning"):
             i += 1
-        starts.append(i)
-    return starts
+        out.append(i)
+    return out
 
 
 def prepare(text: TextService, body: CreateResponse | InputTokensRequest, history: list[dict[str, Any]],
@@ -187,7 +196,7 @@ def prepare(text: TextService, body: CreateResponse | InputTokensRequest, histor
     """chat.prepare() on the request; with truncation auto, the oldest items (history first) are
     dropped until the prompt fits. The cut is found by bisection, so a long history costs a few
     tries (each refused cheaply, before tokenizing, when far too long), not one per item."""
-    context = [*history, *items]
+    context = compaction.expand([*history, *items])
     tools = tools if tools is not None else tools_.build(body.tools)
 
     def attempt(start: int) -> Job:
@@ -203,19 +212,19 @@ def prepare(text: TextService, body: CreateResponse | InputTokensRequest, histor
     try:
         return attempt(0)
     except ContextLengthExceeded as first:
-        starts = _starts(context)
-        if len(starts) == 1:
+        starts_ = starts(context)
+        if len(starts_) == 1:
             raise translate(first) from None
         # the newest start that still fits is the answer; the last one must fit at all
-        lo, hi = 1, len(starts) - 1   # starts[0] fails; best is always the attempt at starts[hi]
+        lo, hi = 1, len(starts_) - 1   # starts_[0] fails; best is always the attempt at starts_[hi]
         try:
-            best = attempt(starts[hi])
+            best = attempt(starts_[hi])
         except ContextLengthExceeded as e:
             raise translate(e) from None
         while lo < hi:
             mid = (lo + hi) // 2
             try:
-                best, hi = attempt(starts[mid]), mid
+                best, hi = attempt(starts_[mid]), mid
             except ContextLengthExceeded:
                 lo = mid + 1
         return best

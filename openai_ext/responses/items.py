@@ -18,6 +18,7 @@ from typing import Any, Callable, Literal, Union
 from pydantic import BaseModel, ConfigDict, StrictStr, ValidationError
 
 from ..core.errors import InvalidRequestError, NotFoundError, from_validation_errors
+from .compacted import decode
 
 # The types of items that belong to OpenAI's hosted tools: this server never produces them and
 # cannot act on them.
@@ -26,8 +27,9 @@ HOSTED_ITEMS = {"file_search_call", "web_search_call", "computer_call", "compute
                 "shell_call", "shell_call_output", "apply_patch_call", "apply_patch_call_output", "mcp_list_tools",
                 "mcp_approval_request", "mcp_approval_response", "mcp_call", "custom_tool_call",
                 "custom_tool_call_output", "tool_search_call", "tool_search_output", "additional_tools",
-                "compaction", "compaction_trigger", "program", "program_output"}
-KNOWN_ITEMS = ("message", "function_call", "function_call_output", "item_reference", "reasoning")
+                "program", "program_output"}
+KNOWN_ITEMS = ("message", "function_call", "function_call_output", "item_reference", "reasoning", "compaction",
+               "compaction_trigger")
 UNREADABLE_PARTS = {"input_image": "images", "input_file": "files", "input_audio": "audio"}
 
 PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs"}
@@ -81,9 +83,20 @@ class _Reasoning(_Item):
     encrypted_content: str | None = None
 
 
+class _Compaction(_Item):
+    type: Literal["compaction"]
+    encrypted_content: StrictStr
+    created_by: str | None = None
+
+
+class _CompactionTrigger(_Item):
+    type: Literal["compaction_trigger"]
+
+
 _MODELS: dict[str, type[_Item]] = {"message": _Message, "function_call": _FunctionCall,
                                    "function_call_output": _FunctionCallOutput, "item_reference": _ItemReference,
-                                   "reasoning": _Reasoning}
+                                   "reasoning": _Reasoning, "compaction": _Compaction,
+                                   "compaction_trigger": _CompactionTrigger}
 
 # Finds a stored item by id for an item_reference (None: there is none the caller may see).
 Resolver = Callable[[str], "dict[str, Any] | None"]
@@ -210,6 +223,18 @@ def parse(raw: Union[str, list[Any], None], *, where: str = "input",
             if parsed.encrypted_content is not None:
                 entry["encrypted_content"] = parsed.encrypted_content
             out.append(entry)
+        elif kind == "compaction":
+            # Not signed, so what it carries is read as input is: a crafted one gets a 400, not a crash.
+            inner = f"{here}.encrypted_content"
+            kept = parse(decode(parsed.encrypted_content, inner)[1], where=inner)
+            if any(k["type"] not in ("message", "function_call", "function_call_output", "reasoning") for k in kept):
+                raise _bad(inner, f"{inner} is not a compaction made by this server.")
+            out.append({"id": parsed.id or new_id("cmp"), "type": "compaction",
+                        "encrypted_content": parsed.encrypted_content})
+        elif kind == "compaction_trigger":
+            if i != len(raw) - 1:
+                raise _bad(f"{here}.type", f"{here} is a compaction_trigger, which must be the last input item.")
+            out.append({"type": "compaction_trigger"})
         else:
             found = resolve(parsed.id) if resolve is not None else None
             if found is None:
@@ -227,8 +252,13 @@ def text_of(item: dict[str, Any]) -> str:
 
 
 def check_call_outputs(history: list[dict[str, Any]], items: list[dict[str, Any]], where: str = "input") -> None:
-    """Every function_call_output answers a function_call made before it, as OpenAI requires."""
+    """Every function_call_output answers a function_call made before it, as OpenAI requires (a
+    call a compaction item keeps counts)."""
     calls = {it["call_id"] for it in history if it["type"] == "function_call"}
+    for it in [*history, *items]:
+        if it["type"] == "compaction":
+            calls |= {k["call_id"] for k in decode(it["encrypted_content"], where)[1]
+                      if k.get("type") == "function_call" and isinstance(k.get("call_id"), str)}
     for i, it in enumerate(items):
         if it["type"] == "function_call":
             calls.add(it["call_id"])

@@ -105,6 +105,18 @@ class InputTokensRequest(_Common):
     personality: str | None = None
 
 
+class CompactRequest(_Open):
+    """POST /v1/responses/compact (OpenAI's CompactResponseMethodPublicBody)."""
+    model: str | None = None
+    input: Union[StrictStr, Items, None] = None
+    previous_response_id: str | None = None
+    instructions: str | None = None
+    prompt_cache_key: str | None = Field(None, max_length=64)
+    prompt_cache_retention: str | None = None
+    prompt_cache_options: dict[str, Any] | None = None
+    service_tier: str | None = None
+
+
 class CreateConversation(_Open):
     metadata: Metadata | None = None
     items: Annotated[Items, Field(max_length=20)] | None = None

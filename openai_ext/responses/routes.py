@@ -9,8 +9,15 @@ from starlette.requests import HTTPConnection
 
 from ..core.errors import InvalidRequestError, NotImplementedByServer, refuse_unknown_fields
 from .conversations import Conversations
-from .protocol import AddItems, CreateConversation, CreateResponse, InputTokensRequest, UpdateConversation
-from .service import ResponsesService, owner_of
+from .protocol import (
+    AddItems,
+    CompactRequest,
+    CreateConversation,
+    CreateResponse,
+    InputTokensRequest,
+    UpdateConversation,
+)
+from .service import ResponsesService, check_conversation_id, owner_of
 from .websocket import serve
 
 Order = Literal["asc", "desc"]
@@ -51,6 +58,10 @@ def router(responses: ResponsesService) -> APIRouter:
         raise InvalidRequestError(f"Method GET is not allowed on {request.url.path}; use POST (or a WebSocket).",
                                   status=405, headers={"Allow": "POST"})
 
+    @r.post("/responses/compact")
+    async def compact_response(body: CompactRequest, request: Request):
+        return await responses.compact(request, body, owner(request))
+
     @r.post("/responses/input_tokens")
     async def count_input_tokens(body: InputTokensRequest, request: Request):
         return await responses.input_tokens(body, owner(request))
@@ -82,33 +93,40 @@ def router(responses: ResponsesService) -> APIRouter:
 
     @r.get("/conversations/{conversation_id}")
     async def retrieve_conversation(conversation_id: str, request: Request):
+        check_conversation_id(conversation_id, "conversation_id")
         return await conversations.get(conversation_id, owner(request))
 
     @r.post("/conversations/{conversation_id}")
     async def update_conversation(conversation_id: str, body: UpdateConversation, request: Request):
+        check_conversation_id(conversation_id, "conversation_id")
         refuse_unknown_fields(body, settings.allow_unknown_fields)
         return await conversations.update(conversation_id, body, owner(request))
 
     @r.delete("/conversations/{conversation_id}")
     async def delete_conversation(conversation_id: str, request: Request):
+        check_conversation_id(conversation_id, "conversation_id")
         return await conversations.delete(conversation_id, owner(request))
 
     @r.post("/conversations/{conversation_id}/items")
     async def add_conversation_items(conversation_id: str, body: AddItems, request: Request):
+        check_conversation_id(conversation_id, "conversation_id")
         refuse_unknown_fields(body, settings.allow_unknown_fields)
         return await conversations.add_items(conversation_id, body, owner(request))
 
     @r.get("/conversations/{conversation_id}/items")
     async def list_conversation_items(conversation_id: str, request: Request, after: str | None = None,
                                       limit: int = Query(20, ge=1, le=100), order: Order = "desc"):
+        check_conversation_id(conversation_id, "conversation_id")
         return await conversations.list_items(conversation_id, owner(request), after=after, limit=limit, order=order)
 
     @r.get("/conversations/{conversation_id}/items/{item_id}")
     async def retrieve_conversation_item(conversation_id: str, item_id: str, request: Request):
+        check_conversation_id(conversation_id, "conversation_id")
         return await conversations.get_item(conversation_id, item_id, owner(request))
 
     @r.delete("/conversations/{conversation_id}/items/{item_id}")
     async def delete_conversation_item(conversation_id: str, item_id: str, request: Request):
+        check_conversation_id(conversation_id, "conversation_id")
         return await conversations.delete_item(conversation_id, item_id, owner(request))
 
     return r

@@ -21,7 +21,7 @@ R = "responses"
 
 RULES: tuple[Rule, ...] = (
     Rule("model", R, "server", "-", "Any name is accepted and served by the loaded model; the response reports the loaded model's id."),
-    Rule("input", R, "mapped", "messages", "A string (one user message) or items: messages (user, assistant, system, developer; a string or input_text / output_text parts), function_call (with its namespace, if any), function_call_output, item_reference, reasoning (kept, not shown to the model). Image, file and audio parts get a 400, as in chat."),
+    Rule("input", R, "mapped", "messages", "A string (one user message) or items: messages (user, assistant, system, developer; a string or input_text / output_text parts), function_call (with its namespace, if any), function_call_output, item_reference, reasoning (kept, not shown to the model), compaction (from /v1/responses/compact or context_management: everything before the latest one is replaced by its summary and the items it kept), and compaction_trigger as the last item. Image, file and audio parts get a 400, as in chat."),
     Rule("instructions", R, "mapped", "messages", "A system message before the input. Not carried over by previous_response_id, as at OpenAI."),
     Rule("max_output_tokens", R, "mapped", "max_completion_tokens", "At least 16, as at OpenAI. Default: the rest of the context. Reaching it gives status incomplete, incomplete_details.reason max_output_tokens."),
     Rule("temperature", R, "mapped", "temperature", "Default 1; 0 is greedy decoding."),
@@ -52,7 +52,7 @@ RULES: tuple[Rule, ...] = (
     Rule("client_metadata", R, "ignored", "-", "Not in OpenAI's spec: Codex CLI sends it (string pairs about the client) with every request. Accepted and ignored; not echoed."),
     Rule("moderation", R, "ignored", "-", "Outputs are not moderated; call /v1/moderations yourself."),
     Rule("prompt", R, "rejected", "-", "Prompt templates are stored at OpenAI; there are none here: 400. Send instructions and input."),
-    Rule("context_management", R, "rejected", "-", "Server-side compaction is not done here: 400. Use truncation auto, or start a new conversation."),
+    Rule("context_management", R, "server", "-", "[{type: compaction, compact_threshold}]: when the prompt passes the threshold (at least 1000 tokens; null or above the context: when it would not leave room for the answer), the loaded model first summarises the older items, the output starts with a compaction item standing for them, and the answer is generated from the compacted context; usage counts the summarising passes too. The newest items (up to half the threshold, never a call's output without its call) are kept word for word. An input ending with a compaction_trigger item is compacted whatever its size, and the response is the compaction alone."),
     Rule("host samplers", R, "mapped", "same name", "Extra fields named after the host's samplers (top_k, min_p, repetition_penalty ...), as in chat. Chat-only parameters (max_tokens, messages, stop, seed ...) get a 400 naming what to send instead."),
 )
 
@@ -68,9 +68,6 @@ def check(body: CreateResponse, settings: Settings) -> list[str]:
     if body.prompt is not None:
         raise _reject("prompt", "Prompt templates (prompt) are stored at OpenAI and cannot be used here; send "
                                 "instructions and input instead.")
-    if body.context_management is not None:
-        raise _reject("context_management", "Server-side compaction (context_management) is not available here; "
-                                            "remove it, and use truncation: auto to drop the oldest items instead.")
     if body.background and not body_stores(body, settings):
         why = "store is false" if settings.responses_store else "the responses_store setting is off on this server"
         raise _reject("background", f"background responses are stored to be polled, but {why}; remove background "

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +27,12 @@ from fastapi.responses import JSONResponse
 
 from ..core.admission import Place
 from ..core.config import Settings
-from ..core.errors import InvalidRequestError, NotFoundError
+from ..core.errors import InvalidRequestError, NotFoundError, refuse_unknown_fields
 from ..core.streaming import event_stream, until_disconnect
 from ..text.service import TextService
-from . import convert, items, render, rules, stream, tools
+from . import compaction, convert, items, render, rules, stream, tools
 from .background import Background
-from .protocol import CreateResponse, InputTokensRequest
+from .protocol import CompactRequest, CreateResponse, InputTokensRequest
 from .store import Store
 from .stream import Turn
 
@@ -55,6 +56,14 @@ def not_found(what: str, ident: str, param: str | None = None) -> NotFoundError:
     return NotFoundError(f"{what} with id '{ident}' not found.", param=param)
 
 
+def check_conversation_id(cid: str, param: str) -> None:
+    """A conversation id that could never be one is a 400, as at OpenAI (a well-formed unknown one
+    is a 404)."""
+    if not cid.startswith("conv"):
+        raise InvalidRequestError(f"Invalid '{param}': '{cid[:64]}'. Expected an ID that begins with 'conv'.",
+                                  param=param)
+
+
 class ResponsesService:
     def __init__(self, settings: Settings, text: TextService):
         self.settings = settings
@@ -75,15 +84,17 @@ class ResponsesService:
                                       "there are no stored responses or conversations.", code="storage_disabled")
 
     # preparing ---------------------------------------------------------------------------------
-    def _context(self, body: CreateResponse | InputTokensRequest, who: str | None) -> tuple[list[dict], str | None]:
+    def _context(self, body: CreateResponse | InputTokensRequest | CompactRequest,
+                 who: str | None) -> tuple[list[dict], str | None]:
         """The items before this input (a previous response's or a conversation's), and the
         conversation id."""
-        if body.previous_response_id is not None and body.conversation is not None:
+        conversation = getattr(body, "conversation", None)   # /compact has none
+        if body.previous_response_id is not None and conversation is not None:
             raise InvalidRequestError("Send either conversation or previous_response_id, not both.",
                                       param="conversation")
         if not self.settings.responses_store:
             for param in ("previous_response_id", "conversation"):
-                if getattr(body, param) is not None:
+                if getattr(body, param, None) is not None:
                     raise InvalidRequestError(f"Nothing is stored on this server (the responses_store setting is "
                                               f"off), so {param} cannot be used; send the history as input items.",
                                               param=param)
@@ -96,15 +107,17 @@ class ResponsesService:
                 raise InvalidRequestError(f"Previous response '{pid}' is still {previous['status']}; continue from "
                                           "it once it has finished.", param="previous_response_id")
             return self.store.history(pid, who), None
-        if body.conversation is not None:
-            cid = body.conversation if isinstance(body.conversation, str) else body.conversation.id
+        if conversation is not None:
+            cid = conversation if isinstance(conversation, str) else conversation.id
+            check_conversation_id(cid, "conversation")
             found = self.store.conversation_items(cid, who)
             if found is None:
                 raise not_found("Conversation", cid, "conversation")
             return found, cid
         return [], None
 
-    def _items(self, body: CreateResponse | InputTokensRequest, history: list[dict], who: str | None) -> list[dict]:
+    def _items(self, body: CreateResponse | InputTokensRequest | CompactRequest, history: list[dict],
+               who: str | None) -> list[dict]:
         resolve = (lambda item_id: self.store.item(item_id, who)) if self.settings.responses_store else None
         new = items.parse(body.input, resolve=resolve)
         items.check_call_outputs(history, new)
@@ -117,21 +130,60 @@ class ResponsesService:
         who = self.visible_to(owner)
         history, cid = self._context(body, who)
         new = self._items(body, history, who)
+        forced = bool(new) and new[-1]["type"] == "compaction_trigger"
+        new = new[:-1] if forced else new
         tool_map = tools.build(body.tools)
-        job = convert.prepare(self.text, body, history, new, allow_unknown=self.settings.allow_unknown_fields,
-                              tools=tool_map)
+        manage = compaction.managed(body.context_management)
+        plan = None
+        if manage is not None or forced:
+            job, plan = self._compacting(body, history, new, tool_map, manage, forced=forced)
+        else:
+            job = convert.prepare(self.text, body, history, new, allow_unknown=self.settings.allow_unknown_fields,
+                                  tools=tool_map)
         background = bool(body.background)
         state = render.ResponseState(id=items.new_id("resp"), model=job.model, background=background,
                                      echo=render.echo(body, store=store, conversation_id=cid),
                                      status="queued" if background else "in_progress")
         turn = Turn(job, state, stream=bool(body.stream), max_tool_calls=body.max_tool_calls,
                     want_logprobs=job.plan.logprobs is not None, tools=tool_map,
-                    extra={"owner": owner, "conversation": cid, "input": new, "store": store})
+                    extra={"owner": owner, "conversation": cid, "input": new, "store": store},
+                    compaction=plan, answer=not forced)
+        if plan is not None:
+            turn.rebuild = lambda compacted: convert.prepare(
+                self.text, body, [], compacted, allow_unknown=self.settings.allow_unknown_fields, tools=tool_map)
         if store or cid:
             turn.settle_work = self._settle
         if store:
             self.store.put_response(state.snapshot(), owner, new)
         return turn
+
+    def _compacting(self, body: CreateResponse, history: list[dict], new: list[dict], tool_map: tools.ToolMap,
+                    manage: compaction.Managed | None, *, forced: bool) -> tuple[Any, compaction.Plan | None]:
+        """The job, and the compaction to run first when the prompt passes the threshold (or the
+        input ends with a compaction_trigger). The job is made from what will be kept, so a
+        context that cannot fit even so is a 400 now, not after the summary is written."""
+        text, host = self.text, self.text.host
+        unknown = self.settings.allow_unknown_fields
+        bound = compaction.limit(host.context_length(), body.max_output_tokens, manage)
+        if not forced:
+            try:
+                job = convert.prepare(text, body, history, new, allow_unknown=unknown, tools=tool_map)
+                if job.prompt_tokens <= bound:
+                    return job, None
+            except InvalidRequestError as e:
+                if e.code != "context_length_exceeded":
+                    raise
+        context = compaction.expand([*history, *new])
+        if not context:
+            raise InvalidRequestError("There is nothing to compact: send input, or continue a conversation or a "
+                                      "previous response.", param="input")
+        older, kept = compaction.split(host, context, bound // 2, users_only=False, starts=convert.starts(context))
+        if not older and not forced:   # one run of items that cannot be split: nothing to summarise
+            return convert.prepare(text, body, history, new, allow_unknown=unknown, tools=tool_map), None
+        chunks, omitted = compaction.chunk(host, older, None)
+        placeholder = [{"type": compaction.SUMMARY_ITEM, "text": ""}, *kept]
+        job = convert.prepare(text, body, [], placeholder, allow_unknown=unknown, tools=tool_map)
+        return job, compaction.Plan(chunks, kept, body.model, omitted)
 
     def _settle(self, turn: Turn) -> None:
         """Stores a response as it ended, and appends a finished turn to its conversation."""
@@ -154,6 +206,7 @@ class ResponsesService:
         the caller runs it through ``stream.events`` and gives the place back."""
         text = self.text
         text.require_model()
+        text.follow_host()
         place = text.queue.admit()
         try:
             turn = await anyio.to_thread.run_sync(self.prepare, body, owner, limiter=text.prepare_limiter)
@@ -183,6 +236,46 @@ class ResponsesService:
             return await until_disconnect(request, stream.complete(text, turn, place))
         finally:
             place.release()
+
+    # compaction ----------------------------------------------------------------------------------
+    def _compaction_plan(self, body: CompactRequest, owner: str) -> compaction.Plan:
+        refuse_unknown_fields(body, self.settings.allow_unknown_fields)
+        who = self.visible_to(owner)
+        history, _ = self._context(body, who)
+        new = self._items(body, history, who)
+        if new and new[-1]["type"] == "compaction_trigger":
+            raise InvalidRequestError("input ends with a compaction_trigger, which /v1/responses/compact does not "
+                                      "need: it compacts what it is sent. Remove the item.",
+                                      param=f"input[{len(new) - 1}]")
+        context = compaction.expand([*history, *new])
+        if not context:
+            raise InvalidRequestError("There is nothing to compact: send input, or a previous_response_id.",
+                                      param="input")
+        host = self.text.host
+        older, kept = compaction.split(host, context, host.context_length() // 4, users_only=True, starts=[])
+        chunks, omitted = compaction.chunk(host, older, body.instructions)
+        return compaction.Plan(chunks, kept, body.model, omitted)
+
+    async def compact(self, request: Request, body: CompactRequest, owner: str) -> dict[str, Any]:
+        """POST /v1/responses/compact: the user messages that fit a quarter of the context, then
+        one compaction item standing for the whole window; nothing is stored."""
+        text = self.text
+        text.require_model()
+        text.follow_host()
+        place = text.queue.admit()
+        try:
+            plan = await anyio.to_thread.run_sync(self._compaction_plan, body, owner, limiter=text.prepare_limiter)
+
+            async def run() -> str:
+                async with place:
+                    return await compaction.summarize(text, plan)
+
+            summary = await until_disconnect(request, run())
+        finally:
+            place.release()
+        shown = [dict(it, status="completed") for it in plan.kept]
+        return {"id": items.new_id("resp"), "object": "response.compaction", "created_at": int(time.time()),
+                "output": [*shown, compaction.item(summary, plan.kept)], "usage": render.usage(*plan.spent)}
 
     # stored responses --------------------------------------------------------------------------
     def _live(self, response_id: str, owner: str) -> Any:
@@ -230,8 +323,8 @@ class ResponsesService:
         if body is None:
             raise not_found("Response", response_id)
         if not body.get("background"):
-            raise InvalidRequestError("Only background responses can be cancelled; this one was created without "
-                                      "background: true.", param="response_id")
+            # OpenAI's words, which clients match on
+            raise InvalidRequestError("Cannot cancel a synchronous response.", param="response_id")
         return body   # it had ended already: cancelling again changes nothing, as at OpenAI
 
     async def input_items(self, response_id: str, owner: str, *, after: str | None, limit: int,

@@ -29,7 +29,9 @@ from ..text import tools
 from ..text.generation import ChoiceResult, Job, run_job
 from ..text.reasoning import ReasoningStream
 from ..text.service import TextService
+from . import compaction as compaction_
 from . import render
+from .compaction import Held
 from .items import new_id
 from .tools import ToolMap
 
@@ -46,6 +48,9 @@ class Turn:
     tools: ToolMap | None = None                           # the way back from the names the model calls
     settle_work: Callable[["Turn"], None] | None = None   # blocking; runs once, on a worker thread
     extra: dict[str, Any] = field(default_factory=dict)    # what the service keeps for settle_work
+    compaction: compaction_.Plan | None = None            # a compaction to run before the answer
+    answer: bool = True                                    # false: the compaction alone (compaction_trigger)
+    rebuild: Callable[[list[dict[str, Any]]], Job] | None = None   # the job again, from the compacted context
     _seq: int = 0
     _settled: bool = False
 
@@ -83,18 +88,6 @@ class Turn:
             self._settled = True
             self.fail(asyncio.CancelledError())
             self.settle_work(self)
-
-
-class _Held:
-    """The place in line, already taken by ``events``: run_job's ``async with`` neither waits for
-    it again nor gives it back. Taking the turn here is what lets ``response.in_progress`` (and a
-    background response's status) say when generation really starts."""
-
-    async def __aenter__(self) -> "_Held":
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        return None
 
 
 class _Output:
@@ -262,7 +255,8 @@ class _Output:
         if not any(item["type"] != "reasoning" for item in self.state.output):
             out += self._open_message()              # an empty answer is still a message
         out += self._close_message(status)
-        self.state.usage = render.usage(self.turn.job.prompt_tokens, result.tokens)
+        spent = self.turn.compaction.spent if self.turn.compaction is not None else (0, 0)
+        self.state.usage = render.usage(self.turn.job.prompt_tokens + spent[0], result.tokens + spent[1])
         self.state.finish(status, reason="max_output_tokens" if cut else None)
         return out
 
@@ -278,21 +272,45 @@ async def events(text: TextService, turn: Turn, place: Place) -> AsyncIterator[d
         async with place:
             state.status = "in_progress"
             yield turn.event("response.in_progress", response=state.snapshot())
-            out = _Output(turn)
-            async with contextlib.aclosing(run_job(text, turn.job, _Held())) as generated:  # type: ignore[arg-type]
-                async for ev in generated:
-                    if ev.delta is not None:
-                        for e in out.feed(ev.delta.text, ev.delta.logprobs):
-                            yield e
-                    elif ev.result is not None:
-                        for e in out.finish(ev.result):
-                            yield e
+            # Taking the turn here (run_job is handed a Held place) is what lets
+            # response.in_progress, and a background response's status, say when work really starts.
+            if turn.compaction is not None:
+                for e in await _compact(text, turn):
+                    yield e
+            if turn.answer:
+                out = _Output(turn)
+                async with contextlib.aclosing(run_job(text, turn.job, Held())) as generated:  # type: ignore[arg-type]
+                    async for ev in generated:
+                        if ev.delta is not None:
+                            for e in out.feed(ev.delta.text, ev.delta.logprobs):
+                                yield e
+                        elif ev.result is not None:
+                            for e in out.finish(ev.result):
+                                yield e
         yield turn.event(f"response.{state.status}", response=state.snapshot())
     except BaseException as e:
         turn.fail(e)
         raise
     finally:
         await turn.settle()
+
+
+async def _compact(text: TextService, turn: Turn) -> list[dict[str, Any]]:
+    """The compaction ahead of the answer: the summary written in this turn, the compaction item
+    as the first output item, and the answer's job made again from the compacted context."""
+    plan = turn.compaction
+    summary = await compaction_.summarize(text, plan)
+    item = compaction_.item(summary, plan.kept)
+    state = turn.state
+    index = len(state.output)
+    state.output.append(item)
+    if turn.answer and turn.rebuild is not None:
+        turn.job = await text.tokenizer_work(turn.rebuild, [item])
+    else:
+        state.usage = render.usage(*plan.spent)
+        state.finish("completed")
+    return [turn.event("response.output_item.added", output_index=index, item=dict(item)),
+            turn.event("response.output_item.done", output_index=index, item=dict(item))]
 
 
 def failure_events(turn: Turn, err: OpenAIError | None, exc: BaseException) -> list[dict[str, Any]]:

@@ -44,8 +44,9 @@ def test_cancel_stops_a_running_background_response(rclient, rserver):
     # cancelling again changes nothing; a response that was not in the background cannot be
     assert rclient.responses.cancel(resp.id).status == "cancelled"
     plain, _ = create(rclient, input="Say hi.", max_output_tokens=16)
-    with pytest.raises(openai.BadRequestError):
+    with pytest.raises(openai.BadRequestError) as e:
         rclient.responses.cancel(plain.id)
+    assert e.value.body["message"] == "Cannot cancel a synchronous response."   # OpenAI's words
 
 
 def test_a_background_stream_can_be_followed_and_replayed(rserver, rclient):

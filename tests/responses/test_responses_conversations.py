@@ -86,3 +86,10 @@ def test_conversation_errors(rclient, rserver):
     assert err["param"] == "items[0].type"
     error_of(httpx.post(f"{rserver.url}/conversations/conv_missing/items",
                         json={"items": [{"role": "user", "content": "x"}]}), 404)
+    # an id that could never be a conversation's is a 400, as at OpenAI
+    with pytest.raises(openai.BadRequestError) as e:
+        rclient.conversations.retrieve("not-a-conversation")
+    assert e.value.body["param"] == "conversation_id" and "conv" in e.value.body["message"]
+    with pytest.raises(openai.BadRequestError) as e:
+        create(rclient, conversation="abc", input="Hi", max_output_tokens=16)
+    assert e.value.body["param"] == "conversation"

@@ -39,7 +39,7 @@ TOOL = {"type": "function", "name": "f", "parameters": {"type": "object", "prope
     ({"input": "Hi", "messages": [HI]}, 400, "messages"),
     ({"input": "Hi", "frobnicate": 1}, 400, "frobnicate"),
     ({"input": "Hi", "prompt": {"id": "pmpt_1"}}, 400, "prompt"),
-    ({"input": "Hi", "context_management": [{"type": "compaction"}]}, 400, "context_management"),
+    ({"input": "Hi", "context_management": [{"type": "summary"}]}, 400, "context_management[0].type"),
     ({"input": "Hi", "metadata": {str(i): "v" for i in range(17)}}, 400, "metadata"),
     ({"input": []}, 400, "input"),
     ({}, 400, "input"),

@@ -1,0 +1,238 @@
+"""Compaction: the older part of a conversation, summarised by the model itself into one item.
+
+A ``compaction`` item stands for everything that came before it. Its ``encrypted_content`` is
+opaque to clients (as at OpenAI) but not secret: this server's own, versioned encoding of the
+summary and of the recent items it keeps word for word. When a context is rendered, the items
+before its latest compaction item are dropped and the item becomes its summary (folded into the
+system message) followed by the items it kept (``expand``), so a client may send the whole
+history, or drop what came before the compaction item, or continue with previous_response_id:
+the prompt is the same.
+
+It is made in two places: ``POST /v1/responses/compact`` (the compacted window: the user
+messages kept, then the compaction item) and ``context_management`` on ``POST /v1/responses``
+(when the prompt passes the threshold, the response's output starts with a compaction item and
+the answer is generated from the compacted context). Either way the summary is written by the
+loaded model in the request's own place in line, chunk by chunk when the older part is longer
+than the context (each pass folds the previous summary into the next), with a bounded number of
+passes: work per request is bounded by the context, not by the length of the history.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core.errors import InvalidRequestError
+from ..hosts.base import Host
+from ..text import chat
+from ..text.generation import Job, run_job
+from ..text.protocol import ChatCompletionRequest
+from ..text.service import TextService
+from . import items as items_
+from .compacted import decode, encode
+
+MAX_PASSES = 8                 # summarising passes per compaction; older text beyond is left out
+SUMMARY_ITEM = "compaction_summary"   # the internal item a compaction item expands into
+
+INSTRUCTIONS = (
+    "You are compacting a conversation so that it can go on in a smaller context. Write a concise summary "
+    "of the conversation below for the assistant who will continue it: the user's goals and requests, "
+    "decisions made, facts learned, tool calls and the results that matter, and what remains to be done. "
+    "Write only the summary.")
+
+
+class Held:
+    """A place in line already taken by the caller: run_job's ``async with`` neither waits for it
+    again nor gives it back, so the summarising passes and the answer share one turn."""
+
+    async def __aenter__(self) -> "Held":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
+# the item ------------------------------------------------------------------------------------
+def item(summary: str, kept: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"id": items_.new_id("cmp"), "type": "compaction", "encrypted_content": encode(summary, kept)}
+
+
+def expand(context: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The context as the model sees it: from its latest compaction item on, that item standing
+    for everything before it."""
+    last = next((i for i in range(len(context) - 1, -1, -1) if context[i]["type"] == "compaction"), None)
+    if last is None:
+        return context
+    summary, kept = decode(context[last]["encrypted_content"], "input")
+    head = [{"type": SUMMARY_ITEM, "text": summary}] if summary else []
+    return [*head, *kept, *context[last + 1:]]
+
+
+# when -----------------------------------------------------------------------------------------
+@dataclass
+class Managed:
+    """``context_management`` on a response: compact when the prompt passes ``threshold`` tokens
+    (None: only when it would not leave room for the answer)."""
+    threshold: int | None
+
+
+def managed(entries: list[dict[str, Any]] | None) -> Managed | None:
+    """The request's context_management, checked as OpenAI's spec has it."""
+    if entries is None:
+        return None
+    if not entries:
+        raise InvalidRequestError("context_management must hold at least one entry, e.g. [{\"type\": "
+                                  "\"compaction\", \"compact_threshold\": 20000}]; or leave it out.",
+                                  param="context_management")
+    thresholds: list[int] = []
+    for i, entry in enumerate(entries):
+        here = f"context_management[{i}]"
+        if entry.get("type") != "compaction":
+            raise InvalidRequestError(f"Invalid value for '{here}.type': {entry.get('type')!r}. The only context "
+                                      "management type is 'compaction'.", param=f"{here}.type")
+        for key in entry:
+            if key not in ("type", "compact_threshold"):
+                raise InvalidRequestError(f"Unknown parameter: '{here}.{key}'.", param=f"{here}.{key}",
+                                          code="unknown_parameter")
+        value = entry.get("compact_threshold")
+        if value is not None:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1000:
+                raise InvalidRequestError(f"{here}.compact_threshold must be an integer of at least 1000 (tokens), "
+                                          "or null.", param=f"{here}.compact_threshold")
+            thresholds.append(value)
+    return Managed(min(thresholds) if thresholds else None)
+
+
+def limit(ctx: int, max_output_tokens: int | None, manage: Managed | None) -> int:
+    """The most prompt tokens a response's context may take before it is compacted."""
+    room = ctx - (max_output_tokens or min(ctx // 4, 1024))
+    if manage is not None and manage.threshold is not None:
+        room = min(room, manage.threshold)
+    return max(1, room)
+
+
+# what is summarised, what is kept ------------------------------------------------------------
+def line(it: dict[str, Any]) -> str:
+    """One item as a line of the transcript the summary is written from."""
+    kind = it["type"]
+    if kind == SUMMARY_ITEM:
+        return f"(Summary of what came before: {it['text']})"
+    if kind == "message":
+        return f"{it['role'].capitalize()}: {items_.text_of(it)}"
+    if kind == "function_call":
+        return f"Assistant called {it['name']}({it['arguments']}) [call {it['call_id']}]"
+    if kind == "function_call_output":
+        return f"Result of call {it['call_id']}: {items_.text_of(it)}"
+    return ""   # reasoning is not shown to the model, so it is not summarised either
+
+
+def summary_tokens(ctx: int) -> int:
+    """The longest summary a pass may write."""
+    return max(64, min(1024, ctx // 8))
+
+
+@dataclass
+class Plan:
+    """One compaction, decided on the prepare thread and run in the request's turn."""
+    chunks: list[str]                    # the transcript, in parts that each fit one pass
+    kept: list[dict[str, Any]]           # items carried word for word
+    model: str | None
+    omitted: int = 0                     # older items beyond MAX_PASSES, left out
+    spent: list[int] = field(default_factory=lambda: [0, 0])   # tokens in, out, over every pass
+
+
+def _tokens(host: Host, text: str, limit: int) -> tuple[str, int]:
+    """``text`` cut to at most ``limit`` tokens (its start and its end kept), and its count. The
+    tokenizer sees at most a few characters per allowed token, whatever the text's length."""
+    cap = limit * 6
+    if len(text) > cap:
+        text = text[:cap // 2] + " [...] " + text[-cap // 2:]
+    ids = host.tokenize(text, add_bos=False)
+    if len(ids) <= limit:
+        return text, len(ids)
+    half = max(1, limit // 2 - 4)
+    text = host.detokenize(ids[:half]) + " [...] " + host.detokenize(ids[-half:])
+    return text, len(host.tokenize(text, add_bos=False))
+
+
+def chunk(host: Host, older: list[dict[str, Any]], instructions: str | None) -> tuple[list[str], int]:
+    """The transcript of ``older`` in parts that each fit one pass beside the instructions and the
+    previous pass's summary, newest parts kept when there are more than MAX_PASSES."""
+    ctx = host.context_length()
+    budget = max(64, ctx - 2 * summary_tokens(ctx) - 256)
+    lines = ([f"(The assistant's instructions: {instructions})"] if instructions else []) + \
+        [x for x in (line(it) for it in older) if x]
+    parts: list[list[str]] = [[]]
+    used, taken = 0, 0
+    for text in reversed(lines):   # newest first, so a long history loses its oldest lines
+        text, n = _tokens(host, text, budget)
+        if used + n > budget and parts[-1]:
+            if len(parts) == MAX_PASSES:
+                break
+            parts.append([])
+            used = 0
+        parts[-1].insert(0, text)
+        used += n + 1
+        taken += 1
+    chunks = ["\n".join(p) for p in reversed(parts) if p]
+    return chunks, len(lines) - taken
+
+
+def split(host: Host, context: list[dict[str, Any]], budget: int, *, users_only: bool,
+          starts: list[int]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(older, kept): kept is what fits ``budget`` tokens, word for word. For a response
+    (``users_only`` false) it is the newest items from a point where the context may start
+    (``starts``; never an output without its call); at least the last such run is kept, as the
+    answer needs it. For /compact it is the newest user messages, as OpenAI keeps user messages."""
+    if users_only:
+        kept_at: set[int] = set()
+        used = 0
+        for i in range(len(context) - 1, -1, -1):
+            it = context[i]
+            if it["type"] == "message" and it["role"] == "user":
+                n = len(host.tokenize(line(it)[: budget * 6], add_bos=False)) + 4
+                if used + n > budget:
+                    break
+                kept_at.add(i)
+                used += n
+        return ([it for i, it in enumerate(context) if i not in kept_at],
+                [it for i, it in enumerate(context) if i in kept_at])
+    cut = starts[-1]
+    used = 0
+    for k in range(len(starts) - 1, 0, -1):   # starts[0] keeps everything: that is no compaction
+        end = starts[k + 1] if k + 1 < len(starts) else len(context)
+        used += sum(len(host.tokenize(line(it)[: budget * 6], add_bos=False)) + 4 for it in context[starts[k]:end])
+        if used > budget:
+            break
+        cut = starts[k]
+    return context[:cut], context[cut:]
+
+
+# the passes ----------------------------------------------------------------------------------
+def _pass_job(text: TextService, plan: Plan, previous: str, part: str) -> Job:
+    user = (f"Summary so far:\n{previous}\n\nThe conversation continues:\n{part}" if previous
+            else f"The conversation:\n{part}")
+    req = ChatCompletionRequest(model=plan.model, temperature=0,
+                                max_completion_tokens=summary_tokens(text.host.context_length()),
+                                messages=[{"role": "system", "content": INSTRUCTIONS},
+                                          {"role": "user", "content": user + "\n\nWrite the summary now."}])
+    return chat.prepare(text, req, truncate=True)
+
+
+async def summarize(text: TextService, plan: Plan) -> str:
+    """Runs the passes in the caller's turn (the caller holds its place in line): each writes the
+    summary of its part with the previous summary folded in."""
+    summary = ""
+    for part in plan.chunks:
+        job = await text.tokenizer_work(_pass_job, text, plan, summary, part)
+        async with contextlib.aclosing(run_job(text, job, Held())) as events:  # type: ignore[arg-type]
+            async for ev in events:
+                if ev.result is not None:
+                    summary = ev.result.text.strip() or summary
+                    plan.spent[0] += job.prompt_tokens
+                    plan.spent[1] += ev.result.tokens
+    if plan.omitted:
+        summary = f"[{plan.omitted} earliest items were left out.] {summary}"
+    return summary
+
