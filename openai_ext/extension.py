@@ -34,14 +34,14 @@ def host_settings(params: Mapping[str, Any], shared: Any) -> dict[str, Any]:
     of its own, and taking it here too would open a second tunnel for the one flag. This API's
     tunnel is its own public_api setting."""
     layer = dict(params)
-    args = getattr(shared, "args", None)
+    args: Any = getattr(shared, "args", None)
     if getattr(args, "listen", False):
         layer["listen"] = True
         if getattr(args, "listen_host", None):
             layer["listen_host"] = args.listen_host
-    if not layer.get("api_key") and getattr(args, "api_key", ""):
+    if not layer.get("api_key") and getattr(args, "api_key", None):
         layer["api_key"] = args.api_key
-    if not layer.get("admin_key") and getattr(args, "admin_key", ""):
+    if not layer.get("admin_key") and getattr(args, "admin_key", None):
         layer["admin_key"] = args.admin_key
     if getattr(args, "api_enable_ipv6", False):
         layer["ipv6"] = True
@@ -204,4 +204,5 @@ def _stop_with_the_web_ui(server: ApiServer, shared: Any) -> None:
     if register is not None:
         register(at_exit)
     elif alone:   # a Python without the hook: a thread that is not a daemon keeps the process up
-        threading.Thread(target=lambda: server.thread and server.thread.join(), name="openai-api-keepalive").start()
+        threading.Thread(target=lambda: server.thread.join() if server.thread else None,
+                         name="openai-api-keepalive").start()

@@ -16,8 +16,8 @@ sys.path.insert(0, str(TESTS.parent))
 sys.path.insert(0, str(TESTS))   # the shared helpers: support.*
 
 from support import DOUBLES  # noqa: E402
-from support.servers import openai_client  # noqa: E402
-from support.webui import free_port, load_extension  # noqa: E402
+from support.servers import free_port, openai_client  # noqa: E402
+from support.webui import load_extension  # noqa: E402
 
 from openai_ext.app import create_app  # noqa: E402
 from openai_ext.core.config import Settings  # noqa: E402
@@ -59,6 +59,21 @@ def live(llama_host, make_server):
 @pytest.fixture
 def client(live):
     return openai_client(live)
+
+
+@pytest.fixture
+def failing_host(llama_host, monkeypatch):
+    """The real host, made to fail after ``after`` pieces (0: before the first)."""
+    real = llama_host.generate
+    plan = {"after": 0}
+
+    def generate(prompt, settings, stop_event):
+        for i, piece in enumerate(real(prompt, settings, stop_event)):
+            if i == plan["after"]:
+                raise RuntimeError("simulated failure inside the model")
+            yield piece
+    monkeypatch.setattr(llama_host, "generate", generate)
+    return plan
 
 
 DOUBLE = DOUBLES / "textgen_webui"

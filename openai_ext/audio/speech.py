@@ -16,7 +16,7 @@ import math
 import shutil
 import time
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Union
+from typing import Any, AsyncGenerator, Union
 
 import anyio
 from fastapi import Request
@@ -169,7 +169,7 @@ def _speak_piece(tts: TtsEngine, encoder: StreamEncoder, text: str, voice: str, 
 
 
 async def encoded_audio(tts: TtsEngine, job: SpeechJob, turns: anyio.CapacityLimiter,
-                        encoder: StreamEncoder) -> AsyncIterator[bytes]:
+                        encoder: StreamEncoder) -> AsyncGenerator[bytes, None]:
     """The encoded audio, piece by piece. Synthesis (one request's piece at a time, across all
     requests) and encoding run on worker threads; between pieces the generator waits for the
     client to take the bytes, so a client that has gone stops it."""
@@ -206,7 +206,7 @@ def render(tts: TtsEngine, text: str, voice: str, speed: float = 1.0, fmt: str =
         encoder.close()
 
 
-async def _raw(audio: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+async def _raw(audio: AsyncGenerator[bytes, None]) -> AsyncGenerator[bytes, None]:
     try:
         async for chunk in audio:
             yield chunk
@@ -218,7 +218,7 @@ async def _raw(audio: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         await audio.aclose()
 
 
-async def _then(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+async def _then(first: bytes, rest: AsyncGenerator[bytes, None]) -> AsyncGenerator[bytes, None]:
     try:
         if first:
             yield first
@@ -228,7 +228,7 @@ async def _then(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes
         await rest.aclose()
 
 
-async def _first(stream: AsyncIterator[bytes]) -> bytes:
+async def _first(stream: AsyncGenerator[bytes, None]) -> bytes:
     try:
         return await stream.__anext__()
     except StopAsyncIteration:
@@ -259,7 +259,7 @@ class SpeechService:
         return {"input_tokens": n_in, "output_tokens": n_out, "total_tokens": n_in + n_out}
 
     async def _events(self, job: SpeechJob, encoder: StreamEncoder,
-                      audio: AsyncIterator[bytes]) -> AsyncIterator[dict[str, Any]]:
+                      audio: AsyncGenerator[bytes, None]) -> AsyncGenerator[dict[str, Any], None]:
         """speech.audio.delta events with base64 audio, then speech.audio.done with usage."""
         try:
             async for chunk in audio:
@@ -303,7 +303,7 @@ class SpeechService:
                              headers=timing)
 
     @staticmethod
-    async def _first_in_turn(place: Place, audio: AsyncIterator[bytes]) -> bytes:
+    async def _first_in_turn(place: Place, audio: AsyncGenerator[bytes, None]) -> bytes:
         """Waits for the request's turn, then for its first bytes."""
         try:
             await place.turn()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from typing import Any, AsyncIterator
+from typing import Any, AsyncGenerator
 
 import anyio
 from fastapi import Request
@@ -152,7 +152,7 @@ class TranscriptionService:
         return render(job, transcript, segments)
 
     async def _events(self, place: Place, engine: stt.SpeechToText, audio: Any,
-                      job: Job) -> AsyncIterator[dict[str, Any]]:
+                      job: Job) -> AsyncGenerator[dict[str, Any], None]:
         """transcript.text.delta per segment, then transcript.text.done, as OpenAI streams them."""
         pieces: list[str] = []
         all_logprobs: list[dict[str, Any]] = []
@@ -175,7 +175,7 @@ class TranscriptionService:
 
 @contextlib.asynccontextmanager
 async def _transcribing(place: Place, engine: stt.SpeechToText, audio: Any,
-                        job: Job) -> AsyncIterator[tuple[stt.Transcript, AsyncIterator[stt.Segment]]]:
+                        job: Job) -> AsyncGenerator[tuple[stt.Transcript, AsyncGenerator[stt.Segment, None]], None]:
     """Runs the model in the request's turn. Segments are pulled one by one on worker threads; a
     pull is never abandoned midway, so when the client leaves, decoding stops after the current
     window and the turn passes on only then."""
@@ -192,7 +192,7 @@ async def _transcribing(place: Place, engine: stt.SpeechToText, audio: Any,
                 close()
 
 
-async def _pull(segments) -> AsyncIterator[stt.Segment]:
+async def _pull(segments) -> AsyncGenerator[stt.Segment, None]:
     end = object()
     while (segment := await anyio.to_thread.run_sync(next, segments, end)) is not end:
         yield segment

@@ -37,7 +37,7 @@ async def send_error(send: Send, err: OpenAIError, scope: Scope | None = None,
     extension can only close it, which its client sees as a 403."""
     logging.getLogger("openai_ext.requests").debug("answered %d %s: %s", err.status, err.type, err.message)
     socket = scope is not None and scope.get("type") == "websocket"
-    if socket and "websocket.http.response" not in scope.get("extensions", {}):
+    if socket and "websocket.http.response" not in (scope or {}).get("extensions", {}):
         await send({"type": "websocket.close", "code": 1008, "reason": err.message[:120]})
         return
     if scope is None:

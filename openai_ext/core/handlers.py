@@ -48,7 +48,8 @@ def install_error_handlers(app: FastAPI, shapes: ErrorShapes = OPENAI_ONLY) -> N
         elif exc.status_code == 405:
             allowed = (exc.headers or {}).get("Allow", "")
             err = OpenAIError(f"Method {request.method} is not allowed on {request.url.path}"
-                              f"{f'; use {allowed}' if allowed else ''}.", status=405, headers=exc.headers)
+                              f"{f'; use {allowed}' if allowed else ''}.", status=405,
+                              headers=dict(exc.headers) if exc.headers else None)
         else:
             err = OpenAIError(str(exc.detail), status=exc.status_code)
         err.type = "invalid_request_error" if exc.status_code < 500 else "server_error"

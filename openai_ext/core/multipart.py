@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
-from typing import Any, AsyncIterator
+from typing import Any, AsyncGenerator
 
 from fastapi import Request
 from starlette.datastructures import FormData, UploadFile
@@ -22,7 +22,7 @@ from .errors import InvalidRequestError, RequestTooLargeError
 
 @contextlib.asynccontextmanager
 async def read_form(request: Request, *, hint: str, max_files: int = 4, max_fields: int = 256,
-                    json_files: dict[str, str] | None = None) -> AsyncIterator["Form | JsonForm"]:
+                    json_files: dict[str, str] | None = None) -> AsyncGenerator["Form | JsonForm", None]:
     """The request's form; its uploads' spooled files are closed on leaving, whatever happens.
     ``hint`` says which file field the route wants, for a request that is not multipart.
     ``json_files`` lets the route take OpenAI's JSON body form too, where files are references

@@ -119,7 +119,9 @@ class ApiServer:
         self.scheme = "https" if tls else "http"
         # a WebSocket message is a request body: the same limit (uvicorn's own is 16 MB)
         config = uvicorn.Config(app, log_level="info" if settings.debug else "warning",
-                                access_log=settings.debug, timeout_graceful_shutdown=settings.shutdown_grace_s,
+                                access_log=settings.debug,
+                                # uvicorn annotates an int; it waits any number of seconds
+                                timeout_graceful_shutdown=settings.shutdown_grace_s,  # type: ignore[arg-type]
                                 ws_max_size=int(settings.max_body_mb * 2 ** 20), **tls)
         drain = getattr(app.state, "drain", None)
         self.drain = drain if isinstance(drain, Drain) else Drain()
@@ -158,7 +160,7 @@ class ApiServer:
             sock.close()
 
 
-def _tls(settings: Settings) -> dict[str, str]:
+def _tls(settings: Settings) -> dict[str, Any]:
     if not (settings.cert_path or settings.key_path):
         return {}
     if not (settings.cert_path and settings.key_path):

@@ -18,7 +18,7 @@ import contextvars
 import inspect
 import json
 import logging
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any, AsyncGenerator, Awaitable, Callable
 
 import anyio
 from fastapi import Request
@@ -65,7 +65,7 @@ SHUTTING_DOWN = ("The server is shutting down; this stream was ended early. Send
                  "server is back.")
 
 
-async def _until_drained(chunks: AsyncIterator[Any], drained: asyncio.Event) -> AsyncIterator[Any]:
+async def _until_drained(chunks: AsyncGenerator[Any, None], drained: asyncio.Event) -> AsyncGenerator[Any, None]:
     """``chunks`` until the server begins to shut down; then ServiceUnavailableError."""
     stop = asyncio.ensure_future(drained.wait())
     step: asyncio.Future[Any] | None = None
@@ -90,8 +90,8 @@ async def _until_drained(chunks: AsyncIterator[Any], drained: asyncio.Event) -> 
                 await step
 
 
-async def sse_stream(chunks: AsyncIterator[Any], framing: Any = None,
-                     drain: Drain | None = None) -> AsyncIterator[bytes]:
+async def sse_stream(chunks: AsyncGenerator[Any, None], framing: Any = None,
+                     drain: Drain | None = None) -> AsyncGenerator[bytes, None]:
     """Frames ``chunks``. An error after the stream began becomes an error event, and the
     stream still ends as its framing says; so does a stream open when the server shuts down."""
     framing = framing or OpenAIFraming()
@@ -148,7 +148,7 @@ class EventStream(EventSourceResponse):
     does not use that version's process-wide event, which binds to the first event loop that
     waits on it and breaks streams of any other server in the process (the web UI's own API)."""
 
-    def __init__(self, chunks: AsyncIterator[Any], framing: Any = None, *,
+    def __init__(self, chunks: AsyncGenerator[Any, None], framing: Any = None, *,
                  on_close: Callable[[], None] | None = None, send_timeout: float | None = None, **kwargs: Any):
         if _HAS_SHUTDOWN_EVENT:
             # sse-starlette 3.3+ cancels open streams when it sees the server stop; the grace
@@ -161,7 +161,7 @@ class EventStream(EventSourceResponse):
         if hasattr(EventSourceResponse, "listen_for_exit_signal"):   # sse-starlette 1.x
             self.listen_for_exit_signal = _exit_signal
 
-    async def _frames(self, chunks: AsyncIterator[Any], framing: Any) -> AsyncIterator[bytes]:
+    async def _frames(self, chunks: AsyncGenerator[Any, None], framing: Any) -> AsyncGenerator[bytes, None]:
         # Built when the response starts, so the app's drain (known from the scope) is in place.
         async for frame in sse_stream(chunks, framing, self._drain):
             yield frame
@@ -226,7 +226,7 @@ def _only_send_timeouts(error: BaseException) -> bool:
     return isinstance(error, SendTimeout) or type(error).__name__ == "SendTimeoutError"
 
 
-def event_stream(chunks: AsyncIterator[Any], send_timeout: float | None = None, *, framing: Any = None,
+def event_stream(chunks: AsyncGenerator[Any, None], send_timeout: float | None = None, *, framing: Any = None,
                  on_close: Callable[[], None] | None = None, ping: float | None = None,
                  headers: dict[str, str] | None = None) -> EventSourceResponse:
     """``ping``: seconds between keep-alive pings (default: the framing's ``ping_seconds``, else

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import Path
-from typing import Any, Callable, Iterator, Protocol
+from typing import Any, Callable, Iterator, NoReturn, Protocol
 
 from ..core.config import Settings
 from ..core.errors import (
@@ -24,6 +24,8 @@ from ..core.errors import (
 from .base import ChatPrompt, Host, HostAbilities, Prompt
 
 log = logging.getLogger(__name__)
+
+Names = list[str]   # in the classes below, "list" is their method, not the type
 
 # The web UI applies LoRAs with PEFT on Transformers models (and, in releases that still have it,
 # with ExLlamaV2's own LoRA support); its other loaders, llama.cpp among them, fail.
@@ -68,7 +70,7 @@ class NoModel(Host):
     def loaded(self) -> bool:
         return False
 
-    def _refuse(self, *_: Any, **__: Any):
+    def _refuse(self, *_: Any, **__: Any) -> NoReturn:
         raise ServiceUnavailableError(self.message, code=self.code)
 
     context_length = tokenize = detokenize = _refuse
@@ -93,9 +95,9 @@ class ModelManager(Protocol):
 
     def unload(self, current: Host) -> Host: ...
 
-    def loras(self) -> list[str]: ...
+    def loras(self) -> Names: ...
 
-    def load_loras(self, names: list[str]) -> None: ...
+    def load_loras(self, names: Names) -> None: ...
 
     def unload_loras(self) -> None: ...
 
@@ -191,10 +193,10 @@ class StandaloneModels:
         return NoModel()
 
     # Standalone mode has no LoRAs: the list is empty, so it is the true answer, not an error.
-    def loras(self) -> list[str]:
+    def loras(self) -> Names:
         return []
 
-    def load_loras(self, names: list[str]) -> None:
+    def load_loras(self, names: Names) -> None:
         if names:
             raise NotFoundError(f"There is no LoRA named {names[0]!r}: standalone mode serves none (LoRAs are "
                                 "loaded by the web UI host, in extension mode).", param="lora_names",
@@ -273,7 +275,7 @@ class TextgenModels:
         self.m.models.unload_model()
         return current
 
-    def loras(self) -> list[str]:
+    def loras(self) -> Names:
         return [name for name in self.m.utils.get_available_loras() if name != "None"]
 
     def _check_lora_support(self) -> None:
@@ -288,14 +290,14 @@ class TextgenModels:
                 f"{' or '.join(LORA_LOADERS)}. Load the model with one of those (args.loader), or use a model "
                 "with the LoRA merged in.", param="lora_names", code="lora_not_supported")
 
-    def _apply_loras(self, names: list[str]) -> None:
+    def _apply_loras(self, names: Names) -> None:
         try:
             self.m.LoRA.add_lora_to_model(names)
         except Exception as e:  # noqa: BLE001 - the host's LoRA code raises anything
             raise InvalidRequestError(f"The web UI could not apply the LoRA(s): {_reason(e)}.",
                                       param="lora_names", code="lora_failed") from None
 
-    def load_loras(self, names: list[str]) -> None:
+    def load_loras(self, names: Names) -> None:
         available = self.loras()
         for name in names:
             _checked_name(name, available, param="lora_names", kind="LoRA")

@@ -32,7 +32,8 @@ def default_size(width: int, height: int) -> tuple[int, int]:
     scale = min(1.0, SIDE_MAX / max(width, height))
     if min(width, height) * scale < SIDE_MIN:
         scale = min(SIDE_MIN / min(width, height), SIDE_MAX / max(width, height))
-    return tuple(min(SIDE_MAX, max(SIDE_MIN, round(side * scale / 8) * 8)) for side in (width, height))
+    w, h = (min(SIDE_MAX, max(SIDE_MIN, round(side * scale / 8) * 8)) for side in (width, height))
+    return w, h
 
 
 def _too_big(param: str, name: str, size: tuple[int, int] | None) -> InvalidRequestError:

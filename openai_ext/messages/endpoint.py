@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any, AsyncIterator
+from typing import Any, AsyncGenerator
 
 from ..core.admission import Place
 from ..core.errors import InvalidRequestError
@@ -110,7 +110,7 @@ async def complete(text: TextService, turn: Turn, place: Place) -> dict[str, Any
                           render.usage(turn.job.prompt_tokens, result.tokens), turn.context)
 
 
-async def stream(text: TextService, turn: Turn, place: Place) -> AsyncIterator[dict[str, Any]]:
+async def stream(text: TextService, turn: Turn, place: Place) -> AsyncGenerator[dict[str, Any], None]:
     job = turn.job
     start = render.message(turn.id, job.model, [], None, None, render.usage(job.prompt_tokens, 0))
     yield {"type": "message_start", "message": start}

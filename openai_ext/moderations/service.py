@@ -80,7 +80,7 @@ class ModerationsService:
         self.embeddings = embeddings
         self.started = started
         self.classifier: Lazy[Classifier] = Lazy(self._load, "moderations")
-        self._own_batcher = None
+        self._own_batcher: Any = None
 
     def _load(self) -> Classifier:
         settings = self.settings

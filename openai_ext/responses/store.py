@@ -12,6 +12,8 @@ data folder.
   updated for ``max_age_days`` are deleted, when the database opens and every so many writes.
 - Responses still queued or running when their server stopped are marked failed when the
   database is next opened: nothing runs them any more.
+- The schema is versioned: ``MIGRATIONS`` brings an older database forward when it opens, and a
+  database written by a newer version of the server is refused (``SchemaTooNew``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Any, Iterable
+
+from ..core.migrations import Migration, migrate
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +54,11 @@ CREATE TABLE IF NOT EXISTS conversation_items (
     body TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS conversation_items_by_id ON conversation_items(conversation_id, item_id);
 """
+
+# The schema as forward migrations (see core/migrations.py): a change to the tables is a new step
+# appended here, never an edit of one. Step 1 is the schema of before versions existed, all
+# "IF NOT EXISTS": a data folder written then (version 0, the same tables) keeps its rows.
+MIGRATIONS: list[Migration] = [SCHEMA]
 
 STOPPED = {"code": "server_error", "message": "The server stopped before this response finished."}
 
@@ -114,7 +123,7 @@ class Store:
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute("PRAGMA synchronous=NORMAL")   # WAL: durable at checkpoints, never corrupt
                 conn.execute("PRAGMA busy_timeout=10000")
-                conn.executescript(SCHEMA)
+                migrate(conn, MIGRATIONS, what=str(self.path))
                 _transaction(conn, self._sweep, write=True)
                 _transaction(conn, self._prune, write=True)
             except BaseException:

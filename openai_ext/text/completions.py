@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Any, AsyncIterator
+from typing import Any, AsyncGenerator
 
 from ..core.admission import Place
 from ..core.errors import InvalidRequestError
@@ -87,7 +87,7 @@ async def complete(text: TextService, job: Job, place: Place) -> dict[str, Any]:
     return render.completion(job, text.fingerprint, choices, usage(job.prompt_tokens, sum(r.tokens for r in results)))
 
 
-async def stream(text: TextService, job: Job, place: Place) -> AsyncIterator[dict[str, Any]]:
+async def stream(text: TextService, job: Job, place: Place) -> AsyncGenerator[dict[str, Any], None]:
     plan, fp = job.plan, text.fingerprint
     include_usage = plan.include_usage
     want_lp = plan.logprobs is not None

@@ -18,7 +18,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncGenerator, Callable
 
 import anyio
 import janus
@@ -49,7 +49,7 @@ class _Failure:
 
 
 async def host_pieces(host: Host, prompt: Prompt, settings: dict[str, Any],
-                      run: Runner) -> AsyncIterator[Piece]:
+                      run: Runner) -> AsyncGenerator[Piece, None]:
     """The host's pieces, generated on the generation thread. Leaving the iteration stops the host."""
     stop_event = threading.Event()
     channel: janus.Queue[Any] = janus.Queue(maxsize=BUFFERED_PIECES)
@@ -99,7 +99,7 @@ class ChoiceResult:
 
 
 async def run_choice(host: Host, prompt: Prompt, settings: dict[str, Any], stops: list[str], *,
-                     want_logprobs: bool, result: ChoiceResult, run: Runner) -> AsyncIterator[Delta]:
+                     want_logprobs: bool, result: ChoiceResult, run: Runner) -> AsyncGenerator[Delta, None]:
     """Generates one choice, yielding the deltas a client may see; fills ``result`` at the end."""
     asm = ChoiceAssembler(stops, want_logprobs=want_logprobs)
     host_reason: str | None = None
@@ -202,7 +202,7 @@ class Event:
     prompt_logprobs: list[TokenLogprob] | None = None
 
 
-async def run_job(text: TextService, job: Job, place: Place) -> AsyncIterator[Event]:
+async def run_job(text: TextService, job: Job, place: Place) -> AsyncGenerator[Event, None]:
     """Runs every choice of the job, in the job's turn."""
     plan, host = job.plan, job.host
     async with place:
@@ -234,7 +234,7 @@ async def run_job(text: TextService, job: Job, place: Place) -> AsyncIterator[Ev
                 yield Event(index, result=result)
 
 
-async def _together(text: TextService, job: Job, lanes: int) -> AsyncIterator[Event]:
+async def _together(text: TextService, job: Job, lanes: int) -> AsyncGenerator[Event, None]:
     """The job's choices, up to ``lanes`` at once as sequences of the host's batch. Each choice's
     events keep their order; its end (the result) comes after every earlier choice's end, so the
     results arrive in index order as they do one at a time."""

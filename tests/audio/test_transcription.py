@@ -22,7 +22,7 @@ import openai
 import pytest
 from support import ROOT
 from support.servers import openai_client
-from support.spec import assert_valid, parse_sse
+from support.spec import assert_valid, error_of, parse_sse
 from support.wer import word_error_rate as wer
 from support.wer import words
 from test_audio_decode import FORMATS, MIME, encode
@@ -122,14 +122,6 @@ def post(server, path: str, data: bytes | None = b"", name: str = "a.wav", field
     files = {"file": (name, data, "audio/wav")} if data is not None else {"user": (None, b"someone")}
     return httpx.post(f"{server.url}/audio/{path}", data={"model": "whisper-1", **(fields or {})}, files=files,
                       timeout=timeout)
-
-
-def error_of(response: httpx.Response, status: int) -> dict:
-    assert response.status_code == status, response.text
-    body = response.json()
-    assert_valid("ErrorResponse", body)
-    assert "detail" not in body
-    return body["error"]
 
 
 def engine_of(server):

@@ -11,12 +11,7 @@ import time
 import httpx
 import pytest
 from support import ROOT
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from support.servers import free_port
 
 
 def run(args, **kw):

@@ -16,17 +16,11 @@ from pathlib import Path
 import httpx
 import pytest
 from support import DOUBLES, ROOT
-from support.servers import has_ipv6_loopback
+from support.servers import free_port, has_ipv6_loopback
 
 pytestmark = pytest.mark.slow
 
 DOUBLE = DOUBLES / "cloudflared" / "cloudflared_double.py"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start(args, tmp: Path, **env):

@@ -14,8 +14,9 @@ from pathlib import Path
 import httpx
 import pytest
 from support import ROOT
+from support.servers import free_port
 from support.spec import assert_valid_stream
-from support.webui import free_port, load_extension
+from support.webui import load_extension
 
 HERE = Path(__file__).parent
 

@@ -11,8 +11,9 @@ import time
 import httpx
 import openai
 import pytest
+from support.servers import free_port
 from support.spec import assert_valid, assert_valid_stream
-from support.webui import free_port, import_extension, load_extension
+from support.webui import import_extension, load_extension
 
 
 @pytest.fixture

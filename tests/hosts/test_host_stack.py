@@ -16,8 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 from support import ROOT
+from support.servers import free_port
 from support.spec import assert_valid, assert_valid_stream, parse_sse
-from support.webui import free_port
 
 pytestmark = pytest.mark.network
 

@@ -20,9 +20,8 @@ import time
 import httpx
 import pytest
 from support import DOUBLES, ROOT
-from support.servers import openai_client
+from support.servers import free_port, openai_client
 from support.spec import assert_valid
-from support.webui import free_port
 
 pytestmark = pytest.mark.slow
 

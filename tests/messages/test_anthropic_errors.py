@@ -146,21 +146,6 @@ def test_a_foreign_host_header_is_refused_in_anthropics_shape(live):
     assert "evil.example" in r.json()["error"]["message"]
 
 
-@pytest.fixture
-def failing_host(llama_host, monkeypatch):
-    """The real host, made to fail after ``after`` pieces (0: before the first)."""
-    real = llama_host.generate
-    plan = {"after": 0}
-
-    def generate(prompt, settings, stop_event):
-        for i, piece in enumerate(real(prompt, settings, stop_event)):
-            if i == plan["after"]:
-                raise RuntimeError("simulated failure inside the model")
-            yield piece
-    monkeypatch.setattr(llama_host, "generate", generate)
-    return plan
-
-
 def test_a_host_failure_is_an_api_error(live, failing_host):
     with pytest.raises(anthropic.InternalServerError) as e:
         anthropic_client(live).messages.create(model="x", max_tokens=20, messages=Q)

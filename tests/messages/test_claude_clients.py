@@ -77,11 +77,6 @@ def beside(server, work):
 
 
 @pytest.fixture
-def claude(live):
-    return anthropic_client(live)
-
-
-@pytest.fixture
 def shown(monkeypatch):
     """The chat requests /v1/messages translated, as the model is shown them."""
     seen = []

@@ -6,17 +6,12 @@ from __future__ import annotations
 import anthropic
 import httpx
 import pytest
-from support.anthropic_types import anthropic_client, assert_events, assert_message, fold_text, strict
+from support.anthropic_types import assert_events, assert_message, fold_text, strict
 from support.servers import openai_client
 
 Q = [{"role": "user", "content": "Name three colours of the rainbow."}]
 STORY = [{"role": "user", "content": "Write a long story about a dragon."}]
 GREEDY = {"temperature": 0}   # the SDK has no temperature argument any more: sent as an extra field
-
-
-@pytest.fixture
-def claude(live):
-    return anthropic_client(live)
 
 
 def create(claude, **kw):

@@ -9,7 +9,7 @@ import anthropic
 import httpx
 import pytest
 from jsonschema import Draft202012Validator
-from support.anthropic_types import anthropic_client, assert_error, assert_events, assert_message
+from support.anthropic_types import assert_error, assert_events, assert_message
 
 WEATHER = {"name": "get_weather", "description": "The current weather in a city",
            "input_schema": {"type": "object", "properties": {"city": {"type": "string"},
@@ -32,11 +32,6 @@ BOOKING = {"name": "book_trip", "description": "Book a trip for travellers",
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 TRIP = [{"role": "user", "content": "Book a business trip to Rome, Italy for Ann, 34."}]
 GREEDY = {"temperature": 0}
-
-
-@pytest.fixture
-def claude(live):
-    return anthropic_client(live)
 
 
 def create(claude, **kw):

@@ -7,8 +7,8 @@ import time
 import httpx
 import openai
 import pytest
-from support.responses_api import create, error_of, parse_events
-from support.spec import assert_valid
+from support.responses_api import create, parse_events
+from support.spec import assert_valid, error_of
 
 
 def poll(client, response_id, until, tries=600):

@@ -12,8 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import jsonschema
 from openai.types.responses import Response
-from support.responses_api import error_of, parse_events
-from support.spec import assert_valid
+from support.responses_api import parse_events
+from support.spec import assert_valid, error_of
 
 EXEC = {"type": "function", "name": "exec_command", "strict": False,
         "description": "Runs a command in a shell and returns its output.",

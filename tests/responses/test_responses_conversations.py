@@ -5,8 +5,8 @@ from __future__ import annotations
 import httpx
 import openai
 import pytest
-from support.responses_api import create, error_of
-from support.spec import assert_valid
+from support.responses_api import create
+from support.spec import assert_valid, error_of
 
 
 def raw(client, call, *args, **kw):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from support.responses_api import create, error_of
+from support.responses_api import create
+from support.spec import error_of
 
 HI = {"role": "user", "content": "Hi"}
 TOOL = {"type": "function", "name": "f", "parameters": {"type": "object", "properties": {}}, "strict": True}

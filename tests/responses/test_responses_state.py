@@ -6,9 +6,9 @@ from __future__ import annotations
 import httpx
 import openai
 import pytest
-from support.responses_api import create, error_of
+from support.responses_api import create
 from support.servers import openai_client
-from support.spec import assert_valid
+from support.spec import assert_valid, error_of
 
 
 def test_a_chain_of_previous_responses_carries_the_conversation(rclient, llama_host):

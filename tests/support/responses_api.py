@@ -45,8 +45,3 @@ def stream_raw(server, body: dict, *, headers=None) -> list[dict]:
     assert r.headers["content-type"].startswith("text/event-stream")
     return parse_events(r.text)
 
-
-def error_of(response: httpx.Response, status: int) -> dict:
-    assert response.status_code == status, response.text
-    assert_valid("ErrorResponse", response.json())
-    return response.json()["error"]

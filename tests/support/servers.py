@@ -13,6 +13,13 @@ def openai_client(server, **kw):
                   _strict_response_validation=True, timeout=kw.pop("timeout", 120), **kw)
 
 
+def free_port() -> int:
+    """A TCP port on localhost that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def has_ipv6_loopback() -> bool:
     """Whether this machine can bind ::1 (some containers have no IPv6)."""
     try:

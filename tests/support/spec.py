@@ -87,3 +87,14 @@ def assert_valid_stream(name: str, raw: str) -> list[Any]:
         assert_valid(name, c)
     assert len({(c["id"], c["created"], c["model"]) for c in chunks}) == 1, "chunks disagree on id/created/model"
     return chunks
+
+
+def error_of(response, status: int | None = None) -> dict:
+    """The error object of an error response (of ``status``, when given): valid against the
+    spec's ErrorResponse, and without FastAPI's own ``detail``."""
+    if status is not None:
+        assert response.status_code == status, response.text
+    body = response.json()
+    assert_valid("ErrorResponse", body)
+    assert "detail" not in body
+    return body["error"]

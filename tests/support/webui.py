@@ -3,17 +3,10 @@
 from __future__ import annotations
 
 import importlib.util
-import socket
 
 import pytest
 
 from support import ROOT
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def import_extension(name="openai_ext"):

@@ -57,21 +57,6 @@ def test_fifty_streams_cut_at_random_points(live, llama_host, produced):
     assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 5
 
 
-@pytest.fixture
-def failing_host(llama_host, monkeypatch):
-    """The real host, made to fail after ``after`` pieces (0: before the first)."""
-    real = llama_host.generate
-    plan = {"after": 0}
-
-    def generate(prompt, settings, stop_event):
-        for i, piece in enumerate(real(prompt, settings, stop_event)):
-            if i == plan["after"]:
-                raise RuntimeError("simulated failure inside the model")
-            yield piece
-    monkeypatch.setattr(llama_host, "generate", generate)
-    return plan
-
-
 @pytest.mark.parametrize("method", ["chat_prompt", "tokenize"])
 @pytest.mark.parametrize("stream", [False, True])
 def test_host_failure_before_generation_is_a_500_error_object(live, llama_host, monkeypatch, method, stream):

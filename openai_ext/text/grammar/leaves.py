@@ -11,13 +11,13 @@ from __future__ import annotations
 import json
 import math
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jsonschema import Draft202012Validator, ValidationError, validators
 
 from .automata import TooComplex, combine, search
 from .errors import SchemaNotSupported
-from .limits import MAX_AUTOMATON_STATES, MAX_LITERAL_BYTES
+from .limits import MAX_AUTOMATON_STATES, MAX_LITERAL_BYTES, Budget
 from .numbers import BoundTooLarge, integer_bounds, integer_range, number_bounds, number_range
 from .patterns import parse as parse_pattern
 
@@ -32,8 +32,9 @@ FORMATS = {"date", "time", "date-time", "uuid"}
 MORE_PATTERNS = ("pattern",)
 
 
-_PY_TYPES = {"null": (type(None),), "boolean": (bool,), "string": (str,), "array": (list,), "object": (dict,),
-             "number": (int, float), "integer": (int, float)}
+_PY_TYPES: dict[str, tuple[Any, ...]] = {"null": (type(None),), "boolean": (bool,), "string": (str,),
+                                         "array": (list,), "object": (dict,), "number": (int, float),
+                                         "integer": (int, float)}
 
 
 def _of_type(value: Any, kinds: Any) -> bool:
@@ -75,8 +76,14 @@ class Leaves:
     """The typed leaves of ``rewrite._Rewriter`` (which provides node, cannot and budget)."""
 
     validator: Draft202012Validator   # a Checker
+    if TYPE_CHECKING:   # what _Rewriter provides
+        budget: Budget
 
-    def _valid(self, value: Any, n: dict[str, Any], path: str) -> bool:
+        def cannot(self, path: str, message: str) -> None: ...
+
+        def node(self, n: Any, path: str, depth: int = 0) -> Any: ...
+
+    def _valid(self, value: Any, n: dict[Any, Any], path: str) -> bool:
         """Whether ``value`` satisfies ``n``. A pattern that cannot be matched safely here is
         what the grammar cannot enforce (see cannot); without strict the value is kept."""
         schema = {k: v for k, v in n.items() if isinstance(k, str)}
@@ -168,7 +175,7 @@ class Leaves:
             raise Unsatisfiable(f"{path}: no {kind} is within its minimum and maximum.", param=here)
         return {"type": kind, "x-range": expr}
 
-    def _string(self, n: dict[str, Any], path: str) -> dict[str, Any]:
+    def _string(self, n: dict[Any, Any], path: str) -> dict[str, Any]:
         lo, hi, fmt = n.get("minLength", 0), n.get("maxLength"), n.get("format")
         if hi is not None and lo > hi:
             raise Unsatisfiable(f"{path}: minLength is above maxLength.", param=f"{path}.minLength")

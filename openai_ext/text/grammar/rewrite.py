@@ -219,7 +219,7 @@ class _Rewriter(Leaves):
 
     def _merge(self, a: dict[str, Any], b: dict[str, Any], path: str) -> dict[str, Any]:
         """A schema for values that satisfy both ``a`` and ``b`` (both without $ref)."""
-        out = dict(a)
+        out: dict[Any, Any] = dict(a)
         objects = bool(OBJECT_KW & a.keys() and OBJECT_KW & b.keys())
         if objects:
             out = {k: v for k, v in out.items() if k not in OBJECT_KW}
