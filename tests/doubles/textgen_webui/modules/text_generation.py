@@ -26,6 +26,10 @@ SCRIPT = ["Hello", ",", " world", "!"]
 FAIL_AFTER = None                         # raise inside generation after this many tokens
 TOKEN_SECONDS = 0.0015                    # time per token; the host drops yields < 1 ms apart
 CALLS = []                                # (question, state, stopping_strings, is_chat) per call
+# Whether the llama.cpp loader's llama-server scores prompts (prompt_logprobs). Upstream
+# llama.cpp's server has no such option: it ignores it and answers no prompt_probabilities, so
+# the host's get_prompt_logprob_entries returns [] (the real web UI's own llama-server did so).
+PROMPT_LOGPROBS = False
 # The host's use of the lock (generate_reply): skipped for a request with a stop_event on
 # loaders that serve parallel slots.
 PARALLEL_MODELS = ("Exllamav3Model", "LlamaServer", "TensorRTLLMModel")
@@ -259,21 +263,23 @@ class _CustomModel:
     probabilities it was asked for (``state['logprobs']``) in last_completion_probabilities."""
 
     reports_logprobs = True
+    reports_end_token = False   # llama-server: an entry for the end-of-text token, its text ""
 
     def __init__(self):
         self.last_completion_probabilities = []
         self.last_prompt_token_count = 0
 
     @staticmethod
-    def _entry(step, tid, n_probs):
-        """One entry of llama-server's completion_probabilities (logprobs, not probs)."""
+    def _entry(step, tid, n_probs, sent=None):
+        """One entry of llama-server's completion_probabilities (logprobs, not probs). Its
+        token is the text the server sent for it (``sent``: "" for the end-of-text token)."""
         lps = log_softmax(distribution(step, tid))
         best = sorted(lps.items(), key=lambda kv: -kv[1])[:n_probs]
 
-        def item(t, lp):
-            raw = token_bytes(t)
+        def item(t, lp, raw=None):
+            raw = token_bytes(t) if raw is None else raw
             return {"id": t, "token": raw.decode("utf-8", errors="replace"), "bytes": list(raw), "logprob": lp}
-        return {**item(tid, lps[tid]), "top_logprobs": [item(t, lp) for t, lp in best]}
+        return {**item(tid, lps[tid], sent), "top_logprobs": [item(t, lp) for t, lp in best]}
 
     def generate_with_streaming(self, prompt, state):
         self.last_prompt_token_count = len(encode(prompt, add_bos_token=state["add_bos_token"])[0])
@@ -282,6 +288,10 @@ class _CustomModel:
         output = b""
         for n, token in _steps(prompt, state):
             if token is None:
+                # llama-server sends the end-of-text token as a last partial response with no
+                # text and, when asked, its probabilities (server-context.cpp process_token)
+                if n_probs and n_probs > 0 and self.reports_logprobs and self.reports_end_token:
+                    self.last_completion_probabilities.append(self._entry(n, EOS, n_probs, sent=b""))
                 return
             output += token if isinstance(token, bytes) else token.encode("utf-8")
             if state["stream"]:
@@ -309,6 +319,7 @@ class LlamaServer(_CustomModel):
     ConnectionError before a reply, a ChunkedEncodingError in the middle of a streamed one."""
 
     bos_token = "<s>"
+    reports_end_token = True
 
     def __init__(self):
         super().__init__()
@@ -353,8 +364,12 @@ class LlamaServer(_CustomModel):
             self.process = None
 
     def get_prompt_logprob_entries(self, token_ids, n_probs=5, prompt=""):
-        """As the host's: a null first entry, then llama-server's prompt_probabilities."""
+        """As the host's: a null first entry, then llama-server's prompt_probabilities; [] when
+        the server answers none (see PROMPT_LOGPROBS)."""
+        self.reach("/completion")
         ids = [int(t) for t in token_ids]
+        if not PROMPT_LOGPROBS:
+            return []
         first = decode(ids[:1], skip_special_tokens=False)
         entries = [{"token": "" if first == self.bos_token or not prompt.startswith(first) else first,
                     "null_logprob": True}]
