@@ -50,6 +50,7 @@ class HostAbilities:
     prompt_logprobs: bool | None = None   # scores a prompt (completions echo); None: as logprobs
     parallel: int = 1              # generations it runs at once (parallel slots, or sequences of one batch)
     web_ui: bool = False           # renders the web UI's chat modes, characters, templates, presets
+    vision: bool = False           # reads images (<__media__> placeholders in the prompt, Prompt.images)
 
     @property
     def scores_prompts(self) -> bool:
@@ -84,6 +85,7 @@ class Prompt:
     tokens: list[int]
     stops: list[str] = field(default_factory=list)
     trim_start: bool = False
+    images: list[Any] = field(default_factory=list)   # PIL images, one per <__media__> placeholder
 
 
 @dataclass

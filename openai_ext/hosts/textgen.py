@@ -39,7 +39,7 @@ def import_host_modules() -> SimpleNamespace:
 
 
 @functools.lru_cache(maxsize=16)
-def _abilities(loader: str | None, samplers: frozenset[str], parallel: int) -> HostAbilities:
+def _abilities(loader: str | None, samplers: frozenset[str], parallel: int, vision: bool) -> HostAbilities:
     return HostAbilities(
         samplers=samplers,
         parallel=parallel,
@@ -53,6 +53,9 @@ def _abilities(loader: str | None, samplers: frozenset[str], parallel: int) -> H
         # These loaders apply the host's grammar_string; none has a lazy (triggered) grammar.
         grammar=loader in ("llama.cpp", "Transformers", "ExLlamav3_HF"),
         web_ui=True,
+        # the web UI loaded a vision model (llama.cpp with --mmproj, ExLlamaV3): models.load_model
+        # sets shared.is_multimodal from the model's is_multimodal()
+        vision=vision,
     )
 
 
@@ -81,7 +84,8 @@ class TextgenHost(Host):
         """Read for each request: the user may load another model, with another loader, in the
         web UI while the server runs."""
         loader = getattr(getattr(self.m.shared, "args", None), "loader", None)
-        return _abilities(loader, self._samplers(loader), self._slots())
+        vision = bool(getattr(self.m.shared, "is_multimodal", False)) and self.m.shared.model is not None
+        return _abilities(loader, self._samplers(loader), self._slots(), vision)
 
     def _slots(self) -> int:
         """Generations the host runs at once. Its generate_reply skips the generation lock for a
@@ -229,6 +233,12 @@ class TextgenHost(Host):
         # stream: without it the host generates the whole reply before it yields anything, and
         # the server could not stop it at a stop string.
         state.update(stop_event=stop_event, custom_stopping_strings=[], stream=True)
+        if prompt.images:
+            # as the web UI's API hands a request's images to its loader: PIL images in raw_images,
+            # one per <__media__> placeholder of the prompt (its loaders read image_attachments
+            # first, so none may be left in the state)
+            state.pop("image_attachments", None)
+            state["raw_images"] = list(prompt.images)
         source, aligner = self._scores(state, settings.get("logprobs"))
         follow = Follower()
         reported = 0

@@ -165,7 +165,7 @@ def fit_prompt(host: Host, prompt: Prompt, *, requested: int | None, truncate: b
     reserve = min(requested or max(1, ctx // 4), ctx // 2)
     kept = prompt.tokens[-(ctx - reserve):]
     log.warning("prompt cut from %d to %d tokens to fit the context of %d", len(prompt.tokens), len(kept), ctx)
-    return Prompt(host.detokenize(kept), kept, prompt.stops, prompt.trim_start)
+    return Prompt(host.detokenize(kept), kept, prompt.stops, prompt.trim_start, prompt.images)
 
 
 @dataclass

@@ -347,10 +347,39 @@ class LlamaServer(_CustomModel):
         self.reach("/detokenize")
         return _decode(token_ids, skip_special_tokens=False)
 
+    media_marker = "<__media_marker__>"   # llama-server's own marker (the host asks /props for it)
+    last_multimodal = None                 # the prompt of the last request with images, as sent
+
+    def is_multimodal(self):
+        """As the host's: a model loaded with an --mmproj file reads images."""
+        return shared.args.mmproj not in [None, "None"]
+
+    def _process_images_for_generation(self, state):
+        """As the host's: the web UI's attachments, else the Chat API's messages, else raw_images."""
+        from PIL import Image
+
+        if state.get("image_attachments"):
+            raise NotImplementedError("double: the web UI's own attachments are not modelled")
+        if "history" in state and state.get("history", {}).get("messages"):
+            raise NotImplementedError("double: the web UI API's history messages are not modelled")
+        images = list(state.get("raw_images") or [])
+        assert all(isinstance(i, Image.Image) for i in images), "raw_images holds PIL images"
+        return images
+
     def generate_with_streaming(self, prompt, state):
         import requests
 
         self.reach("/completion")
+        if shared.is_multimodal:
+            images = self._process_images_for_generation(state)
+            if images:
+                # as the host's: placeholders become the server's marker, the images go as base64
+                # PNGs (llama-server fails a request whose markers and images differ in number)
+                sent = prompt.replace("<__media__>", self.media_marker)
+                if sent.count(self.media_marker) != len(images):
+                    raise requests.exceptions.HTTPError("400 Client Error: number of bitmaps does not match "
+                                                        "number of markers")
+                self.last_multimodal = {"prompt_string": sent, "multimodal_data": [_png64(i) for i in images]}
         for text in super().generate_with_streaming(prompt, state):
             if self.process.poll() is not None:
                 raise requests.exceptions.ChunkedEncodingError(
@@ -375,6 +404,15 @@ class LlamaServer(_CustomModel):
                     "null_logprob": True}]
         entries += [self._entry(1000 + i, t, n_probs) for i, t in enumerate(ids[1:])]
         return entries
+
+
+def _png64(image):
+    import base64
+    import io
+
+    buffered = io.BytesIO()
+    image.save(buffered, format="PNG")
+    return base64.b64encode(buffered.getvalue()).decode("utf-8")
 
 
 class Exllamav3Model(_CustomModel):
