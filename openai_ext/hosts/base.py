@@ -50,6 +50,7 @@ class HostAbilities:
     prompt_logprobs: bool | None = None   # scores a prompt (completions echo); None: as logprobs
     parallel: int = 1              # generations it runs at once (parallel slots, or sequences of one batch)
     web_ui: bool = False           # renders the web UI's chat modes, characters, templates, presets
+    vision: bool = False           # reads images (<__media__> placeholders in the prompt, Prompt.images)
 
     @property
     def scores_prompts(self) -> bool:
@@ -78,16 +79,20 @@ HOST_SAMPLERS: dict[str, type] = {
 @dataclass
 class Prompt:
     """A prompt as text and as the model's token ids (both are kept so no host tokenizes twice),
-    with the stop strings its chat template implies."""
+    with the stop strings its chat template implies. ``trim_start``: the reply is shown without
+    its leading whitespace (the web UI's chat modes, where the model writes "Name: reply")."""
     text: str
     tokens: list[int]
     stops: list[str] = field(default_factory=list)
+    trim_start: bool = False
+    images: list[Any] = field(default_factory=list)   # PIL images, one per <__media__> placeholder
 
 
 @dataclass
 class ChatPrompt:
     text: str
     stops: list[str] = field(default_factory=list)
+    trim_start: bool = False
 
 
 class Host(ABC):
@@ -138,6 +143,10 @@ class Host(ABC):
     def prompt_logprobs(self, tokens: list[int], top: int) -> list[TokenLogprob]:
         """Scores of the prompt's visible tokens (a leading BOS is left out), for echo."""
         raise NotImplementedError
+
+    def check_prompt_scoring(self) -> None:
+        """Refuses (InvalidRequestError) echo with log-probabilities when the loaded model turns
+        out unable to score a prompt, before anything runs. Called for such requests only."""
 
     def check_settings(self, settings: dict[str, Any]) -> None:
         """Refuses (InvalidRequestError) settings that name what the host does not have (a

@@ -15,6 +15,7 @@ import functools
 import importlib
 import logging
 import threading
+import weakref
 from types import SimpleNamespace
 from typing import Any, Iterator
 
@@ -23,7 +24,7 @@ from . import textgen_scores as scores
 from . import textgen_server as model_server
 from .base import HOST_SAMPLERS, ChatPrompt, Host, HostAbilities, Piece, Prompt, TokenLogprob
 from .textgen_chat import messages_to_history, resolve_chat, resolve_preset
-from .textgen_replies import Follower, Turns, host_failures
+from .textgen_replies import Follower, Turns, chat_reply, host_failures
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ def import_host_modules() -> SimpleNamespace:
 
 
 @functools.lru_cache(maxsize=16)
-def _abilities(loader: str | None, samplers: frozenset[str], parallel: int) -> HostAbilities:
+def _abilities(loader: str | None, samplers: frozenset[str], parallel: int, vision: bool) -> HostAbilities:
     return HostAbilities(
         samplers=samplers,
         parallel=parallel,
@@ -52,7 +53,18 @@ def _abilities(loader: str | None, samplers: frozenset[str], parallel: int) -> H
         # These loaders apply the host's grammar_string; none has a lazy (triggered) grammar.
         grammar=loader in ("llama.cpp", "Transformers", "ExLlamav3_HF"),
         web_ui=True,
+        # the web UI loaded a vision model (llama.cpp with --mmproj, ExLlamaV3): models.load_model
+        # sets shared.is_multimodal from the model's is_multimodal()
+        vision=vision,
     )
+
+
+# Whether each llama.cpp model's server scores prompts (llama-server's prompt_logprobs, which
+# upstream llama.cpp does not have): asked once per loaded model.
+_SCORES_PROMPTS: "weakref.WeakKeyDictionary[Any, bool]" = weakref.WeakKeyDictionary()
+NO_PROMPT_SCORES = ("The web UI's llama.cpp loader cannot score a prompt: its llama-server has no prompt_logprobs, "
+                    "so echo cannot return the prompt's log-probabilities. Remove echo or logprobs, or load the "
+                    "model with the Transformers loader.")
 
 
 # The model classes whose generations the host runs side by side (text_generation.generate_reply).
@@ -72,7 +84,8 @@ class TextgenHost(Host):
         """Read for each request: the user may load another model, with another loader, in the
         web UI while the server runs."""
         loader = getattr(getattr(self.m.shared, "args", None), "loader", None)
-        return _abilities(loader, self._samplers(loader), self._slots())
+        vision = bool(getattr(self.m.shared, "is_multimodal", False)) and self.m.shared.model is not None
+        return _abilities(loader, self._samplers(loader), self._slots(), vision)
 
     def _slots(self) -> int:
         """Generations the host runs at once. Its generate_reply skips the generation lock for a
@@ -184,7 +197,9 @@ class TextgenHost(Host):
         except Exception as e:
             raise InvalidRequestError(f"The chat template could not render these messages ({e}).",
                                       param="messages") from None
-        return ChatPrompt(text, list(self.m.chat.get_stopping_strings(state)))
+        # the web UI's chatbot_wrapper strips the start of a chat-mode reply (not a continued one)
+        trim = state["mode"] in ("chat", "chat-instruct") and not settings.get("continue_")
+        return ChatPrompt(text, list(self.m.chat.get_stopping_strings(state)), trim)
 
     def split_reasoning(self, text: str) -> tuple[str | None, str]:
         """The web UI's own splitter (modules/reasoning.py), which knows its models' formats."""
@@ -208,13 +223,22 @@ class TextgenHost(Host):
         alone = settings.get("logprobs") is not None and self._slots() > 1
         with self._turns.take(alone, stop_event) as turn:
             if turn:
-                yield from self._generate(prompt, settings, stop_event)
+                pieces = self._generate(prompt, settings, stop_event)
+                if prompt.trim_start:
+                    pieces = chat_reply(pieces)
+                yield from pieces
 
     def _generate(self, prompt: Prompt, settings: dict[str, Any], stop_event: threading.Event) -> Iterator[Piece]:
         state = self._state(settings)
         # stream: without it the host generates the whole reply before it yields anything, and
         # the server could not stop it at a stop string.
         state.update(stop_event=stop_event, custom_stopping_strings=[], stream=True)
+        if prompt.images:
+            # as the web UI's API hands a request's images to its loader: PIL images in raw_images,
+            # one per <__media__> placeholder of the prompt (its loaders read image_attachments
+            # first, so none may be left in the state)
+            state.pop("image_attachments", None)
+            state["raw_images"] = list(prompt.images)
         source, aligner = self._scores(state, settings.get("logprobs"))
         follow = Follower()
         reported = 0
@@ -280,6 +304,22 @@ class TextgenHost(Host):
     def _decode_output(self, ids: list[int]) -> str:
         return self.m.text_generation.decode([int(t) for t in ids], skip_special_tokens=True)
 
+    def check_prompt_scoring(self) -> None:
+        """The llama.cpp loader's server scores prompts only if it was built with prompt_logprobs;
+        without, the loader answers no entries at all. Asked once per loaded model, with two tokens."""
+        if getattr(self.m.shared.args, "loader", None) != "llama.cpp":
+            return
+        self._require_model()
+        model = self.m.shared.model
+        known = _SCORES_PROMPTS.get(model)
+        if known is None:
+            ids = (self.document_start() or self.tokenize(".", add_bos=False)[:1]) + self.tokenize(".", add_bos=False)
+            with model_server.guarded(model):
+                known = bool(scores.native_prompt_scores(model, ids, 1))
+            _SCORES_PROMPTS[model] = known
+        if not known:
+            raise InvalidRequestError(NO_PROMPT_SCORES, param="echo")
+
     def prompt_logprobs(self, tokens: list[int], top: int) -> list[TokenLogprob]:
         """Scores of the prompt's tokens (a leading start token apart), for echo. A prompt that
         does not begin with the start token gets it in front, so its first token is scored too."""
@@ -294,6 +334,9 @@ class TextgenHost(Host):
         model = self.m.shared.model
         if loader == "llama.cpp":
             scored = scores.native_prompt_scores(model, ids, top)
+            if len(scored) < len(visible):   # (a server without prompt_logprobs answers none)
+                _SCORES_PROMPTS[model] = False
+                raise InvalidRequestError(NO_PROMPT_SCORES, param="echo")
         else:
             scored = scores.hf_prompt_scores(model, ids, top, self._decode_output, self.m.shared.tokenizer)
         return [s.entry for s in scored[-len(visible):]] if visible else []

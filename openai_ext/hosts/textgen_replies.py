@@ -8,7 +8,10 @@ import importlib
 import logging
 import os
 import threading
-from typing import Iterator
+from dataclasses import replace
+from typing import Generator, Iterator
+
+from .base import Piece
 
 log = logging.getLogger(__name__)
 
@@ -141,3 +144,17 @@ class Turns:
                 self._running -= 1
                 self._alone = self._alone and not alone
                 self._cond.notify_all()
+
+
+def chat_reply(pieces: Generator[Piece, None, None]) -> Iterator[Piece]:
+    """The reply as the web UI's chat and chat-instruct modes show it: without the space the
+    model writes after "Name:" (its chatbot_wrapper strips the reply's start, unless it continues
+    a message). Pieces of only that space still count their tokens."""
+    started = False
+    with contextlib.closing(pieces):   # closed at once: the host's lock is released in its finally
+        for piece in pieces:
+            if not started:
+                text = piece.text.lstrip()
+                started = bool(text)
+                piece = replace(piece, text=text)
+            yield piece

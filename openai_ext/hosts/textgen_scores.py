@@ -39,9 +39,10 @@ def _lp(value: Any) -> float:
 @dataclass(slots=True)
 class Scored:
     """One generated (or prompt) token: the text it adds to the reply ("" for the first bytes
-    of a character that a later token completes) and its entry."""
+    of a character that a later token completes) and its entry (None for a token that shows
+    nothing at all: llama-server's end-of-text token, sent with no text)."""
     text: str
-    entry: TokenLogprob
+    entry: TokenLogprob | None
 
 
 # --- llama.cpp / ExLlamaV3 entries ----------------------------------------------------------------
@@ -64,12 +65,19 @@ class NativeEntries:
             self._list, self._read = current, 0
         fresh = current[self._read:]
         self._read += len(fresh)
-        return [self._scored(e) for e in fresh if isinstance(e, dict)]
+        return [self._scored(e) if _shows(e) else Scored("", None) for e in fresh if isinstance(e, dict)]
 
     def _scored(self, e: dict[str, Any]) -> Scored:
         raw = bytes(e["bytes"]) if isinstance(e.get("bytes"), list) else str(e.get("token", "")).encode()
         text, self._carry = _complete_text(self._carry + raw)
         return Scored(text, native_entry(e, self.top))
+
+
+def _shows(e: dict[str, Any]) -> bool:
+    """Whether a generated token's entry shows any text. llama-server reports the end-of-text
+    token too, as a token that sent nothing: it was generated (it counts) but is no part of the
+    reply, so it gets no entry."""
+    return bool(e.get("bytes") if isinstance(e.get("bytes"), list) else str(e.get("token", "")))
 
 
 def native_entry(e: dict[str, Any], top: int) -> TokenLogprob:

@@ -81,6 +81,7 @@ class ChoiceAssembler:
         self.tokens = 0
         self.tokens_known = True
         self._pending: list[tuple[int, int, TokenLogprob]] = []  # (start, end, entry) in raw text
+        self._counted: list[tuple[int, int]] = []   # (start in raw text, tokens) of each piece
         self.logprobs: list[TokenLogprob] = []
         self.finish_reason: str | None = None
 
@@ -101,18 +102,24 @@ class ChoiceAssembler:
     def feed(self, piece: Piece) -> Delta | None:
         if self._matcher.stopped:
             return None
+        start = self.raw_len
         if piece.tokens is None:
             self.tokens_known = False
         else:
             self.tokens += piece.tokens
-        start = self.raw_len
+            self._counted.append((start, piece.tokens))
         self.raw_len += len(piece.text)
         if self._want_logprobs and piece.logprob is not None:
             self._pending.append((start, self.raw_len, piece.logprob))
         out = self._matcher.push(piece.text)
-        if self._matcher.stopped:
-            self.finish_reason = "stop"
-        return self._release(out, final=self._matcher.stopped)
+        if not self._matcher.stopped:
+            return self._release(out, final=False)
+        self.finish_reason = "stop"
+        delta = self._release(out, final=True)
+        # Only what is returned is counted: the tokens whose text is (at least in part) in the
+        # reply, as its log-probabilities are; tokens wholly inside the stop string are not.
+        self.tokens = sum(n for begin, n in self._counted if begin < self.sent_len)
+        return delta
 
     def finish(self, host_reason: str | None) -> Delta | None:
         """Ends the choice after the host's last piece; returns what was still held back."""

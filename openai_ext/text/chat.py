@@ -8,6 +8,7 @@ from typing import Any, AsyncGenerator
 from ..core.admission import Place
 from ..core.errors import InvalidRequestError
 from ..hosts.base import Host, Prompt, TokenLogprob
+from . import images as image_parts
 from . import params, render, tools, webui_fields
 from .assembly import usage
 from .generation import ChoiceResult, Job, bound_text, fit_prompt, new_job, run_job
@@ -16,7 +17,9 @@ from .reasoning import ReasoningStream
 from .service import TextService
 
 
-def _text_of(message: ChatMessage, i: int) -> str:
+def _text_of(message: ChatMessage, i: int, images: list[Any] | None) -> str:
+    """The message's text. Its image parts are decoded into ``images`` (a host with vision)
+    and stand in the text as the web UI's placeholders; without vision they are refused."""
     content = message.content
     if content is None:
         calls = message.tool_calls or message.function_call
@@ -26,21 +29,29 @@ def _text_of(message: ChatMessage, i: int) -> str:
                                   param=f"messages[{i}].content")
     if isinstance(content, str):
         return content
-    texts = []
+    texts, seen = [], 0
     for j, part in enumerate(content):
         if part.type == "text":
             texts.append(part.text)
         elif part.type == "refusal":
             texts.append(part.refusal)
+        elif part.type == "image_url":
+            where = f"messages[{i}].content[{j}]"
+            if images is None:
+                raise InvalidRequestError(image_parts.NO_VISION.format(where=where), param=f"{where}.type")
+            ref = (part.model_extra or {}).get("image_url")
+            images.append(image_parts.decode(ref.get("url") if isinstance(ref, dict) else ref,
+                                             f"{where}.image_url.url"))
+            seen += 1
         else:
             raise InvalidRequestError(
                 f"messages[{i}].content[{j}] is of type '{part.type}', which the loaded text model cannot read. "
                 "Send text parts only.", param=f"messages[{i}].content[{j}].type")
     # Text parts are separate paragraphs of one message.
-    return "\n".join(texts)
+    return image_parts.with_placeholders(texts, seen)
 
 
-def normalize_messages(req: ChatCompletionRequest) -> list[dict[str, Any]]:
+def normalize_messages(req: ChatCompletionRequest, images: list[Any] | None = None) -> list[dict[str, Any]]:
     """OpenAI messages as plain dicts the chat templates understand: string content, and the
     developer role (OpenAI's newer name for system) as system. The legacy function calling turns
     become tool turns: an assistant function_call is a tool call with a made-up id, and a
@@ -49,7 +60,7 @@ def normalize_messages(req: ChatCompletionRequest) -> list[dict[str, Any]]:
     legacy_ids: dict[str, str] = {}   # function name -> id given to its latest legacy call
     for i, m in enumerate(req.messages):
         role = {"developer": "system", "function": "tool"}.get(m.role, m.role)
-        msg: dict[str, Any] = {"role": role, "content": _text_of(m, i)}
+        msg: dict[str, Any] = {"role": role, "content": _text_of(m, i, images)}
         if m.name:
             msg["name"] = m.name
         if m.role == "function":
@@ -79,8 +90,11 @@ def template_input(host: Host, req: ChatCompletionRequest,
                    toolset: tools.ToolSet | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The messages and settings the host's chat template renders for this request."""
     native = tools.template_is_native(host.chat_template)
-    messages, tools_arg = tools.for_template(normalize_messages(req), toolset, native=native)
+    images: list[Any] | None = [] if host.abilities.vision else None
+    messages, tools_arg = tools.for_template(normalize_messages(req, images), toolset, native=native)
     settings: dict[str, Any] = {"tools": tools_arg} if tools_arg else {}
+    if images:
+        settings["raw_images"] = images   # (taken off again by prepare: they go with the prompt)
     # the web UI's chat modes, characters, templates and reasoning switches (extension mode)
     settings.update(webui_fields.template_settings(req.model_extra or {}, host.abilities, chat=True,
                                                    reasoning_effort=req.reasoning_effort))
@@ -112,10 +126,12 @@ def prepare(text: TextService, req: ChatCompletionRequest, *, prefill: str = "",
     toolset = tools.parse(req)
     if toolset is not None and toolset.calling and not prefill and host.abilities.grammar:
         toolset.prefill = tools.named_call_prefill(toolset)
-    rendered = host.chat_prompt(*template_input(host, req, toolset))
+    messages, settings = template_input(host, req, toolset)
+    images = settings.pop("raw_images", [])
+    rendered = host.chat_prompt(messages, settings)
     prefill += toolset.prefill if toolset is not None else ""
     prompt_text = bound_text(host, rendered.text + prefill, truncate=truncate, param="messages")
-    prompt = Prompt(prompt_text, host.tokenize(prompt_text), rendered.stops)
+    prompt = Prompt(prompt_text, host.tokenize(prompt_text), rendered.stops, rendered.trim_start, images)
     requested = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     prompt = fit_prompt(host, prompt, requested=requested, truncate=truncate, param="messages")
     plan = params.plan(req, abilities=host.abilities, room=host.context_length() - len(prompt.tokens),

@@ -55,6 +55,8 @@ def prepare(text: TextService, req: CompletionRequest) -> Job:
     plan = params.plan(req, abilities=host.abilities, room=room, max_n=text.settings.max_n,
                        allow_unknown=text.settings.allow_unknown_fields)
     host.check_settings(plan.settings)
+    if plan.echo and plan.logprobs is not None:
+        host.check_prompt_scoring()
     job = new_job("cmpl", prompts, plan, host)
     if plan.echo:
         job.echo = [p.text for p in prompts]

@@ -158,13 +158,14 @@ def fit_prompt(host: Host, prompt: Prompt, *, requested: int | None, truncate: b
         return prompt
     if not truncate:
         raise ContextLengthExceeded(
-            f"This model's maximum context length is {ctx} tokens, and the {param} alone take "
+            f"This model's maximum context length is {ctx} tokens, and the {param} alone "
+            f"{'take' if param == 'messages' else 'takes'} "
             f"{len(prompt.tokens)} tokens. Shorten the {param}, or start the server with the "
             "truncate_prompt setting to cut the oldest tokens.", param=param)
     reserve = min(requested or max(1, ctx // 4), ctx // 2)
     kept = prompt.tokens[-(ctx - reserve):]
     log.warning("prompt cut from %d to %d tokens to fit the context of %d", len(prompt.tokens), len(kept), ctx)
-    return Prompt(host.detokenize(kept), kept, prompt.stops)
+    return Prompt(host.detokenize(kept), kept, prompt.stops, prompt.trim_start, prompt.images)
 
 
 @dataclass

@@ -120,6 +120,7 @@ def test_logprobs_survive_yields_the_host_drops(client, host_modules):
 def test_echo_scores_the_prompt_through_the_host(extension, host_modules, loader):
     use_loader(host_modules, loader)
     tg = host_modules.text_generation
+    tg.PROMPT_LOGPROBS = True   # a llama-server built with prompt_logprobs
     tg.SCRIPT = ["!"]
     r = httpx.post(f"{extension.server.url}/completions", timeout=30,
                    json={"prompt": "Hi you", "max_tokens": 1, "echo": True, "logprobs": 1})

@@ -91,13 +91,20 @@ def test_assembler_counts_tokens_and_reports_length():
     assert (a.text, a.tokens, a.finish_reason) == ("abc", 3, "length")
 
 
-def test_assembler_stop_sets_finish_reason_stop_and_counts_sampled_tokens():
+def test_assembler_stop_sets_finish_reason_stop_and_counts_returned_tokens():
     a = ChoiceAssembler(["\n\n"])
     deltas = [a.feed(Piece(t)) for t in ["One", ".", "\n", "\n", "Two"]]
     assert a.stopped and a.finish_reason == "stop"
     assert a.text == "One."
-    assert a.tokens == 4            # the fifth piece came after the stop and is ignored
+    assert a.tokens == 2            # the stop string's tokens are not returned, so not counted
     assert deltas[-1] is None
+
+
+def test_a_token_cut_by_the_stop_string_still_counts():
+    a = ChoiceAssembler(["orld"])
+    for t in ["The", " wor", "ld", " is"]:
+        a.feed(Piece(t))
+    assert (a.text, a.tokens) == ("The w", 2)   # " wor" gave " w"; "ld" is all stop string
 
 
 def test_logprobs_are_released_with_their_text_and_cut_with_the_stop():

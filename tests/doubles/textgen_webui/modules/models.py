@@ -85,6 +85,9 @@ def load_model(model_name, loader=None):
     shared.settings.update({k: v for k, v in metadata.items() if k in shared.settings})
     if loader == "llama.cpp" and shared.args.ctx_size > 0:
         shared.settings["truncation_length"] = shared.args.ctx_size
+    shared.is_multimodal = False
+    if loader.lower() in ("exllamav3", "llama.cpp") and hasattr(model, "is_multimodal"):
+        shared.is_multimodal = model.is_multimodal()
     return model, tokenizer
 
 

@@ -9,11 +9,12 @@ model_name = "Double-Model-1B-Instruct.Q4_K_M.gguf"
 lora_names = []
 stop_everything = False
 generation_lock = threading.Lock()   # the real one is a plain Lock, not reentrant
+is_multimodal = False   # as the host's: set by models.load_model from the model's is_multimodal()
 
 args = argparse.Namespace(loader="llama.cpp", listen=False, listen_host=None, api_key="", admin_key="",
                           public_api=False, verbose=False, model_dir="user_data/models", lora_dir="user_data/loras",
                           ctx_size=4096, gpu_layers=0, threads=0, extra_flags=None, trust_remote_code=False,
-                          idle_timeout=0, parallel=1, nowebui=False, api=False, public_api_id=None)
+                          idle_timeout=0, parallel=1, nowebui=False, api=False, public_api_id=None, mmproj=None)
 original_args = argparse.Namespace(**vars(args))   # the startup values, as the host keeps them
 
 CHATML = (

@@ -26,6 +26,10 @@ SCRIPT = ["Hello", ",", " world", "!"]
 FAIL_AFTER = None                         # raise inside generation after this many tokens
 TOKEN_SECONDS = 0.0015                    # time per token; the host drops yields < 1 ms apart
 CALLS = []                                # (question, state, stopping_strings, is_chat) per call
+# Whether the llama.cpp loader's llama-server scores prompts (prompt_logprobs). Upstream
+# llama.cpp's server has no such option: it ignores it and answers no prompt_probabilities, so
+# the host's get_prompt_logprob_entries returns [] (the real web UI's own llama-server did so).
+PROMPT_LOGPROBS = False
 # The host's use of the lock (generate_reply): skipped for a request with a stop_event on
 # loaders that serve parallel slots.
 PARALLEL_MODELS = ("Exllamav3Model", "LlamaServer", "TensorRTLLMModel")
@@ -259,21 +263,23 @@ class _CustomModel:
     probabilities it was asked for (``state['logprobs']``) in last_completion_probabilities."""
 
     reports_logprobs = True
+    reports_end_token = False   # llama-server: an entry for the end-of-text token, its text ""
 
     def __init__(self):
         self.last_completion_probabilities = []
         self.last_prompt_token_count = 0
 
     @staticmethod
-    def _entry(step, tid, n_probs):
-        """One entry of llama-server's completion_probabilities (logprobs, not probs)."""
+    def _entry(step, tid, n_probs, sent=None):
+        """One entry of llama-server's completion_probabilities (logprobs, not probs). Its
+        token is the text the server sent for it (``sent``: "" for the end-of-text token)."""
         lps = log_softmax(distribution(step, tid))
         best = sorted(lps.items(), key=lambda kv: -kv[1])[:n_probs]
 
-        def item(t, lp):
-            raw = token_bytes(t)
+        def item(t, lp, raw=None):
+            raw = token_bytes(t) if raw is None else raw
             return {"id": t, "token": raw.decode("utf-8", errors="replace"), "bytes": list(raw), "logprob": lp}
-        return {**item(tid, lps[tid]), "top_logprobs": [item(t, lp) for t, lp in best]}
+        return {**item(tid, lps[tid], sent), "top_logprobs": [item(t, lp) for t, lp in best]}
 
     def generate_with_streaming(self, prompt, state):
         self.last_prompt_token_count = len(encode(prompt, add_bos_token=state["add_bos_token"])[0])
@@ -282,6 +288,10 @@ class _CustomModel:
         output = b""
         for n, token in _steps(prompt, state):
             if token is None:
+                # llama-server sends the end-of-text token as a last partial response with no
+                # text and, when asked, its probabilities (server-context.cpp process_token)
+                if n_probs and n_probs > 0 and self.reports_logprobs and self.reports_end_token:
+                    self.last_completion_probabilities.append(self._entry(n, EOS, n_probs, sent=b""))
                 return
             output += token if isinstance(token, bytes) else token.encode("utf-8")
             if state["stream"]:
@@ -309,6 +319,7 @@ class LlamaServer(_CustomModel):
     ConnectionError before a reply, a ChunkedEncodingError in the middle of a streamed one."""
 
     bos_token = "<s>"
+    reports_end_token = True
 
     def __init__(self):
         super().__init__()
@@ -336,10 +347,39 @@ class LlamaServer(_CustomModel):
         self.reach("/detokenize")
         return _decode(token_ids, skip_special_tokens=False)
 
+    media_marker = "<__media_marker__>"   # llama-server's own marker (the host asks /props for it)
+    last_multimodal = None                 # the prompt of the last request with images, as sent
+
+    def is_multimodal(self):
+        """As the host's: a model loaded with an --mmproj file reads images."""
+        return shared.args.mmproj not in [None, "None"]
+
+    def _process_images_for_generation(self, state):
+        """As the host's: the web UI's attachments, else the Chat API's messages, else raw_images."""
+        from PIL import Image
+
+        if state.get("image_attachments"):
+            raise NotImplementedError("double: the web UI's own attachments are not modelled")
+        if "history" in state and state.get("history", {}).get("messages"):
+            raise NotImplementedError("double: the web UI API's history messages are not modelled")
+        images = list(state.get("raw_images") or [])
+        assert all(isinstance(i, Image.Image) for i in images), "raw_images holds PIL images"
+        return images
+
     def generate_with_streaming(self, prompt, state):
         import requests
 
         self.reach("/completion")
+        if shared.is_multimodal:
+            images = self._process_images_for_generation(state)
+            if images:
+                # as the host's: placeholders become the server's marker, the images go as base64
+                # PNGs (llama-server fails a request whose markers and images differ in number)
+                sent = prompt.replace("<__media__>", self.media_marker)
+                if sent.count(self.media_marker) != len(images):
+                    raise requests.exceptions.HTTPError("400 Client Error: number of bitmaps does not match "
+                                                        "number of markers")
+                self.last_multimodal = {"prompt_string": sent, "multimodal_data": [_png64(i) for i in images]}
         for text in super().generate_with_streaming(prompt, state):
             if self.process.poll() is not None:
                 raise requests.exceptions.ChunkedEncodingError(
@@ -353,13 +393,26 @@ class LlamaServer(_CustomModel):
             self.process = None
 
     def get_prompt_logprob_entries(self, token_ids, n_probs=5, prompt=""):
-        """As the host's: a null first entry, then llama-server's prompt_probabilities."""
+        """As the host's: a null first entry, then llama-server's prompt_probabilities; [] when
+        the server answers none (see PROMPT_LOGPROBS)."""
+        self.reach("/completion")
         ids = [int(t) for t in token_ids]
+        if not PROMPT_LOGPROBS:
+            return []
         first = decode(ids[:1], skip_special_tokens=False)
         entries = [{"token": "" if first == self.bos_token or not prompt.startswith(first) else first,
                     "null_logprob": True}]
         entries += [self._entry(1000 + i, t, n_probs) for i, t in enumerate(ids[1:])]
         return entries
+
+
+def _png64(image):
+    import base64
+    import io
+
+    buffered = io.BytesIO()
+    image.save(buffered, format="PNG")
+    return base64.b64encode(buffered.getvalue()).decode("utf-8")
 
 
 class Exllamav3Model(_CustomModel):
