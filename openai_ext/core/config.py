@@ -96,6 +96,13 @@ class Settings(BaseSettings):
     sd_timeout: float = Field(120.0, gt=0, description="Seconds to wait for the Stable Diffusion web UI.")
     models_dir: str = Field("", description="Standalone: folder of GGUF files that /v1/internal/model/load may load.")
 
+    # --- upstream engine (standalone) ---------------------------------------------------------
+    upstream_url: str = Field("", description="Standalone: generate through this OpenAI-compatible engine (vLLM, SGLang, llama-server, another instance of this server; e.g. http://gpu-box:8000/v1) instead of a local model.")
+    upstream_api_key: str = Field("", description="The upstream engine's API key, if it wants one.")
+    upstream_model: str = Field("", description="Which of the upstream's models to serve; empty: the first it lists.")
+    upstream_parallel: int = Field(8, ge=1, le=1024, description="Generations sent to the upstream at once; more wait in line (max_queue), then get 429.")
+    upstream_connect_timeout: float = Field(3.0, gt=0, description="Seconds to wait for the upstream's connection; past it a request gets 503.")
+
     # --- stored data (the Responses and Conversations APIs) ----------------------------------
     data_dir: str = Field("", description="Folder of the server's database of stored responses and conversations; "
                                           "empty: $XDG_DATA_HOME/openai_ext (~/.local/share/openai_ext) standalone, "

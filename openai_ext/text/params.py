@@ -93,6 +93,7 @@ RULES: tuple[Rule, ...] = (
     Rule("enable_thinking", CHAT, "mapped", "enable_thinking", "Extension: handed to the model's chat template (Qwen3 and others read it). Standalone: ignored."),
     Rule("preset", BOTH, "mapped", "the preset's samplers", "Extension: a preset of the web UI's presets folder, by name: its samplers apply, and the request's own sampler fields override them (OpenAI defaults such as temperature 1 are then not applied). Standalone: 400."),
     Rule("max_tokens_second", BOTH, "mapped", "max_tokens_second", "Extension: the web UI's output pacing. Standalone: ignored."),
+    Rule("grammar_string", BOTH, "mapped", "grammar_string", "The web UI API's field: a GBNF grammar the output follows, in both modes (one the backend cannot parse is a 400). Not with a response_format or tools that constrain the output: 400."),
     Rule("truncation_length", BOTH, "ignored", "-", "The server fits each request to the model's context itself."),
     Rule("auto_max_new_tokens", BOTH, "ignored", "-", "max_tokens decides; without it, as described above."),
     Rule("unknown fields", BOTH, "rejected", "-", "Any other unknown field gets a 400 naming it, as at OpenAI, unless the allow_unknown_fields setting is on."),
@@ -235,6 +236,9 @@ def plan(req: CompletionRequest | ChatCompletionRequest, *, abilities: HostAbili
     if chat:
         _check_chat_switches(req)
         settings.update(_constraints(req, toolset, abilities))
+        if "grammar_string" in web_ui and settings.get("grammar_string") != web_ui["grammar_string"]:
+            raise _reject("grammar_string", "grammar_string cannot be combined with response_format or tools that "
+                                            "constrain the output; send one or the other.")
 
     # --- the host's own samplers, sent as extra fields ----------------------------------
     endpoint = CHAT if chat else COMPLETIONS

@@ -27,7 +27,7 @@ ALIASES = {"user_name": "name1", "bot_name": "name2"}
 # Reasoning switches the model's chat template reads (Qwen3, gpt-oss, ...).
 REASONING_FIELDS: dict[str, type] = {"enable_thinking": bool}
 # Generation fields of the web UI's API with a meaning only there.
-GENERATION_FIELDS: dict[str, type] = {"preset": str, "max_tokens_second": int}
+GENERATION_FIELDS: dict[str, type] = {"preset": str, "max_tokens_second": int, "grammar_string": str}
 # Fields the server decides itself (it fits max_tokens to the context): accepted and ignored.
 IGNORED = {"truncation_length", "auto_max_new_tokens"}
 
@@ -91,7 +91,16 @@ def template_settings(extra: dict[str, Any], abilities: HostAbilities, *, chat: 
 def generation_settings(extra: dict[str, Any], abilities: HostAbilities) -> dict[str, Any]:
     """The web UI's generation fields (preset, max_tokens_second) as host settings."""
     out: dict[str, Any] = {}
+    grammar = extra.get("grammar_string")
+    if grammar:
+        # A GBNF grammar the output must follow, in both modes (the host checks that it parses).
+        if not abilities.grammar:
+            raise InvalidRequestError("grammar_string needs a backend that constrains output with a grammar, and "
+                                      "the loaded model's cannot; remove it.", param="grammar_string")
+        out["grammar_string"] = _checked("grammar_string", grammar, str)
     for name, kind in GENERATION_FIELDS.items():
+        if name == "grammar_string":
+            continue
         if name in extra and not _default(name, extra[name]):
             if not abilities.web_ui:
                 if name == "preset":

@@ -10,17 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
-import subprocess
-import sys
-import tempfile
-import time
 
 import httpx
 import pytest
-from support import DOUBLES, ROOT
-from support.servers import free_port, openai_client
+from support import DOUBLES, processes
+from support.processes import Served, stop
+from support.servers import openai_client
 from support.spec import assert_valid
 
 pytestmark = pytest.mark.slow
@@ -28,43 +24,8 @@ pytestmark = pytest.mark.slow
 AMX_CPU = DOUBLES / "amx_cpu"
 
 
-class Served:
-    def __init__(self, proc: subprocess.Popen, port: int, log):
-        self.proc, self.port, self.log = proc, port, log
-        self.url = f"http://127.0.0.1:{port}/v1"
-
-    def output(self) -> str:
-        self.log.seek(0)
-        return self.log.read()
-
-
 def serve(tmp_path, *flags: str, amx_cpu: bool = False):
-    """``python -m openai_ext`` on a free port, with a cache folder of its own (the CPU test's
-    verdict is kept there, never in the user's)."""
-    port = free_port()
-    path = [str(AMX_CPU)] if amx_cpu else []
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path + [str(ROOT)]), "XDG_CACHE_HOME": str(tmp_path),
-           "OPENEDAI_DATA_DIR": str(tmp_path / "data")}
-    log = tempfile.TemporaryFile(mode="w+")
-    proc = subprocess.Popen([sys.executable, "-m", "openai_ext", "--port", str(port), *flags], cwd=ROOT, env=env,
-                            stdout=log, stderr=subprocess.STDOUT, text=True)
-    served = Served(proc, port, log)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, served.output()
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                return served
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"the server did not start: {served.output()}")
-
-
-def stop(served: Served) -> None:
-    if served.proc.poll() is None:
-        served.proc.send_signal(signal.SIGINT)
-        served.proc.wait(timeout=60)
+    return processes.serve(tmp_path, *flags, path=[str(AMX_CPU)] if amx_cpu else [])
 
 
 async def one_stream(client: httpx.AsyncClient, url: str, i: int) -> tuple[int, bool]:
