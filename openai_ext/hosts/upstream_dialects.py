@@ -78,7 +78,7 @@ class LlamaServer(Dialect):
     def grammar_fields(self, gbnf: str, triggers: list[str]) -> dict[str, Any]:
         if triggers:
             return {"grammar": gbnf, "grammar_lazy": True,
-                    "grammar_triggers": [{"type": "word", "value": t} for t in triggers]}
+                    "grammar_triggers": [{"type": 1, "value": t} for t in triggers]}   # 1: a word
         return {"grammar": gbnf}
 
 

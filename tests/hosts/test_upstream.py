@@ -148,3 +148,56 @@ def test_an_upstream_that_is_down_when_the_front_starts(make_server):
     assert err["code"] == "upstream_unavailable" and "cannot be reached" in err["message"]
     assert httpx.get(front.url.removesuffix("/v1") + "/health").status_code == 503
     host.close()
+
+
+@pytest.fixture(scope="module")
+def llama_server(tmp_path_factory):
+    """llama-server on the same GGUF, when one is on the PATH (the web UI's llama.cpp loader uses
+    it; CI has none)."""
+    import shutil
+    import subprocess
+    import time
+
+    from support.servers import free_port
+
+    from openai_ext.hosts.files import default_gguf
+
+    binary = shutil.which("llama-server")
+    if binary is None:
+        pytest.skip("llama-server is not on the PATH")
+    port = free_port()
+    log = tmp_path_factory.mktemp("llama-server") / "log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([binary, "-m", str(default_gguf()), "--port", str(port), "-c", "4096",
+                                 "--parallel", "2", "--jinja", "-t", "1"], stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, log.read_text()
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_llama_server_as_the_upstream(llama_server, make_server):
+    host = UpstreamHost(llama_server)
+    front = make_server(host)
+    assert host.describe()["engine"] == "llama.cpp" and host.context_length() == 2048   # per slot
+    client = openai_client(front)
+    r = chat(client, messages=[{"role": "user", "content": "Weather in Paris?"}], tools=[WEATHER],
+             tool_choice="required", max_tokens=60)
+    assert r.choices[0].message.tool_calls[0].function.name == "get_weather"
+    r = chat(client, messages=[{"role": "user", "content": "Count to five."}], max_tokens=8, logprobs=True,
+             top_logprobs=2)
+    assert len(r.choices[0].logprobs.content) == r.usage.completion_tokens == 8
+    assert "".join(t.token for t in r.choices[0].logprobs.content) == r.choices[0].message.content
+    resp = client.responses.create(model="x", input="Say hi.", max_output_tokens=16, temperature=0)
+    assert resp.output_text and resp.usage.output_tokens > 0
+    host.close()
