@@ -19,6 +19,7 @@ from ..core.admission import Place
 from ..core.errors import InvalidRequestError
 from ..text import chat, tools
 from ..text.generation import ChoiceResult, Job, run_job
+from ..text.output import OutputParser
 from ..text.params import Plan
 from ..text.service import TextService
 from . import context, render, translate
@@ -88,9 +89,8 @@ def count_tokens(text: TextService, req: CountTokensRequest) -> dict[str, Any]:
     return out
 
 
-def _blocks(turn: Turn, *, incremental: bool) -> Blocks:
-    host = turn.job.host
-    return Blocks(turn.job.tools, incremental=incremental, split=host.split_reasoning if host is not None else None)
+def _blocks(turn: Turn, *, incremental: bool | None = None) -> Blocks:
+    return Blocks(OutputParser.for_job(turn.job, incremental=incremental))
 
 
 async def complete(text: TextService, turn: Turn, place: Place) -> dict[str, Any]:
@@ -116,7 +116,7 @@ async def stream(text: TextService, turn: Turn, place: Place) -> AsyncGenerator[
     yield {"type": "message_start", "message": start}
     yield PING
     # Calls stream as they are generated when a grammar guarantees them, as in chat.
-    blocks = _blocks(turn, incremental=bool(job.tools and turn.plan.settings.get("grammar_string")))
+    blocks = _blocks(turn)
     result: ChoiceResult | None = None
     sent: list[dict[str, Any]] = []     # the content events, for a thread to keep the reply
     async with contextlib.aclosing(run_job(text, job, place)) as events:

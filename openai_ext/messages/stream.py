@@ -14,12 +14,12 @@ the stream began as ``event: error``, no ``[DONE]``, and keep-alive pings as rea
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 from ..core.errors import OpenAIError, internal_error
 from ..core.streaming import PING_SECONDS, dumps
 from ..text import tools
-from ..text.reasoning import ReasoningStream
+from ..text.output import OutputParser, Thinking
 from . import errors, render
 
 # Seconds between keep-alive pings while a stream waits (for its turn, or for a slow token).
@@ -32,33 +32,24 @@ class Blocks:
     """One answer's content blocks, as stream events. ``toolset``: the request's tools when the
     model may call them (None: all text)."""
 
-    def __init__(self, toolset: tools.ToolSet | None, *, incremental: bool,
-                 split: Callable[[str], tuple[str | None, str]] | None = None):
-        self.calls = tools.ToolCallStream(toolset, incremental=incremental) if toolset is not None else None
-        # a reasoning model's thinking, split off by the host as in chat: a thinking block first
-        self.thinking = ReasoningStream(split)
+    def __init__(self, output: OutputParser):
+        # the one parser's events: a reasoning model's thinking (a thinking block first), text, calls
+        self.output = output
         self.index = -1
         self.open: str | None = None     # the type of the block now open
 
     @property
     def called(self) -> bool:
-        return bool(self.calls is not None and self.calls.calls)
+        return self.output.called
 
     def feed(self, text: str, *, final: bool = False) -> list[dict[str, Any]]:
-        thought, text = self.thinking.feed(text, final=final)
         out: list[dict[str, Any]] = []
-        if thought:
-            if self.open != "thinking":
-                out += self._start({"type": "thinking", "thinking": "", "signature": ""})
-            out.append(self._delta({"type": "thinking_delta", "thinking": thought}))
-        if self.calls is None:
-            parts: list[tools.Content | tools.CallDelta] = [tools.Content(text)] if text else []
-        else:
-            parts = self.calls.feed(text)
-            if final:
-                parts += self.calls.finish()
-        for part in parts:
-            if isinstance(part, tools.Content):
+        for part in self.output.feed(text, final=final):
+            if isinstance(part, Thinking):
+                if self.open != "thinking":
+                    out += self._start({"type": "thinking", "thinking": "", "signature": ""})
+                out.append(self._delta({"type": "thinking_delta", "thinking": part.text}))
+            elif isinstance(part, tools.Content):
                 if not part.text:
                     continue
                 if self.open != "text":

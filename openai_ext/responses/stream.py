@@ -27,7 +27,7 @@ from ..core.streaming import dumps
 from ..hosts.base import TokenLogprob
 from ..text import tools
 from ..text.generation import ChoiceResult, Job, run_job
-from ..text.reasoning import ReasoningStream
+from ..text.output import OutputParser, Thinking
 from ..text.service import TextService
 from . import compaction as compaction_
 from . import render
@@ -96,19 +96,16 @@ class _Output:
     def __init__(self, turn: Turn):
         self.turn = turn
         self.state = turn.state
-        job = turn.job
-        # Calls stream as they are generated when a grammar guarantees them, as in chat.
-        incremental = bool(job.tools and job.plan.settings.get("grammar_string"))
-        self.calls = tools.ToolCallStream(job.tools, incremental=incremental) if job.tools else None
+        # The one parser: thinking, text and calls cut as for every family (calls streamed as
+        # they are generated when a grammar guarantees them).
+        self.output = OutputParser.for_job(turn.job)
         self.message: dict[str, Any] | None = None      # the open message item
         self.message_index = -1
         self.open_calls: dict[int, tuple[int, dict[str, Any]]] = {}   # call index -> (output index, item)
         self.pending_lp: list[TokenLogprob] = []
         self.message_lp: list[TokenLogprob] = []         # the open message's, for output_text.done
-        # A reasoning model's thinking, split off by the host's splitter as in chat, becomes a
-        # reasoning item ahead of the answer. Items open at their first text, so the order of
-        # the output is the order of generation.
-        self.thinking = ReasoningStream(job.host.split_reasoning if job.host is not None else None)
+        # A reasoning model's thinking becomes a reasoning item ahead of the answer. Items open
+        # at their first text, so the order of the output is the order of generation.
         self.reasoning: dict[str, Any] | None = None
         self.reasoning_index = -1
 
@@ -116,13 +113,16 @@ class _Output:
     def feed(self, text: str, logprobs: list[TokenLogprob], *, final: bool = False) -> list[dict[str, Any]]:
         if self.turn.want_logprobs:
             self.pending_lp.extend(logprobs)
-        thought, text = self.thinking.feed(text, final=final)
-        out = self._reason(thought) if thought else []
-        if text or final:
+        out: list[dict[str, Any]] = []
+        answer: list[tools.Content | tools.CallDelta] = []
+        for e in self.output.feed(text, final=final):
+            if isinstance(e, Thinking):
+                out += self._reason(e.text)
+            else:
+                answer.append(e)
+        if answer or final:
             out += self._close_reasoning()
-        if self.calls is None:
-            return out + (self._text(text) if text else [])
-        return out + self._apply(self.calls.feed(text))
+        return out + self._apply(answer)
 
     def _reason(self, text: str) -> list[dict[str, Any]]:
         out = []
@@ -158,8 +158,8 @@ class _Output:
     def _apply(self, events: list[tools.Content | tools.CallDelta]) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         for e in events:
-            out += self._text(e.text) if isinstance(e, tools.Content) else self._call(e)
-        if self.calls is not None:
+            out += (self._text(e.text) if e.text else []) if isinstance(e, tools.Content) else self._call(e)
+        if self.output.stream is not None:
             out += self._close_calls()
         return out
 
@@ -232,12 +232,13 @@ class _Output:
         a call still open was cut short and stays incomplete."""
         out: list[dict[str, Any]] = []
         for k in sorted(self.open_calls):
-            complete = k < len(self.calls.calls) and k not in self.calls.cut   # cut: arguments unfinished
+            calls = self.output.calls
+            complete = k < len(calls) and k not in self.output.cut   # cut: arguments unfinished
             if not complete and not final:
                 continue
             index, item = self.open_calls.pop(k)
-            if k < len(self.calls.calls):
-                item["arguments"] = self.calls.calls[k]["function"]["arguments"]
+            if k < len(calls):
+                item["arguments"] = calls[k]["function"]["arguments"]
             item["status"] = "completed" if complete else "incomplete"
             out += [self.turn.event("response.function_call_arguments.done", item_id=item["id"], output_index=index,
                                     name=item["name"], arguments=item["arguments"]),
@@ -246,11 +247,10 @@ class _Output:
 
     # the end ---------------------------------------------------------------------------------
     def finish(self, result: ChoiceResult) -> list[dict[str, Any]]:
-        out = self.feed("", [], final=True)          # thinking still held back, or cut short
-        out += self._apply(self.calls.finish()) if self.calls is not None else []
+        out = self.feed("", [], final=True)          # whatever was held back, or cut short
         cut = result.finish_reason == "length"
         status = "incomplete" if cut else "completed"
-        if self.calls is not None:
+        if self.output.stream is not None:
             out += self._close_calls(final=True)
         if not any(item["type"] != "reasoning" for item in self.state.output):
             out += self._open_message()              # an empty answer is still a message

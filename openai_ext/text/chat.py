@@ -12,8 +12,8 @@ from . import images as image_parts
 from . import params, render, tools, webui_fields
 from .assembly import usage
 from .generation import ChoiceResult, Job, bound_text, fit_prompt, new_job, run_job
+from .output import Event, OutputParser, Thinking
 from .protocol import ChatCompletionRequest, ChatMessage
-from .reasoning import ReasoningStream
 from .service import TextService
 
 
@@ -155,40 +155,21 @@ def _check_grammar(host, gbnf: str | None, toolset: tools.ToolSet | None) -> Non
                               "schema (patterns especially).", param=param)
 
 
-class Thinking:
-    """A stretch of the model's thinking (sent as reasoning_content, never as content)."""
-
-    __slots__ = ("text",)
-
-    def __init__(self, text: str):
-        self.text = text
-
-
 class _Choice:
     """One choice on its way out: its text split into content and tool calls."""
 
-    def __init__(self, job: Job, *, incremental: bool):
-        self.calls = tools.ToolCallStream(job.tools, incremental=incremental) if job.tools else None
+    def __init__(self, job: Job, *, incremental: bool | None = None):
+        self.output = OutputParser.for_job(job, incremental=incremental)
         self.legacy = bool(job.tools and job.tools.legacy)
-        self.thinking = ReasoningStream(job.host.split_reasoning if job.host is not None else None)
-        self.content: list[str] = []
         self.opened = False   # the role has been sent
 
-    def events(self, text: str, *, final: bool = False) -> list[tools.Content | tools.CallDelta | Thinking]:
-        """The model's thinking first (apart from the answer), then the answer's content and calls."""
-        thought, text = self.thinking.feed(text, final=final)
-        out: list[Any] = [Thinking(thought)] if thought else []
-        if self.calls is None:
-            return out + ([tools.Content(text)] if text else [])
-        out += self.calls.feed(text)
-        if final:
-            out += self.calls.finish()
-        return out
+    def events(self, text: str, *, final: bool = False) -> list[Event]:
+        return self.output.feed(text, final=final)
 
     def finish_reason(self, reason: str) -> str:
         # Cut short by max_tokens (or the context) is "length" even after complete calls, as at
         # OpenAI: the client must know the answer is unfinished.
-        if self.calls is not None and self.calls.calls and reason != "length":
+        if self.output.called and reason != "length":
             return "function_call" if self.legacy else "tool_calls"
         return reason
 
@@ -220,12 +201,12 @@ class _Choice:
 
     def message(self, result: ChoiceResult) -> tuple[str | None, list[dict[str, Any]] | None]:
         """(content, tool calls) for a whole, non-streamed answer; its thinking goes to
-        ``self.thinking.text``."""
+        ``self.output.thinking``."""
         events = self.events(result.text, final=True)
         text = "".join(e.text for e in events if isinstance(e, tools.Content))
-        if self.calls is None:
+        if self.output.stream is None:
             return text, None
-        calls = self.calls.calls or None
+        calls = self.output.calls or None
         return (text or None) if calls else text, calls
 
 
@@ -242,8 +223,8 @@ async def complete(text: TextService, job: Job, place: Place) -> dict[str, Any]:
         content, calls = out.message(r)
         choice = render.chat_choice(r.index, content, out.finish_reason(r.finish_reason),
                                        r.logprobs if want_lp else None)
-        if out.thinking.text:
-            choice["message"]["reasoning_content"] = out.thinking.text
+        if out.output.thinking:
+            choice["message"]["reasoning_content"] = out.output.thinking
         if calls and out.legacy:
             choice["message"]["function_call"] = calls[0]["function"]
         elif calls:
@@ -257,9 +238,6 @@ async def stream(text: TextService, job: Job, place: Place) -> AsyncGenerator[di
     plan, fp = job.plan, text.fingerprint
     include_usage = plan.include_usage
     want_lp = plan.logprobs is not None
-    # Calls stream as they are generated when a grammar guarantees them (every grammar of a job
-    # with tools covers its calls); otherwise each is held until it is complete and validated.
-    incremental = bool(job.tools and plan.settings.get("grammar_string"))
     open_choices: dict[int, _Choice] = {}
     pending_lp: dict[int, list[TokenLogprob]] = {}
     completion_tokens = 0
@@ -277,8 +255,8 @@ async def stream(text: TextService, job: Job, place: Place) -> AsyncGenerator[di
         async for ev in events:
             choice = open_choices.get(ev.index)
             if choice is None:
-                choice = open_choices[ev.index] = _Choice(job, incremental=incremental)
-                if choice.calls is None:  # with tools, the role waits for the first event
+                choice = open_choices[ev.index] = _Choice(job)
+                if choice.output.stream is None:  # with tools, the role waits for the first event
                     yield chunk(ev.index, choice.delta(None))
             if ev.delta is not None:
                 pending_lp.setdefault(ev.index, []).extend(ev.delta.logprobs)

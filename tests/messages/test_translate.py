@@ -13,6 +13,7 @@ from openai_ext.messages import render, translate
 from openai_ext.messages.protocol import CountTokensRequest, MessagesRequest
 from openai_ext.messages.stream import Blocks
 from openai_ext.text import tools
+from openai_ext.text.output import OutputParser
 
 WEATHER = {"name": "get_weather", "description": "Weather",
            "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
@@ -123,7 +124,7 @@ def toolset():
 def test_blocks_from_text_split_at_every_position(incremental):
     text = "Let me check." + CALL
     for cut in range(1, len(text)):
-        blocks = Blocks(toolset(), incremental=incremental)
+        blocks = Blocks(OutputParser(toolset(), incremental=incremental))
         events = blocks.feed(text[:cut]) + blocks.feed(text[cut:]) + blocks.feed("", final=True)
         content = render.fold(events)
         assert [b["type"] for b in content] == ["text", "tool_use"], cut
@@ -135,10 +136,10 @@ def test_blocks_from_text_split_at_every_position(incremental):
 
 
 def test_plain_text_is_one_text_block_and_nothing_is_no_block():
-    blocks = Blocks(None, incremental=False)
+    blocks = Blocks(OutputParser(None, incremental=False))
     events = blocks.feed("Hello") + blocks.feed(", world") + blocks.feed("", final=True)
     assert render.fold(events) == [{"type": "text", "text": "Hello, world"}]
-    assert Blocks(None, incremental=False).feed("", final=True) == []
+    assert Blocks(OutputParser(None, incremental=False)).feed("", final=True) == []
 
 
 @pytest.mark.parametrize("finish, stop, called, clamped, expected", [
