@@ -42,17 +42,6 @@ INSTRUCTIONS = (
     "Write only the summary.")
 
 
-class Held:
-    """A place in line already taken by the caller: run_job's ``async with`` neither waits for it
-    again nor gives it back, so the summarising passes and the answer share one turn."""
-
-    async def __aenter__(self) -> "Held":
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        return None
-
-
 # the item ------------------------------------------------------------------------------------
 def item(summary: str, kept: list[dict[str, Any]]) -> dict[str, Any]:
     return {"id": items_.new_id("cmp"), "type": "compaction", "encrypted_content": encode(summary, kept)}
@@ -226,7 +215,7 @@ async def summarize(text: TextService, plan: Plan) -> str:
     summary = ""
     for part in plan.chunks:
         job = await text.tokenizer_work(_pass_job, text, plan, summary, part)
-        async with contextlib.aclosing(run_job(text, job, Held())) as events:  # type: ignore[arg-type]
+        async with contextlib.aclosing(run_job(text, job, None)) as events:
             async for ev in events:
                 if ev.result is not None:
                     summary = ev.result.text.strip() or summary

@@ -29,7 +29,7 @@ from ..core.admission import Place
 from ..core.config import Settings
 from ..core.errors import InvalidRequestError, NotFoundError, refuse_unknown_fields
 from ..core.streaming import event_stream, until_disconnect
-from ..text.service import TextService
+from ..text.service import TextService, admit
 from . import compaction, convert, items, render, rules, stream, tools
 from .background import Background
 from .protocol import CompactRequest, CreateResponse, InputTokensRequest
@@ -204,16 +204,7 @@ class ResponsesService:
     async def begin(self, body: CreateResponse, owner: str) -> tuple[Turn, Place]:
         """A place in line (a full line is a 429 at once, before any work) and the prepared turn;
         the caller runs it through ``stream.events`` and gives the place back."""
-        text = self.text
-        text.require_model()
-        text.follow_host()
-        place = text.queue.admit()
-        try:
-            turn = await anyio.to_thread.run_sync(self.prepare, body, owner, limiter=text.prepare_limiter)
-        except BaseException:
-            place.release()
-            raise
-        return turn, place
+        return await admit(self.text, self.prepare, body, owner)
 
     async def respond(self, request: Request, body: CreateResponse, owner: str) -> Any:
         text = self.text
@@ -260,12 +251,8 @@ class ResponsesService:
         """POST /v1/responses/compact: the user messages that fit a quarter of the context, then
         one compaction item standing for the whole window; nothing is stored."""
         text = self.text
-        text.require_model()
-        text.follow_host()
-        place = text.queue.admit()
+        plan, place = await admit(text, self._compaction_plan, body, owner)
         try:
-            plan = await anyio.to_thread.run_sync(self._compaction_plan, body, owner, limiter=text.prepare_limiter)
-
             async def run() -> str:
                 async with place:
                     return await compaction.summarize(text, plan)

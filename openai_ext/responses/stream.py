@@ -31,7 +31,6 @@ from ..text.output import OutputParser, Thinking
 from ..text.service import TextService
 from . import compaction as compaction_
 from . import render
-from .compaction import Held
 from .items import new_id
 from .tools import ToolMap
 
@@ -272,14 +271,14 @@ async def events(text: TextService, turn: Turn, place: Place) -> AsyncIterator[d
         async with place:
             state.status = "in_progress"
             yield turn.event("response.in_progress", response=state.snapshot())
-            # Taking the turn here (run_job is handed a Held place) is what lets
+            # Taking the turn here (run_job is told it is held) is what lets
             # response.in_progress, and a background response's status, say when work really starts.
             if turn.compaction is not None:
                 for e in await _compact(text, turn):
                     yield e
             if turn.answer:
                 out = _Output(turn)
-                async with contextlib.aclosing(run_job(text, turn.job, Held())) as generated:  # type: ignore[arg-type]
+                async with contextlib.aclosing(run_job(text, turn.job, None)) as generated:
                     async for ev in generated:
                         if ev.delta is not None:
                             for e in out.feed(ev.delta.text, ev.delta.logprobs):

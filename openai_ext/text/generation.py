@@ -203,10 +203,12 @@ class Event:
     prompt_logprobs: list[TokenLogprob] | None = None
 
 
-async def run_job(text: TextService, job: Job, place: Place) -> AsyncGenerator[Event, None]:
-    """Runs every choice of the job, in the job's turn."""
+async def run_job(text: TextService, job: Job, place: Place | None) -> AsyncGenerator[Event, None]:
+    """Runs every choice of the job, in the job's turn. ``place``: the job's place in line, to
+    wait for and give back; None when the caller holds the turn already (a response's events,
+    whose compaction passes and answer share one turn)."""
     plan, host = job.plan, job.host
-    async with place:
+    async with place if place is not None else contextlib.nullcontext():
         if text.host is not host:
             raise ServiceUnavailableError("The model was changed while this request waited; send it again.",
                                           code="model_changed")

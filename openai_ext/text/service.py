@@ -21,7 +21,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import hashlib
-from typing import Any, AsyncGenerator, Callable, Protocol
+from typing import Any, AsyncGenerator, Callable, Protocol, TypeVar
 
 import anyio
 from fastapi import Request
@@ -32,6 +32,8 @@ from ..core.config import Settings
 from ..core.errors import ServiceUnavailableError
 from ..core.streaming import event_stream, until_disconnect
 from ..hosts.base import Host
+
+T = TypeVar("T")
 
 
 def _threads(slots: int) -> int:
@@ -125,19 +127,26 @@ class TextEndpoint(Protocol):
     def stream(self, text: TextService, job: Any, place: Place) -> Any: ...
 
 
-async def generate(text: TextService, request: Request, endpoint: TextEndpoint, body: Any) -> Any:
-    """Runs one text request from its validated body to its response."""
+async def admit(text: TextService, prepare: Callable[..., T], *args: Any) -> tuple[T, Place]:
+    """The front door of every text request (chat, completions, Messages, Responses and its
+    compaction): the model checked, the line sized to the host's slots, a place in line taken,
+    and ``prepare(*args)`` run on the prepare thread. The place is taken first: when the line is
+    full, the 429 comes at once, not after every earlier request's prepare. Every 400 happens in
+    ``prepare``, before anything runs, and a request that fails there gives its place back."""
     text.require_model()
     text.follow_host()
-    # The place in line is taken first: when the line is full, the 429 comes at once, not after
-    # every earlier request's prepare below. A request that fails there gives it back.
     place = text.queue.admit()
     try:
-        # Every 400 happens here, before anything runs.
-        job = await anyio.to_thread.run_sync(endpoint.prepare, text, body, limiter=text.prepare_limiter)
+        job = await anyio.to_thread.run_sync(prepare, *args, limiter=text.prepare_limiter)
     except BaseException:
         place.release()
         raise
+    return job, place
+
+
+async def generate(text: TextService, request: Request, endpoint: TextEndpoint, body: Any) -> Any:
+    """Runs one text request from its validated body to its response."""
+    job, place = await admit(text, endpoint.prepare, text, body)
     if job.plan.stream:
         return event_stream(endpoint.stream(text, job, place), send_timeout=text.settings.stream_send_timeout,
                             on_close=place.release, framing=getattr(endpoint, "framing", None))
