@@ -8,8 +8,8 @@ from __future__ import annotations
 import httpx
 import openai
 import pytest
-from support.responses_api import create, error_of, parse_events
-from support.spec import assert_valid
+from support.responses_api import create, parse_events
+from support.spec import assert_valid, error_of
 
 from openai_ext.responses.compacted import decode
 
