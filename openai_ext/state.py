@@ -52,8 +52,9 @@ class ApiState:
         catalog = Catalog([text.model_cards, embeddings.model_cards, moderations.model_cards,
                            speech.model_cards, transcription.model_cards],
                           aliases=[embeddings.alias_card])
+        images = ImagesService(settings, lambda: text.host)   # the web UI's image model, where it has one
         return cls(settings, text, tables, embeddings, moderations, speech, transcription,
-                   ImagesService(settings), catalog, ResponsesService(settings, text), manager, started)
+                   images, catalog, ResponsesService(settings, text), manager, started)
 
     @property
     def host(self) -> Host:

@@ -87,7 +87,8 @@ def host_modules(monkeypatch):
         monkeypatch.delitem(sys.modules, name)
     mods = SimpleNamespace(**{name: importlib.import_module(f"modules.{name}")
                               for name in ("shared", "text_generation", "chat", "models", "utils", "LoRA",
-                                           "loaders", "models_settings", "logging_colors", "logits", "presets", "reasoning")})
+                                           "loaders", "models_settings", "logging_colors", "logits", "presets", "reasoning",
+                                           "ui_image_generation")})
     yield mods
     for name in [n for n in sys.modules if n == "modules" or n.startswith("modules.")]:
         sys.modules.pop(name, None)

@@ -176,6 +176,11 @@ class Host(ABC):
         """KV cache cells in use and in all ({"used", "total"}), where the host can tell."""
         return None
 
+    def image_model(self) -> Any:
+        """An image model the host has loaded beside its text model (the web UI's Image tab:
+        hosts/textgen_images.WebUiImages), or None."""
+        return None
+
     def close(self) -> None:
         pass
 

@@ -20,6 +20,7 @@ from types import SimpleNamespace
 from typing import Any, Iterator
 
 from ..core.errors import InvalidRequestError, ServiceUnavailableError
+from . import textgen_images
 from . import textgen_scores as scores
 from . import textgen_server as model_server
 from .base import HOST_SAMPLERS, ChatPrompt, Host, HostAbilities, Piece, Prompt, TokenLogprob
@@ -382,6 +383,9 @@ class TextgenHost(Host):
 
     def stop_all(self) -> None:
         self.m.text_generation.stop_everything_event()
+
+    def image_model(self) -> textgen_images.WebUiImages | None:
+        return textgen_images.loaded(self.m.shared)
 
     def unavailable(self) -> ServiceUnavailableError | None:
         status = model_server.exit_status(self.m.shared.model)

@@ -1,23 +1,28 @@
-"""/v1/images/*: OpenAI's image API over a Stable Diffusion web UI (see sd_client.py).
+"""/v1/images/*: OpenAI's image API over the web UI's own image model or a Stable Diffusion web UI.
 
-generations -> txt2img. edits -> img2img, inpainting where the mask is transparent.
-variations -> img2img with no prompt. The web UI's address is the sd_webui_url setting (or the
-SD_WEBUI_URL environment variable).
+generations: in extension mode, with an image model loaded in the web UI's Image tab, that model
+draws them (hosts/textgen_images.py), as the web UI's own API does; otherwise a Stable Diffusion
+web UI's txt2img (sd_client.py). edits -> img2img, inpainting where the mask is transparent.
+variations -> img2img with no prompt (the Stable Diffusion web UI only). Its address is the
+sd_webui_url setting (or the SD_WEBUI_URL environment variable).
 """
 
 from __future__ import annotations
 
+import base64
+import io
 import re
 import time
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 import anyio
 from fastapi import Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..core.config import Settings
-from ..core.errors import InvalidRequestError, refuse_unknown_fields
+from ..core.errors import InvalidRequestError, ServerError, ServiceUnavailableError, refuse_unknown_fields
 from ..core.multipart import Form, JsonForm, form_schema, read_form
+from ..hosts.base import Host
 from .sd_client import SdClient
 from .uploads import default_size, prepare_images
 
@@ -26,6 +31,8 @@ CFG = {"vivid": 7.5, "natural": 5.0}
 _SIZE = re.compile(r"^(\d{2,4})x(\d{2,4})$")
 # GPT image models always answer base64; the others default to a URL (here a data URL).
 BASE64_ONLY_PREFIXES = ("gpt-image", "chatgpt-image")
+# The web UI's image models (Z-Image, Qwen-Image ...) take sizes in steps of 16, as its Image tab.
+WEB_UI_STEP = 16
 
 
 class ImageGenerationRequest(BaseModel):
@@ -47,15 +54,15 @@ class ImageGenerationRequest(BaseModel):
     user: str | None = None
 
 
-def parse_size(size: str | None, default: tuple[int, int] | None) -> tuple[int, int] | None:
+def parse_size(size: str | None, default: tuple[int, int] | None, step: int = 8) -> tuple[int, int] | None:
     if size in (None, "auto"):
         return default
     m = _SIZE.match(size)
     if not m:
         raise InvalidRequestError(f"size {size!r} must look like 512x512 (width x height), or be 'auto'.", param="size")
     w, h = int(m.group(1)), int(m.group(2))
-    if not (64 <= w <= 2048 and 64 <= h <= 2048) or w % 8 or h % 8:
-        raise InvalidRequestError(f"size {size!r}: width and height must be multiples of 8 from 64 to 2048.",
+    if not (64 <= w <= 2048 and 64 <= h <= 2048) or w % step or h % step:
+        raise InvalidRequestError(f"size {size!r}: width and height must be multiples of {step} from 64 to 2048.",
                                   param="size")
     return w, h
 
@@ -70,7 +77,7 @@ def default_response_format(model: str | None) -> str:
 
 def _check_common(output_format: str | None, stream: bool | None, background: str | None) -> None:
     if output_format not in (None, "png"):
-        raise InvalidRequestError("The Stable Diffusion web UI returns PNG images; use output_format 'png'.",
+        raise InvalidRequestError("Images are returned as PNG; use output_format 'png'.",
                                   param="output_format")
     if stream:
         raise InvalidRequestError("Streaming partial images is not supported; set stream to false.", param="stream")
@@ -101,10 +108,17 @@ def openapi(need_prompt: bool) -> dict[str, Any]:
     return schema
 
 
+def _png(image: Any) -> str:
+    buffered = io.BytesIO()
+    image.save(buffered, format="PNG")
+    return base64.b64encode(buffered.getvalue()).decode()
+
+
 class ImagesService:
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: Settings, host: Callable[[], Host] | None = None):
         self.settings = settings
         self.sd = SdClient(settings)
+        self.host = host or (lambda: None)   # the text host that serves now (its image model, if any)
         self._decoding: anyio.CapacityLimiter | None = None
 
     @property
@@ -116,19 +130,37 @@ class ImagesService:
 
     async def _answer(self, endpoint: str, payload: dict[str, Any], n: int, response_format: str | None,
                       model: str | None) -> dict[str, Any]:
-        images = (await self.sd.images(endpoint, payload, model))[:n]
-        as_url = (response_format or default_response_format(model)) == "url"
-        data = [{"url": f"data:image/png;base64,{img}"} if as_url else {"b64_json": img} for img in images]
-        return {"created": int(time.time()), "data": data}
+        return _reply((await self.sd.images(endpoint, payload, model))[:n], response_format, model)
 
     async def generations(self, body: ImageGenerationRequest) -> dict[str, Any]:
         refuse_unknown_fields(body, self.settings.allow_unknown_fields)
         _check_common(body.output_format, body.stream, body.background)
+        host = self.host()
+        web_ui = host.image_model() if host is not None else None
+        if web_ui is not None:
+            return await self._web_ui(web_ui, body)
+        if not self.settings.sd_webui_url and host is not None and host.abilities.web_ui:
+            raise ServiceUnavailableError(
+                "No image model: load one in the web UI's Image tab (its Model section), or start a Stable Diffusion "
+                "web UI with its API enabled (--api) and set sd_webui_url (or the SD_WEBUI_URL environment "
+                "variable) to its address.", code="images_not_configured", retry=False)
         width, height = parse_size(body.size, (512, 512))
         n = body.n or 1
         payload = {"prompt": body.prompt, "negative_prompt": "", "width": width, "height": height,
                    "batch_size": n, "n_iter": 1, "seed": -1, **_sd_settings(body.quality, body.style)}
         return await self._answer("txt2img", payload, n, body.response_format, body.model)
+
+    async def _web_ui(self, model: Any, body: ImageGenerationRequest) -> dict[str, Any]:
+        """Drawn by the image model loaded in the web UI. quality and style are not applied: its
+        steps and CFG scale are the Image tab's, set there for that model."""
+        width, height = parse_size(body.size, model.default_size(), step=WEB_UI_STEP)
+        n = body.n or 1
+        images = await anyio.to_thread.run_sync(model.generate, body.prompt, width, height, n)
+        if not images:
+            raise ServerError(f"The web UI's image model ({model.name}) produced no images: its generation failed "
+                              "or was stopped. The web UI's console says why; retry, or ask for fewer or smaller "
+                              "images.", code="image_generation_failed")
+        return _reply([_png(image) for image in images[:n]], body.response_format, body.model)
 
     async def img2img(self, request: Request, *, need_prompt: bool) -> dict[str, Any]:
         # the uploads' spooled files are closed as soon as the form is read, whatever happens
@@ -163,3 +195,10 @@ class ImagesService:
         if sd_mask is not None:
             payload.update(mask=sd_mask, inpainting_fill=1, inpaint_full_res=False)
         return payload, n, response_format, model
+
+
+def _reply(images: list[str], response_format: str | None, model: str | None) -> dict[str, Any]:
+    """OpenAI's ImagesResponse for base64 PNGs: data URLs, or b64_json."""
+    as_url = (response_format or default_response_format(model)) == "url"
+    data = [{"url": f"data:image/png;base64,{img}"} if as_url else {"b64_json": img} for img in images]
+    return {"created": int(time.time()), "data": data}

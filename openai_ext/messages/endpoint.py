@@ -59,7 +59,7 @@ def prepare(text: TextService, req: MessagesRequest) -> Turn:
     try:
         job = chat.prepare(text, tr.chat, prefill=tr.prefill)
     except InvalidRequestError as e:
-        raise translate.chat_error(e) from None
+        raise translate.chat_error(e, tr.names) from None
     return Turn(job, render.message_id(), tr.stops, tr.max_tokens, edited.report(), req._ticket)
 
 
@@ -70,7 +70,7 @@ def _tokens(text: TextService, req: CountTokensRequest) -> int:
     try:
         rendered = host.chat_prompt(*chat.template_input(host, tr.chat, tools.parse(tr.chat)))
     except InvalidRequestError as e:
-        raise translate.chat_error(e) from None
+        raise translate.chat_error(e, tr.names) from None
     return len(host.tokenize(rendered.text + tr.prefill))
 
 

@@ -12,6 +12,11 @@ joined with a newline, as chat joins text parts. A system message stays a system
 it stands (chat keeps later system messages in place); its tool changes are read by offered.py. ``thinking`` blocks are dropped: the chat
 templates the server renders through have no place for them. A conversation that ends with an
 assistant turn is a prefill: the model continues that text, as at Anthropic.
+
+Images: a user turn's ``image`` blocks (and those of a ``tool_result``) become chat ``image_url``
+parts, a base64 source as a data URL, so they reach a vision model loaded in the web UI as chat's
+do. ``Translation.names`` keeps where each one was sent, for ``chat_error`` to name the block
+(``messages[i].content[j]``) rather than its place in the chat request.
 """
 
 from __future__ import annotations
@@ -27,6 +32,10 @@ from ..core.errors import InvalidRequestError, from_validation_errors, unrecogni
 from ..hosts.base import HOST_SAMPLERS
 from ..text.protocol import ChatCompletionRequest
 from ..text.webui_fields import ALL as WEB_UI_FIELDS
+from . import images
+from .images import Part
+from .images import image as _image
+from .images import parts_content as _content
 from .offered import TOOL_CHANGES, chat_tools
 from .protocol import (
     CountTokensRequest,
@@ -51,7 +60,7 @@ class Rule:
 RULES: tuple[Rule, ...] = (
     Rule("model", "server", "model", "Any name is served by the loaded model; the response reports the loaded model's id."),
     Rule("max_tokens", "mapped", "max_tokens", "Required, at least 1. Clamped to the room left in the context; a reply cut there (not at max_tokens) ends with stop_reason model_context_window_exceeded."),
-    Rule("messages", "mapped", "messages", "Roles user, assistant and system (next row); content a string or blocks: text, tool_use, tool_result (string or text blocks, is_error), thinking and redacted_thinking (dropped). A last assistant turn is a prefill the model continues. image, document and other blocks get a 400."),
+    Rule("messages", "mapped", "messages", "Roles user, assistant and system (next row); content a string or blocks: text, image, tool_use, tool_result (string, or text and image blocks; is_error), thinking and redacted_thinking (dropped). A last assistant turn is a prefill the model continues. image blocks (a base64 source; png, jpeg, gif or webp) reach a vision model loaded in the web UI as chat's image parts do; without one, and for url and file sources (the server fetches nothing), a 400 naming the block. document and other blocks get a 400."),
     Rule("messages (role system)", "mapped", "system messages in place", "Text (a string or text blocks) stays where it stands; clear_at next_user_message leaves it out once a later user turn exists. tool_addition and tool_removal blocks (tool_reference, or an inline tool_definition) change the tools offered to the model. output_config.effort is ignored; clear_at and output_config on other roles get a 400."),
     Rule("system", "mapped", "messages[0] (system)", "A string or text blocks, joined with newlines."),
     Rule("stop_sequences", "mapped", "stop", "Any number; the one that ended the reply is returned in stop_sequence (stop_reason stop_sequence)."),
@@ -88,6 +97,8 @@ class Translation:
     prefill: str = ""                  # the text of a last assistant turn, continued by the model
     stops: list[str] = field(default_factory=list)   # the request's own stop_sequences
     max_tokens: int = 0
+    # chat's name of an image part (messages[k].content[l]) -> the block it came from, and its source's field
+    names: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 def to_chat(req: CountTokensRequest, *, allow_unknown: bool = False) -> Translation:
@@ -95,7 +106,8 @@ def to_chat(req: CountTokensRequest, *, allow_unknown: bool = False) -> Translat
     CountTokensRequest, which only shapes the prompt)."""
     full = isinstance(req, MessagesRequest)
     _check_fields(req, allow_unknown)
-    messages, prefill = _history(req)
+    names: dict[str, tuple[str, str]] = {}
+    messages, prefill = _history(req, names)
     body: dict[str, Any] = {"model": req.model, "messages": messages}
     if full:
         body.update(max_tokens=req.max_tokens, temperature=req.temperature, top_p=req.top_p, stream=req.stream)
@@ -122,7 +134,7 @@ def to_chat(req: CountTokensRequest, *, allow_unknown: bool = False) -> Translat
     if prefill and chat.tool_choice not in (None, "auto", "none"):
         raise _bad("A prefilled assistant turn cannot be combined with tool_choice any or tool; drop one of "
                    "them.", "tool_choice")
-    return Translation(chat, prefill, stops, req.max_tokens if full else 0)
+    return Translation(chat, prefill, stops, req.max_tokens if full else 0, names)
 
 
 def _check_fields(req: CountTokensRequest, allow_unknown: bool) -> None:
@@ -161,8 +173,10 @@ def _text(blocks: list[Any], where: str) -> str:
 
 def _unreadable(block: Any, where: str) -> InvalidRequestError:
     kind = block.type
-    if kind in ("image", "document", "search_result", "container_upload"):
+    if kind in ("document", "search_result", "container_upload"):
         why = "which the loaded text model cannot read. Send text blocks only"
+    elif kind == "image":
+        why = "which belongs in a user turn (or a tool_result)"
     elif kind in ("tool_use", "tool_result", "thinking", "redacted_thinking", *TOOL_CHANGES):
         why = "which does not belong here"
     else:
@@ -170,7 +184,20 @@ def _unreadable(block: Any, where: str) -> InvalidRequestError:
     return _bad(f"{where} is a block of type '{kind}', {why}.", f"{where}.type")
 
 
-def _history(req: CountTokensRequest) -> tuple[list[dict[str, Any]], str]:
+def _parts(blocks: list[Any], where: str) -> list[Part]:
+    """A tool_result's blocks: text and images."""
+    out: list[Part] = []
+    for j, b in enumerate(blocks):
+        if isinstance(b, TextBlock):
+            out.append(({"type": "text", "text": b.text}, None))
+        elif b.type == "image":
+            out.append(_image(b, f"{where}[{j}]"))
+        else:
+            raise _unreadable(b, f"{where}[{j}]")
+    return out
+
+
+def _history(req: CountTokensRequest, names: dict[str, tuple[str, str]]) -> tuple[list[dict[str, Any]], str]:
     out: list[dict[str, Any]] = []
     if req.system:
         out.append({"role": "system",
@@ -202,7 +229,7 @@ def _history(req: CountTokensRequest) -> tuple[list[dict[str, Any]], str]:
             out.append({"role": "assistant", "content": text or (None if tool_calls else ""),
                         **({"tool_calls": tool_calls} if tool_calls else {})})
         else:
-            out.extend(_user(m, where, calls))
+            out.extend(_user(m, where, calls, names, len(out)))
             calls = set()
     return out, prefill
 
@@ -254,38 +281,50 @@ def _assistant(m: InputMessage, where: str) -> tuple[str, list[dict[str, Any]]]:
     return "\n".join(texts), tool_calls
 
 
-def _user(m: InputMessage, where: str, calls: set[str]) -> list[dict[str, Any]]:
+def _user(m: InputMessage, where: str, calls: set[str], names: dict[str, tuple[str, str]],
+          base: int) -> list[dict[str, Any]]:
+    """A user turn as chat messages (``base``: how many come before them in the chat request)."""
     if isinstance(m.content, str):
         return [{"role": "user", "content": m.content}]
     out: list[dict[str, Any]] = []
-    texts: list[str] = []
+    parts: list[Part] = []
 
     def flush() -> None:
-        if texts:
-            out.append({"role": "user", "content": "\n".join(texts)})
-            texts.clear()
+        if parts:
+            out.append({"role": "user", "content": _content(parts, names, base + len(out))})
+            parts.clear()
 
     for j, b in enumerate(m.content):
         if isinstance(b, TextBlock):
-            texts.append(b.text)
+            parts.append(({"type": "text", "text": b.text}, None))
+        elif b.type == "image":
+            parts.append(_image(b, f"{where}[{j}]"))
         elif isinstance(b, ToolResultBlock):
             if b.tool_use_id not in calls:
                 raise _bad(f"{where}[{j}] is a tool_result for '{b.tool_use_id}', which is not the id of a tool_use "
                            "block in the assistant turn just before it.", f"{where}[{j}].tool_use_id")
             flush()
-            result = b.content if isinstance(b.content, str) else _text(b.content or [], f"{where}[{j}].content")
             # is_error has no field in a chat tool message: the model reads it in the text
-            out.append({"role": "tool", "tool_call_id": b.tool_use_id,
-                        "content": f"Error: {result}" if b.is_error else result})
+            if isinstance(b.content, str):
+                result: Any = f"Error: {b.content}" if b.is_error else b.content
+            else:
+                got = _parts(b.content or [], f"{where}[{j}].content")
+                if b.is_error and got and got[0][1] is None:
+                    got[0] = ({"type": "text", "text": f"Error: {got[0][0]['text']}"}, None)
+                elif b.is_error:
+                    got.insert(0, ({"type": "text", "text": "Error:" if got else "Error: "}, None))
+                result = _content(got, names, base + len(out))
+            out.append({"role": "tool", "tool_call_id": b.tool_use_id, "content": result})
         else:
             raise _unreadable(b, f"{where}[{j}]")
     flush()
     return out
 
 
-def chat_error(err: InvalidRequestError) -> InvalidRequestError:
+def chat_error(err: InvalidRequestError, names: dict[str, tuple[str, str]] | None = None) -> InvalidRequestError:
     """An error of the chat machinery, reworded where it names a chat parameter that this request
-    sent under Anthropic's name (tools[0].function.parameters is tools[0].input_schema)."""
+    sent under Anthropic's name (tools[0].function.parameters is tools[0].input_schema), or one of
+    its image parts (``names``: the block each came from)."""
     for chat_name, ours in ((".function.parameters", ".input_schema"), (".function.name", ".name"),
                             ("parallel_tool_calls", "tool_choice.disable_parallel_tool_use"),
                             ("'required'", "'any'"),
@@ -294,6 +333,8 @@ def chat_error(err: InvalidRequestError) -> InvalidRequestError:
         err.message = err.message.replace(chat_name, ours)
         if err.param:
             err.param = err.param.replace(chat_name, ours)
+    if names:
+        images.rename(err, names)
     err.args = (err.message,)
     return err
 

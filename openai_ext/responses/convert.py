@@ -21,8 +21,7 @@ from ..text.generation import Job
 from ..text.protocol import ChatCompletionRequest
 from ..text.service import TextService
 from ..text.webui_fields import ALL as WEB_UI_FIELDS
-from . import compaction
-from . import items as items_
+from . import compaction, images
 from . import tools as tools_
 from .protocol import CreateResponse, InputTokensRequest
 
@@ -56,7 +55,7 @@ def chat_messages(instructions: str | None, items: list[dict[str, Any]],
                   tools: tools_.ToolMap | None = None) -> list[dict[str, Any]]:
     """Items as chat turns: the model's calls join the assistant turn they belong to (a
     namespaced call under the name the model sees it by), and function outputs become tool
-    messages. Reasoning items are kept in the store, not shown."""
+    messages. Reasoning items are kept in the store, not shown; images are chat's image parts."""
     tools = tools or tools_.ToolMap()
     out: list[dict[str, Any]] = [{"role": "system", "content": instructions}] if instructions else []
     for it in items:
@@ -70,7 +69,7 @@ def chat_messages(instructions: str | None, items: list[dict[str, Any]],
             else:
                 out.insert(0, {"role": "system", "content": note})
         elif kind == "message":
-            out.append({"role": it["role"], "content": items_.text_of(it)})
+            out.append({"role": it["role"], "content": images.chat_content(it["content"])})
         elif kind == "function_call":
             call = {"id": it["call_id"], "type": "function",
                     "function": {"name": tools.name_of(it.get("namespace"), it["name"]), "arguments": it["arguments"]}}
@@ -80,7 +79,7 @@ def chat_messages(instructions: str | None, items: list[dict[str, Any]],
             else:
                 out.append({"role": "assistant", "content": None, "tool_calls": [call]})
         elif kind == "function_call_output":
-            out.append({"role": "tool", "tool_call_id": it["call_id"], "content": items_.text_of(it)})
+            out.append({"role": "tool", "tool_call_id": it["call_id"], "content": images.chat_content(it["output"])})
     return out
 
 

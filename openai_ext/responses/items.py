@@ -5,7 +5,8 @@ OpenAI accepts: easy messages (``{"role", "content"}`` with string content), ful
 content parts, the model's own output items sent back (``function_call``, assistant messages with
 ``output_text`` parts, ``reasoning``), ``function_call_output`` and ``item_reference``. Each one
 becomes the item OpenAI lists for it (``ItemResource``): an id, a status, and content parts
-(``input_text`` for user, system and developer messages; ``output_text`` for the assistant's).
+(``input_text`` for user, system and developer messages; ``output_text`` for the assistant's),
+and ``input_image`` parts (images.py) where a user message or a function output holds images.
 
 Every error names the item and the field, e.g. ``input[2].content[0].type``.
 """
@@ -18,6 +19,8 @@ from typing import Any, Callable, Literal, Union
 from pydantic import BaseModel, ConfigDict, StrictStr, ValidationError
 
 from ..core.errors import InvalidRequestError, NotFoundError, from_validation_errors
+from ..text.images import no_vision
+from . import images
 from .compacted import decode
 
 # The types of items that belong to OpenAI's hosted tools: this server never produces them and
@@ -30,7 +33,7 @@ HOSTED_ITEMS = {"file_search_call", "web_search_call", "computer_call", "compute
                 "program", "program_output"}
 KNOWN_ITEMS = ("message", "function_call", "function_call_output", "item_reference", "reasoning", "compaction",
                "compaction_trigger")
-UNREADABLE_PARTS = {"input_image": "images", "input_file": "files", "input_audio": "audio"}
+UNREADABLE_PARTS = {"input_file": "files", "input_audio": "audio"}
 
 PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs"}
 
@@ -144,10 +147,17 @@ def _path(loc: tuple[Any, ...]) -> str:
     return out
 
 
-def _text_part(part: Any, where: str, role: str) -> dict[str, Any]:
+# How image parts are read: whether the loaded model has vision (None: not asked, the items are
+# only stored), and whether it runs in the web UI (for the advice of the 400 when it has none).
+Vision = tuple["bool | None", bool]
+
+
+def _text_part(part: Any, where: str, role: str, vision: Vision = (None, False)) -> dict[str, Any]:
     """One content part, in its stored shape."""
     kind = part.get("type") if isinstance(part, dict) else None
     assistant = role == "assistant"
+    if kind == "input_image" and not assistant:
+        return images.part(part, where, vision=vision[0], web_ui=vision[1])
     if kind in ("input_text", "output_text") and isinstance(part.get("text"), str):
         if kind == "output_text" and not assistant:
             raise _bad(f"{where}.type", f"{where} is an output_text part in a {role} message; only assistant "
@@ -167,24 +177,25 @@ def _text_part(part: Any, where: str, role: str) -> dict[str, Any]:
             raise _bad(f"{where}.type", f"{where} is a refusal part in a {role} message; only assistant messages "
                                         "hold refusals.")
         raise _bad(f"{where}.{field}", f"{where}.{field} must be a string.")
-    allowed = "input_text, output_text or refusal" if assistant else "input_text"
+    allowed = "input_text, output_text or refusal" if assistant else "input_text or input_image"
     raise _bad(f"{where}.type", f"Invalid content part type {kind!r} at {where}; send {allowed}.")
 
 
-def _message(m: _Message, where: str) -> dict[str, Any]:
+def _message(m: _Message, where: str, vision: Vision) -> dict[str, Any]:
     if isinstance(m.content, str):
         raw_parts: list[Any] = [{"type": "output_text" if m.role == "assistant" else "input_text", "text": m.content}]
     else:
         raw_parts = m.content
-    parts = [_text_part(p, f"{where}.content[{j}]", m.role) for j, p in enumerate(raw_parts)]
+    parts = [_text_part(p, f"{where}.content[{j}]", m.role, vision) for j, p in enumerate(raw_parts)]
     return {"id": m.id or new_id("msg"), "type": "message", "role": m.role, "status": m.status or "completed",
             "content": parts}
 
 
-def _output_value(out: Union[str, list[dict[str, Any]]], where: str) -> Union[str, list[dict[str, Any]]]:
+def _output_value(out: Union[str, list[dict[str, Any]]], where: str,
+                  vision: Vision) -> Union[str, list[dict[str, Any]]]:
     if isinstance(out, str):
         return out
-    return [_text_part(p, f"{where}.output[{j}]", "tool") for j, p in enumerate(out)]
+    return [_text_part(p, f"{where}.output[{j}]", "tool", vision) for j, p in enumerate(out)]
 
 
 def _named(parsed: _Item, fields: tuple[str, ...]) -> dict[str, str]:
@@ -193,9 +204,10 @@ def _named(parsed: _Item, fields: tuple[str, ...]) -> dict[str, str]:
     return {f: getattr(parsed, f) for f in fields if getattr(parsed, f) is not None}
 
 
-def parse(raw: Union[str, list[Any], None], *, where: str = "input",
-          resolve: Resolver | None = None) -> list[dict[str, Any]]:
-    """The request's items in their stored shape, ids given where the client sent none."""
+def parse(raw: Union[str, list[Any], None], *, where: str = "input", resolve: Resolver | None = None,
+          vision: Vision = (None, False)) -> list[dict[str, Any]]:
+    """The request's items in their stored shape, ids given where the client sent none. ``vision``:
+    whether the model they are shown to reads images (a 400 naming the part when it does not)."""
     if raw is None:
         return []
     if isinstance(raw, str):
@@ -207,14 +219,14 @@ def parse(raw: Union[str, list[Any], None], *, where: str = "input",
         kind = _kind(item, here)
         parsed = _validate(_MODELS[kind], item, (where, i))
         if kind == "message":
-            out.append(_message(parsed, here))
+            out.append(_message(parsed, here, vision))
         elif kind == "function_call":
             out.append({"id": parsed.id or new_id("fc"), "type": "function_call", "call_id": parsed.call_id,
                         "name": parsed.name, "arguments": parsed.arguments, "status": parsed.status or "completed",
                         **_named(parsed, ("namespace",))})
         elif kind == "function_call_output":
             out.append({"id": parsed.id or new_id("fco"), "type": "function_call_output", "call_id": parsed.call_id,
-                        "output": _output_value(parsed.output, here), "status": parsed.status or "completed",
+                        "output": _output_value(parsed.output, here, vision), "status": parsed.status or "completed",
                         **_named(parsed, ("name", "namespace"))})
         elif kind == "reasoning":
             entry = {"id": parsed.id or new_id("rs"), "type": "reasoning", "summary": parsed.summary}
@@ -239,16 +251,21 @@ def parse(raw: Union[str, list[Any], None], *, where: str = "input",
             found = resolve(parsed.id) if resolve is not None else None
             if found is None:
                 raise NotFoundError(f"Item with id '{parsed.id}' not found.", param=f"{here}.id")
+            if vision[0] is False and images.held(found):
+                raise no_vision(here, vision[1], what=f"refers to item '{parsed.id}', which holds an image",
+                                param=f"{here}.id")
             out.append(found)
     return out
 
 
 def text_of(item: dict[str, Any]) -> str:
-    """A message's (or a function output's) text: its parts joined as chat joins text parts."""
+    """A message's (or a function output's) text: its parts joined as chat joins text parts (an
+    image as ``[image]``)."""
     content = item.get("content") if item["type"] == "message" else item.get("output")
     if isinstance(content, str):
         return content
-    return "\n".join(p.get("text", p.get("refusal", "")) for p in content or [])
+    return "\n".join("[image]" if p.get("type") == "input_image" else p.get("text", p.get("refusal", ""))
+                     for p in content or [])
 
 
 def check_call_outputs(history: list[dict[str, Any]], items: list[dict[str, Any]], where: str = "input") -> None:

@@ -29,8 +29,9 @@ from ..core.admission import Place
 from ..core.config import Settings
 from ..core.errors import InvalidRequestError, NotFoundError, refuse_unknown_fields
 from ..core.streaming import event_stream, until_disconnect
+from ..text.images import no_vision
 from ..text.service import TextService, admit
-from . import compaction, convert, items, render, rules, stream, tools
+from . import compaction, convert, images, items, render, rules, stream, tools
 from .background import Background
 from .protocol import CompactRequest, CreateResponse, InputTokensRequest
 from .store import Store
@@ -119,8 +120,16 @@ class ResponsesService:
     def _items(self, body: CreateResponse | InputTokensRequest | CompactRequest, history: list[dict],
                who: str | None) -> list[dict]:
         resolve = (lambda item_id: self.store.item(item_id, who)) if self.settings.responses_store else None
-        new = items.parse(body.input, resolve=resolve)
+        abilities = self.text.host.abilities
+        new = items.parse(body.input, resolve=resolve, vision=(abilities.vision, abilities.web_ui))
         items.check_call_outputs(history, new)
+        if not abilities.vision:
+            # the images of an earlier turn, sent when a vision model was loaded
+            shown = next((it for it in history if images.held(it)), None)
+            if shown is not None:
+                param = "previous_response_id" if body.previous_response_id is not None else "conversation"
+                raise no_vision(param, abilities.web_ui, param=param,
+                                what=f"continues from item '{shown.get('id')}', which holds an image")
         return new
 
     def prepare(self, body: CreateResponse, owner: str) -> Turn:

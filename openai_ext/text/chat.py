@@ -17,7 +17,7 @@ from .protocol import ChatCompletionRequest, ChatMessage
 from .service import TextService
 
 
-def _text_of(message: ChatMessage, i: int, images: list[Any] | None) -> str:
+def _text_of(message: ChatMessage, i: int, images: list[Any] | None, web_ui: bool) -> str:
     """The message's text. Its image parts are decoded into ``images`` (a host with vision)
     and stand in the text as the web UI's placeholders; without vision they are refused."""
     content = message.content
@@ -38,7 +38,7 @@ def _text_of(message: ChatMessage, i: int, images: list[Any] | None) -> str:
         elif part.type == "image_url":
             where = f"messages[{i}].content[{j}]"
             if images is None:
-                raise InvalidRequestError(image_parts.NO_VISION.format(where=where), param=f"{where}.type")
+                raise image_parts.no_vision(where, web_ui)
             ref = (part.model_extra or {}).get("image_url")
             images.append(image_parts.decode(ref.get("url") if isinstance(ref, dict) else ref,
                                              f"{where}.image_url.url"))
@@ -51,7 +51,8 @@ def _text_of(message: ChatMessage, i: int, images: list[Any] | None) -> str:
     return image_parts.with_placeholders(texts, seen)
 
 
-def normalize_messages(req: ChatCompletionRequest, images: list[Any] | None = None) -> list[dict[str, Any]]:
+def normalize_messages(req: ChatCompletionRequest, images: list[Any] | None = None, *,
+                       web_ui: bool = False) -> list[dict[str, Any]]:
     """OpenAI messages as plain dicts the chat templates understand: string content, and the
     developer role (OpenAI's newer name for system) as system. The legacy function calling turns
     become tool turns: an assistant function_call is a tool call with a made-up id, and a
@@ -60,7 +61,7 @@ def normalize_messages(req: ChatCompletionRequest, images: list[Any] | None = No
     legacy_ids: dict[str, str] = {}   # function name -> id given to its latest legacy call
     for i, m in enumerate(req.messages):
         role = {"developer": "system", "function": "tool"}.get(m.role, m.role)
-        msg: dict[str, Any] = {"role": role, "content": _text_of(m, i, images)}
+        msg: dict[str, Any] = {"role": role, "content": _text_of(m, i, images, web_ui)}
         if m.name:
             msg["name"] = m.name
         if m.role == "function":
@@ -91,7 +92,8 @@ def template_input(host: Host, req: ChatCompletionRequest,
     """The messages and settings the host's chat template renders for this request."""
     native = tools.template_is_native(host.chat_template)
     images: list[Any] | None = [] if host.abilities.vision else None
-    messages, tools_arg = tools.for_template(normalize_messages(req, images), toolset, native=native)
+    messages = normalize_messages(req, images, web_ui=host.abilities.web_ui)
+    messages, tools_arg = tools.for_template(messages, toolset, native=native)
     settings: dict[str, Any] = {"tools": tools_arg} if tools_arg else {}
     if images:
         settings["raw_images"] = images   # (taken off again by prepare: they go with the prompt)

@@ -21,8 +21,17 @@ MEDIA = "<__media__>"
 # hundred tokens of it whatever its size.
 MAX_IMAGE_BYTES = 20 * 1024 * 1024
 
-NO_VISION = ("{where} is an image, and the loaded model has no vision. Load a vision model in the web UI "
-             "(a llama.cpp model with its --mmproj file, or an ExLlamaV3 vision model), or send text only.")
+# what to do about an image sent to a model without vision: in the web UI, and standalone
+ADVICE = {True: "Load a vision model in the web UI (a llama.cpp model with its --mmproj file, or an ExLlamaV3 "
+                "vision model), or send text only.",
+          False: "The embedded model reads text only: send text only, or run the server as an extension of "
+                 "text-generation-webui with a vision model loaded."}
+
+
+def no_vision(where: str, web_ui: bool, *, what: str = "is an image", param: str | None = None) -> InvalidRequestError:
+    """The 400 for an image sent to a model without vision, naming the part."""
+    return InvalidRequestError(f"{where} {what}, and the loaded model has no vision. {ADVICE[web_ui]}",
+                               param=param or f"{where}.type")
 
 
 def decode(url: Any, where: str) -> Any:

@@ -37,7 +37,7 @@ class Rule:
 
 RULES: tuple[Rule, ...] = (
     Rule("model", BOTH, "server", "-", "Any name is accepted and served by the loaded model; responses report the loaded model's id."),
-    Rule("messages", CHAT, "server", "prompt", "Rendered with the model's chat template. Roles: system, developer (as system), user, assistant, tool. Content: a string or text parts; image, audio and file parts get a 400."),
+    Rule("messages", CHAT, "server", "prompt", "Rendered with the model's chat template. Roles: system, developer (as system), user, assistant, tool. Content: a string or text parts; image_url parts (base64 data URLs) reach a vision model loaded in the web UI, else a 400 naming the part; audio and file parts get a 400."),
     Rule("prompt", COMPLETIONS, "server", "prompt", "A string, a list of strings (one choice set per prompt), token ids, or a list of token-id lists."),
     Rule("max_tokens", BOTH, "mapped", "max_new_tokens", "Default: 16 for completions; for chat the rest of the context, or the default_max_tokens setting when it is set. Clamped to the room left in the context."),
     Rule("max_completion_tokens", CHAT, "mapped", "max_new_tokens", "Takes precedence over max_tokens."),

@@ -85,7 +85,9 @@ def test_a_last_assistant_turn_is_a_prefill():
 
 @pytest.mark.parametrize("kw, param", [
     (dict(messages=[{"role": "user", "content": "x"}], max_token=3), "max_token"),
-    (dict(messages=[{"role": "user", "content": [{"type": "image", "source": {}}]}]), "messages[0].content[0].type"),
+    (dict(messages=[{"role": "user", "content": [{"type": "document", "source": {}}]}]), "messages[0].content[0].type"),
+    (dict(messages=[{"role": "user", "content": [{"type": "image", "source": {}}]}]),
+     "messages[0].content[0].source.type"),
     (dict(messages=[{"role": "user", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}]}]),
      "messages[0].content[0].type"),
     (dict(messages=[{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t"}]}]),

@@ -10,6 +10,10 @@ lora_names = []
 stop_everything = False
 generation_lock = threading.Lock()   # the real one is a plain Lock, not reentrant
 is_multimodal = False   # as the host's: set by models.load_model from the model's is_multimodal()
+# The Image tab's model: a diffusers pipeline (ui_image_generation.py's double: ImagePipeline)
+image_model = None
+image_model_name = 'None'
+image_pipeline_type = None
 
 args = argparse.Namespace(loader="llama.cpp", listen=False, listen_host=None, api_key="", admin_key="",
                           public_api=False, verbose=False, model_dir="user_data/models", lora_dir="user_data/loras",
@@ -53,6 +57,12 @@ settings = {
                              "\"<|character|>\".\n\n<|prompt|>",
     "sampler_priority": "", "dry_sequence_breakers": '"\\n", ":", "\\"", "*"', "static_cache": False,
     "prompt_lookup_num_tokens": 0, "adaptive_target": 0, "adaptive_decay": 0.9,
+    # the Image tab's settings, with the host's defaults
+    "image_prompt": "", "image_neg_prompt": "", "image_width": 1024, "image_height": 1024,
+    "image_aspect_ratio": "1:1 Square", "image_steps": 9, "image_cfg_scale": 0.0, "image_seed": -1,
+    "image_batch_size": 1, "image_batch_count": 1, "image_llm_variations": False, "image_model_menu": "None",
+    "image_dtype": "bfloat16", "image_attn_backend": "sdpa", "image_cpu_offload": False, "image_compile": False,
+    "image_quant": "none",
 }
 default_settings = copy.deepcopy(settings)
 bos_token, eos_token = "<s>", "</s>"
