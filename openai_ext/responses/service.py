@@ -26,8 +26,14 @@ from fastapi import Request
 from fastapi.responses import JSONResponse
 
 from ..core.admission import Place
-from ..core.config import Settings
-from ..core.errors import InvalidRequestError, NotFoundError, refuse_unknown_fields
+from ..core.config import Settings, SettingsError
+from ..core.errors import (
+    InvalidRequestError,
+    NotFoundError,
+    OpenAIError,
+    ServiceUnavailableError,
+    refuse_unknown_fields,
+)
 from ..core.streaming import event_stream, until_disconnect
 from ..text.service import TextService
 from . import compaction, convert, items, render, rules, stream, tools
@@ -37,6 +43,8 @@ from .store import Store
 from .stream import Turn
 
 log = logging.getLogger(__name__)
+
+CANCEL_WAIT_S = 10.0   # how long a cancel waits for the server that runs the response to stop it
 
 
 def default_folder() -> Path:
@@ -69,7 +77,15 @@ class ResponsesService:
         self.settings = settings
         self.text = text
         self.store = Store(settings.data_dir or default_folder(), max_stored=settings.responses_max_stored,
-                           max_age_days=settings.responses_max_age_days)
+                           max_age_days=settings.responses_max_age_days, database_url=settings.database_url)
+        if settings.database_url and settings.responses_store:
+            # A shared database is opened at start: one it cannot use stops the server there, with
+            # the reason, rather than failing every request later.
+            try:
+                self.store.open()
+            except Exception as e:  # noqa: BLE001 - every cause ends the same way, told
+                self.store.close()
+                raise SettingsError(f"database_url ({self.store.what}): {e}") from None
         self.background = Background(text, self.store)
         # Two different keys: each key's objects are its own.
         self.private = bool(settings.api_key and settings.admin_key and settings.api_key != settings.admin_key)
@@ -199,6 +215,8 @@ class ResponsesService:
                 self.store.add_conversation_items(cid, None, conversation[1])
         except RuntimeError:
             log.warning("response %s ended after the store was closed; it is not kept", body["id"])
+        except OpenAIError as e:
+            log.warning("response %s is not kept: %s", body["id"], e.message)
 
     # answering ---------------------------------------------------------------------------------
     async def begin(self, body: CreateResponse, owner: str) -> tuple[Turn, Place]:
@@ -325,7 +343,27 @@ class ResponsesService:
         if not body.get("background"):
             # OpenAI's words, which clients match on
             raise InvalidRequestError("Cannot cancel a synchronous response.", param="response_id")
+        if body["status"] in ("queued", "in_progress"):
+            return await self._cancel_elsewhere(response_id, owner)
         return body   # it had ended already: cancelling again changes nothing, as at OpenAI
+
+    async def _cancel_elsewhere(self, response_id: str, owner: str) -> dict[str, Any]:
+        """A background response that another server of the same store runs: that server is asked
+        (through the store) to stop it, and its answer awaited, ``CANCEL_WAIT_S`` at most."""
+        who = self.visible_to(owner)
+        await anyio.to_thread.run_sync(self.store.request_cancel, response_id, who)
+        deadline = time.monotonic() + CANCEL_WAIT_S
+        while True:
+            body = await anyio.to_thread.run_sync(self.store.response, response_id, who)
+            if body is None:
+                raise not_found("Response", response_id)
+            if body["status"] not in ("queued", "in_progress"):
+                return body
+            if time.monotonic() > deadline:
+                raise ServiceUnavailableError(f"Response '{response_id}' runs on another server sharing this store, "
+                                              f"which was asked to cancel it but did not within {CANCEL_WAIT_S:g} s. "
+                                              "Retrieve it later, or cancel it again.")
+            await anyio.sleep(0.1)
 
     async def input_items(self, response_id: str, owner: str, *, after: str | None, limit: int,
                           order: str) -> dict[str, Any]:
