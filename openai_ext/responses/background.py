@@ -18,12 +18,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from typing import Any, AsyncIterator
 
 import anyio
 
 from ..core.admission import Place
-from ..core.errors import OpenAIError
+from ..core.errors import OpenAIError, ServiceUnavailableError
 from ..text.service import TextService
 from . import stream
 from .store import Store
@@ -31,7 +32,8 @@ from .stream import Turn
 
 log = logging.getLogger(__name__)
 
-POLL_S = 0.25   # how often the store is asked whether another server cancelled a run of this one
+POLL_S = 0.25          # how often the store is asked whether another server cancelled a run of this one
+CANCEL_WAIT_S = 10.0   # how long a cancel waits for the server that runs the response to stop it
 
 
 class Run:
@@ -159,6 +161,22 @@ class Background:
         run.task.cancel()
         await asyncio.wait({run.task})
         return run.turn.state.snapshot()
+
+    async def cancel_elsewhere(self, response_id: str, who: str | None) -> dict[str, Any] | None:
+        """Cancels a background response that another server sharing the store runs: that server is
+        asked through the store, and its answer awaited ``CANCEL_WAIT_S`` at most. The response
+        as it ended (None: there is no such response)."""
+        await anyio.to_thread.run_sync(self.store.request_cancel, response_id, who)
+        deadline = time.monotonic() + CANCEL_WAIT_S
+        while True:
+            body = await anyio.to_thread.run_sync(self.store.response, response_id, who)
+            if body is None or body["status"] not in ("queued", "in_progress"):
+                return body
+            if time.monotonic() > deadline:
+                raise ServiceUnavailableError(f"Response '{response_id}' runs on another server sharing this store, "
+                                              f"which was asked to cancel it but did not within {CANCEL_WAIT_S:g} s. "
+                                              "Retrieve it later, or cancel it again.")
+            await anyio.sleep(0.1)
 
     def close(self) -> None:
         if self._watcher is not None:

@@ -27,13 +27,7 @@ from fastapi.responses import JSONResponse
 
 from ..core.admission import Place
 from ..core.config import Settings, SettingsError
-from ..core.errors import (
-    InvalidRequestError,
-    NotFoundError,
-    OpenAIError,
-    ServiceUnavailableError,
-    refuse_unknown_fields,
-)
+from ..core.errors import InvalidRequestError, NotFoundError, OpenAIError, refuse_unknown_fields
 from ..core.streaming import event_stream, until_disconnect
 from ..text.service import TextService
 from . import compaction, convert, items, render, rules, stream, tools
@@ -43,8 +37,6 @@ from .store import Store
 from .stream import Turn
 
 log = logging.getLogger(__name__)
-
-CANCEL_WAIT_S = 10.0   # how long a cancel waits for the server that runs the response to stop it
 
 
 def default_folder() -> Path:
@@ -316,6 +308,11 @@ class ResponsesService:
             raise InvalidRequestError("Only background responses can be streamed again; retrieve this one without "
                                       "stream.", param="stream")
         after = -1 if starting_after is None else starting_after
+        if run is None and body["status"] in ("queued", "in_progress"):
+            # another server sharing the store runs it: its events are there until it ends
+            raise InvalidRequestError(f"Response '{response_id}' runs on another server sharing this store; stream it "
+                                      "from that server, or retrieve it without stream (its events can be streamed "
+                                      "from any server once it has ended).", param="stream")
         if run is not None:
             return event_stream(run.follow(after), send_timeout=self.settings.stream_send_timeout,
                                 framing=stream.Framing(run.turn))
@@ -344,26 +341,11 @@ class ResponsesService:
             # OpenAI's words, which clients match on
             raise InvalidRequestError("Cannot cancel a synchronous response.", param="response_id")
         if body["status"] in ("queued", "in_progress"):
-            return await self._cancel_elsewhere(response_id, owner)
-        return body   # it had ended already: cancelling again changes nothing, as at OpenAI
-
-    async def _cancel_elsewhere(self, response_id: str, owner: str) -> dict[str, Any]:
-        """A background response that another server of the same store runs: that server is asked
-        (through the store) to stop it, and its answer awaited, ``CANCEL_WAIT_S`` at most."""
-        who = self.visible_to(owner)
-        await anyio.to_thread.run_sync(self.store.request_cancel, response_id, who)
-        deadline = time.monotonic() + CANCEL_WAIT_S
-        while True:
-            body = await anyio.to_thread.run_sync(self.store.response, response_id, who)
-            if body is None:
+            stopped = await self.background.cancel_elsewhere(response_id, self.visible_to(owner))
+            if stopped is None:
                 raise not_found("Response", response_id)
-            if body["status"] not in ("queued", "in_progress"):
-                return body
-            if time.monotonic() > deadline:
-                raise ServiceUnavailableError(f"Response '{response_id}' runs on another server sharing this store, "
-                                              f"which was asked to cancel it but did not within {CANCEL_WAIT_S:g} s. "
-                                              "Retrieve it later, or cancel it again.")
-            await anyio.sleep(0.1)
+            return stopped
+        return body   # it had ended already: cancelling again changes nothing, as at OpenAI
 
     async def input_items(self, response_id: str, owner: str, *, after: str | None, limit: int,
                           order: str) -> dict[str, Any]:

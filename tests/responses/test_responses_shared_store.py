@@ -7,11 +7,12 @@ from __future__ import annotations
 import threading
 import time
 
+import httpx
 import openai
 import pytest
-from support.responses_api import create
+from support.responses_api import create, parse_events
 from support.servers import idle, openai_client
-from support.spec import assert_valid
+from support.spec import assert_valid, error_of
 
 from openai_ext.app import create_app
 from openai_ext.core.config import Settings
@@ -127,12 +128,21 @@ def test_a_background_response_runs_on_one_server_and_is_cancelled_through_the_o
     with psycopg.connect(url) as conn:
         runner = conn.execute("SELECT instance FROM responses WHERE id = %s", (resp.id,)).fetchone()[0]
     assert runner == store_a.store.instance_id
+    # its live events are on the server that runs it: streaming it elsewhere says where to go
+    err = error_of(httpx.get(f"{server_b.url}/responses/{resp.id}", params={"stream": "true"}, timeout=60), 400)
+    assert err["param"] == "stream" and "another server" in err["message"]
     cancelled = b.responses.with_raw_response.cancel(resp.id).http_response.json()
     assert_valid("Response", cancelled)
     assert cancelled["status"] == "cancelled"
     assert a.responses.retrieve(resp.id).status == "cancelled"
     assert idle(server_a, llama_host)   # the generation on the first server stopped
     assert b.responses.cancel(resp.id).status == "cancelled"   # again: unchanged
+    # once it ended, any server replays its events
+    replayed = parse_events(httpx.get(f"{server_b.url}/responses/{resp.id}", params={"stream": "true"},
+                                      timeout=60).text)
+    types = [e["type"] for e in replayed]
+    assert types[:3] == ["response.created", "response.queued", "response.in_progress"]
+    assert "response.output_text.delta" in types and "response.completed" not in types
 
 
 def test_a_database_that_goes_away_is_a_503_and_its_return_needs_no_restart(llama_host, postgres):
