@@ -51,7 +51,6 @@ class Database(Protocol):
     """A backend: its transactions, and the SQL of its clock in seconds since 1970."""
 
     now: str
-    shared: bool
 
     @property
     def what(self) -> str: ...

@@ -125,7 +125,6 @@ class PostgresDatabase:
     """The pool of connections and their transactions (see ``Database`` in store.py)."""
 
     now = "extract(epoch from clock_timestamp())"
-    shared = True
 
     def __init__(self, url: str):
         self.url = url

@@ -94,7 +94,6 @@ class SqliteDatabase:
 
     # the database's clock, in seconds since 1970 (heartbeats are compared on one clock)
     now = "((julianday('now') - 2440587.5) * 86400.0)"
-    shared = False   # one machine's folder
 
     def __init__(self, folder: Path | str):
         self.folder = Path(folder).expanduser()
