@@ -76,6 +76,32 @@ def failing_host(llama_host, monkeypatch):
     return plan
 
 
+@pytest.fixture(scope="session")
+def postgres():
+    """A PostgreSQL server of its own for the session (Debian's postgresql package; .ci/run
+    installs it); the tests that need one are skipped, with the reason, without it."""
+    from support.postgres import PostgresServer, binaries
+
+    pytest.importorskip("psycopg", reason="psycopg is not installed (pip install -r requirements-dev.txt)")
+    found = binaries()
+    if found is None:
+        pytest.skip("PostgreSQL is not installed (initdb and pg_ctl not found; Debian: apt-get install postgresql)")
+    server = PostgresServer(found)
+    try:
+        server.start()
+    except BaseException:
+        server.stop()
+        raise
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def pg_url(postgres):
+    """The URL of a new, empty database on the session's PostgreSQL server."""
+    return postgres.url(postgres.new_database())
+
+
 DOUBLE = DOUBLES / "textgen_webui"
 
 

@@ -107,6 +107,7 @@ class Settings(BaseSettings):
     data_dir: str = Field("", description="Folder of the server's database of stored responses and conversations; "
                                           "empty: $XDG_DATA_HOME/openai_ext (~/.local/share/openai_ext) standalone, "
                                           "user_data/openai_ext in the web UI.")
+    database_url: str = Field("", description="postgresql://user:password@host:port/database: keep stored responses and conversations in PostgreSQL, shared by every server given the same URL (needs psycopg: pip install 'psycopg[binary]'); empty: SQLite in data_dir.")
     responses_store: bool = Field(True, description="Keep responses and conversations (store: true, OpenAI's default); "
                                                     "off: nothing is stored, as if every request sent store: false.")
     responses_max_stored: int = Field(10000, ge=0, description="Most stored responses kept; beyond it the oldest are "
@@ -124,6 +125,15 @@ class Settings(BaseSettings):
             raise ValueError("the key must be printable ASCII without leading or trailing spaces, as an "
                              "'Authorization: Bearer <key>' header can carry nothing else; choose another key")
         return key
+
+    @field_validator("database_url")
+    @classmethod
+    def _postgres_url(cls, url: str) -> str:
+        # The URL is not echoed: it may carry a password.
+        if url and not url.startswith(("postgresql://", "postgres://")):
+            raise ValueError("database_url must be a PostgreSQL URL (postgresql://user:password@host:port/database), "
+                             "or empty for SQLite in data_dir")
+        return url
 
     @classmethod
     def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings,

@@ -41,10 +41,11 @@ def statements(script: str) -> list[str]:
     return out
 
 
-def _refuse_newer(found: int, known: int, what: str) -> None:
+def refuse_newer(found: int, known: int, what: str) -> None:
     if found > known:
         raise SchemaTooNew(f"{what} was written by a newer version of this server (schema version {found}; this "
-                           f"version knows up to {known}). Run the newer version, or use another data folder.")
+                           f"version knows up to {known}). Run the newer version, or use another data folder "
+                           "(or database).")
 
 
 def migrate(conn: sqlite3.Connection, migrations: Sequence[Migration], *, what: str = "the database") -> int:
@@ -52,13 +53,13 @@ def migrate(conn: sqlite3.Connection, migrations: Sequence[Migration], *, what: 
     transaction) up to ``len(migrations)``; returns the version it found."""
     known = len(migrations)
     found = version(conn)
-    _refuse_newer(found, known, what)
+    refuse_newer(found, known, what)
     if found == known:
         return found
     conn.execute("BEGIN IMMEDIATE")   # the write lock first: a second process waits, then reads the new version
     try:
         found = version(conn)
-        _refuse_newer(found, known, what)
+        refuse_newer(found, known, what)
         for step in migrations[found:]:
             if callable(step):
                 step(conn)

@@ -4,6 +4,6 @@ and /v1/conversations.
 A response request becomes the text family's chat request (``convert``), so prompts, tools,
 grammars and parameters are mapped in one place for both APIs; the generation runs through the
 text family's line and host (``stream``, ``service``); responses and conversations are kept in a
-SQLite store in the data folder (``store``); background responses run after their request
-returned (``background``).
+store (``store``): SQLite in the data folder, or PostgreSQL shared by several servers; background
+responses run after their request returned (``background``).
 """

@@ -6,6 +6,11 @@ state, a ``stream: true`` request (or ``GET ...?stream=true&starting_after=N``) 
 point, and ``POST /v1/responses/{id}/cancel`` stops it: cancelling the task leaves ``run_job``,
 which stops the host within a token, as a client that leaves a stream does. When a run ends, its
 events are stored, so a stream can still replay it later (after a restart too).
+
+Several servers may share one store (database_url): a run lives on the server that took the
+request, which writes its status to the store as it starts (``queued`` to ``in_progress``), so
+any server shows it. Another server's cancel (or delete) reaches it through the store: while runs
+are live here, ``_watch`` asks the store every ``POLL_S`` which of them must stop.
 """
 
 from __future__ import annotations
@@ -13,18 +18,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from typing import Any, AsyncIterator
 
 import anyio
 
 from ..core.admission import Place
-from ..core.errors import OpenAIError
+from ..core.errors import OpenAIError, ServiceUnavailableError
 from ..text.service import TextService
 from . import stream
 from .store import Store
 from .stream import Turn
 
 log = logging.getLogger(__name__)
+
+POLL_S = 0.25          # how often the store is asked whether another server cancelled a run of this one
+CANCEL_WAIT_S = 10.0   # how long a cancel waits for the server that runs the response to stop it
 
 
 class Run:
@@ -66,6 +75,7 @@ class Background:
         self.text = text
         self.store = store
         self.runs: dict[str, Run] = {}
+        self._watcher: asyncio.Task[None] | None = None
 
     def start(self, turn: Turn, place: Place) -> Run:
         """Runs ``turn`` in the background; ``place`` is its place in line, already admitted."""
@@ -74,7 +84,25 @@ class Background:
         run.task = asyncio.get_running_loop().create_task(self._drive(run))
         # A task cancelled before it ever ran skips its own cleanup: this one always runs.
         run.task.add_done_callback(lambda _: self._cleanup(run))
+        if self._watcher is None or self._watcher.done():
+            self._watcher = asyncio.get_running_loop().create_task(self._watch())
         return run
+
+    async def _watch(self) -> None:
+        """Stops the runs that another server cancelled or deleted (through the store), for as
+        long as runs are live here."""
+        while self.runs:
+            await asyncio.sleep(POLL_S)
+            try:
+                stop = await anyio.to_thread.run_sync(self.store.stopping, list(self.runs))
+            except Exception as e:  # noqa: BLE001 - the store may come back; the runs go on meanwhile
+                log.warning("cannot ask the store whether background responses were cancelled (%s)", e)
+                continue
+            for response_id in stop:
+                run = self.runs.get(response_id)
+                if run is not None and run.task is not None:
+                    log.info("background response %s cancelled through the store", response_id)
+                    run.task.cancel()
 
     async def _drive(self, run: Run) -> None:
         turn = run.turn
@@ -82,6 +110,8 @@ class Background:
             async with contextlib.aclosing(stream.events(self.text, turn, run.place)) as events:
                 async for event in events:
                     run.append(event)
+                    if event["type"] == "response.in_progress":
+                        await anyio.to_thread.run_sync(self._progress, run)
         except asyncio.CancelledError:
             pass   # POST /cancel (or shutdown): the response is stored as cancelled
         except Exception as e:  # noqa: BLE001 - the response is stored as failed, with its error
@@ -95,11 +125,19 @@ class Background:
                 await turn.settle()
                 await anyio.to_thread.run_sync(self._keep_events, run)
 
+    def _progress(self, run: Run) -> None:
+        try:
+            self.store.progress(run.turn.state.snapshot())
+        except Exception as e:  # noqa: BLE001 - the run goes on; only other servers see it queued
+            log.warning("cannot store that background response %s is in progress (%s)", run.turn.state.id, e)
+
     def _keep_events(self, run: Run) -> None:
         try:
             self.store.put_events(run.turn.state.id, run.log)
         except RuntimeError:
             pass   # the server is shutting down
+        except Exception as e:  # noqa: BLE001 - the response itself is stored (or not) by settle
+            log.warning("the events of background response %s are not kept (%s)", run.turn.state.id, e)
 
     def _cleanup(self, run: Run) -> None:
         run.place.release()
@@ -124,7 +162,25 @@ class Background:
         await asyncio.wait({run.task})
         return run.turn.state.snapshot()
 
+    async def cancel_elsewhere(self, response_id: str, who: str | None) -> dict[str, Any] | None:
+        """Cancels a background response that another server sharing the store runs: that server is
+        asked through the store, and its answer awaited ``CANCEL_WAIT_S`` at most. The response
+        as it ended (None: there is no such response)."""
+        await anyio.to_thread.run_sync(self.store.request_cancel, response_id, who)
+        deadline = time.monotonic() + CANCEL_WAIT_S
+        while True:
+            body = await anyio.to_thread.run_sync(self.store.response, response_id, who)
+            if body is None or body["status"] not in ("queued", "in_progress"):
+                return body
+            if time.monotonic() > deadline:
+                raise ServiceUnavailableError(f"Response '{response_id}' runs on another server sharing this store, "
+                                              f"which was asked to cancel it but did not within {CANCEL_WAIT_S:g} s. "
+                                              "Retrieve it later, or cancel it again.")
+            await anyio.sleep(0.1)
+
     def close(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
         for run in list(self.runs.values()):
             if run.task is not None:
                 run.task.cancel()

@@ -26,8 +26,8 @@ from fastapi import Request
 from fastapi.responses import JSONResponse
 
 from ..core.admission import Place
-from ..core.config import Settings
-from ..core.errors import InvalidRequestError, NotFoundError, refuse_unknown_fields
+from ..core.config import Settings, SettingsError
+from ..core.errors import InvalidRequestError, NotFoundError, OpenAIError, refuse_unknown_fields
 from ..core.streaming import event_stream, until_disconnect
 from ..text.images import no_vision
 from ..text.service import TextService, admit
@@ -70,7 +70,15 @@ class ResponsesService:
         self.settings = settings
         self.text = text
         self.store = Store(settings.data_dir or default_folder(), max_stored=settings.responses_max_stored,
-                           max_age_days=settings.responses_max_age_days)
+                           max_age_days=settings.responses_max_age_days, database_url=settings.database_url)
+        if settings.database_url and settings.responses_store:
+            # A shared database is opened at start: one it cannot use stops the server there, with
+            # the reason, rather than failing every request later.
+            try:
+                self.store.open()
+            except Exception as e:  # noqa: BLE001 - every cause ends the same way, told
+                self.store.close()
+                raise SettingsError(f"database_url ({self.store.what}): {e}") from None
         self.background = Background(text, self.store)
         # Two different keys: each key's objects are its own.
         self.private = bool(settings.api_key and settings.admin_key and settings.api_key != settings.admin_key)
@@ -208,6 +216,8 @@ class ResponsesService:
                 self.store.add_conversation_items(cid, None, conversation[1])
         except RuntimeError:
             log.warning("response %s ended after the store was closed; it is not kept", body["id"])
+        except OpenAIError as e:
+            log.warning("response %s is not kept: %s", body["id"], e.message)
 
     # answering ---------------------------------------------------------------------------------
     async def begin(self, body: CreateResponse, owner: str) -> tuple[Turn, Place]:
@@ -294,6 +304,11 @@ class ResponsesService:
             raise InvalidRequestError("Only background responses can be streamed again; retrieve this one without "
                                       "stream.", param="stream")
         after = -1 if starting_after is None else starting_after
+        if run is None and body["status"] in ("queued", "in_progress"):
+            # another server sharing the store runs it: its events are there until it ends
+            raise InvalidRequestError(f"Response '{response_id}' runs on another server sharing this store; stream it "
+                                      "from that server, or retrieve it without stream (its events can be streamed "
+                                      "from any server once it has ended).", param="stream")
         if run is not None:
             return event_stream(run.follow(after), send_timeout=self.settings.stream_send_timeout,
                                 framing=stream.Framing(run.turn))
@@ -321,6 +336,11 @@ class ResponsesService:
         if not body.get("background"):
             # OpenAI's words, which clients match on
             raise InvalidRequestError("Cannot cancel a synchronous response.", param="response_id")
+        if body["status"] in ("queued", "in_progress"):
+            stopped = await self.background.cancel_elsewhere(response_id, self.visible_to(owner))
+            if stopped is None:
+                raise not_found("Response", response_id)
+            return stopped
         return body   # it had ended already: cancelling again changes nothing, as at OpenAI
 
     async def input_items(self, response_id: str, owner: str, *, after: str | None, limit: int,

@@ -1,0 +1,223 @@
+"""The store's PostgreSQL backend (``database_url``), for several servers sharing one store.
+
+- A small pool of connections (psycopg 3, autocommit, a transaction per call), opened as needed
+  up to ``POOL_SIZE``; a call that finds every connection busy waits ``ACQUIRE_S`` at most.
+- Nothing waits forever: connecting gives up after ``CONNECT_TIMEOUT_S``, a statement after
+  ``STATEMENT_TIMEOUT_MS``, and TCP keepalives notice a server that vanished mid-call. A database
+  that cannot be reached is ``StoreUnavailable`` (503, in the API's error shape); a pooled
+  connection the server dropped (a restart) is replaced and the call run once more.
+- The schema version is one row in ``openai_ext_schema``; migrations run under an advisory lock,
+  so servers starting at once take turns and the later ones find the work done.
+- The URL is logged and reported with its password masked (``masked``).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from typing import Any, Callable, TypeVar
+from urllib.parse import urlsplit
+
+from ..core.errors import ServiceUnavailableError
+from ..core.migrations import Migration, refuse_newer
+
+T = TypeVar("T")
+
+POOL_SIZE = 8
+ACQUIRE_S = 10.0
+CONNECT_TIMEOUT_S = 5
+STATEMENT_TIMEOUT_MS = 15000
+VERSION_TABLE = "openai_ext_schema"
+LOCK_KEY = 0x6F61695F657874   # pg_advisory_xact_lock's key for migrations ("oai_ext")
+
+SCHEMA = """
+CREATE TABLE responses (
+    id TEXT PRIMARY KEY, owner TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL,
+    updated_at DOUBLE PRECISION NOT NULL, status TEXT NOT NULL, previous_response_id TEXT, body TEXT NOT NULL,
+    instance TEXT, cancel_requested INTEGER NOT NULL DEFAULT 0);
+CREATE INDEX responses_by_time ON responses(updated_at);
+CREATE INDEX responses_by_status ON responses(status);
+CREATE TABLE items (
+    seq BIGSERIAL PRIMARY KEY, response_id TEXT NOT NULL, item_id TEXT NOT NULL, role TEXT NOT NULL,
+    body TEXT NOT NULL);
+CREATE INDEX items_by_response ON items(response_id, role, seq);
+CREATE INDEX items_by_id ON items(item_id);
+CREATE TABLE events (
+    response_id TEXT NOT NULL, seq INTEGER NOT NULL, body TEXT NOT NULL, PRIMARY KEY (response_id, seq));
+CREATE TABLE conversations (
+    id TEXT PRIMARY KEY, owner TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL,
+    updated_at DOUBLE PRECISION NOT NULL, metadata TEXT NOT NULL);
+CREATE INDEX conversations_by_time ON conversations(updated_at);
+CREATE TABLE conversation_items (
+    seq BIGSERIAL PRIMARY KEY, conversation_id TEXT NOT NULL, item_id TEXT NOT NULL, body TEXT NOT NULL);
+CREATE INDEX conversation_items_by_id ON conversation_items(conversation_id, item_id);
+CREATE TABLE instances (
+    id TEXT PRIMARY KEY, started_at DOUBLE PRECISION NOT NULL, heartbeat_at DOUBLE PRECISION NOT NULL);
+"""
+
+# Forward migrations, as for SQLite: appended to, never edited.
+MIGRATIONS: list[Migration] = [SCHEMA]
+
+
+class StoreUnavailable(ServiceUnavailableError):
+    """The database of stored responses cannot be reached or did not answer in time."""
+
+
+def masked(url: str) -> str:
+    """The URL with its password replaced by ***, fit for a log line or an error message."""
+    out = url
+    try:
+        password = urlsplit(url).password
+    except ValueError:
+        password = None
+    if password:
+        out = out.replace(f":{password}@", ":***@", 1)
+    return re.sub(r"(password=)[^&\s]*", r"\1***", out)
+
+
+def _driver() -> Any:
+    try:
+        import psycopg
+    except ImportError:
+        raise RuntimeError("database_url needs the psycopg package: pip install 'psycopg[binary]' "
+                           "(or this project's 'postgres' extra)") from None
+    return psycopg
+
+
+def migrate(conn: Any, migrations: list[Migration], *, what: str) -> int:
+    """Brings the database up to ``len(migrations)`` in one transaction, under an advisory lock;
+    returns the version it found. A newer database is refused (SchemaTooNew), untouched."""
+    known = len(migrations)
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
+        conn.execute(f"CREATE TABLE IF NOT EXISTS {VERSION_TABLE} (version INTEGER NOT NULL)")
+        row = conn.execute(f"SELECT version FROM {VERSION_TABLE}").fetchone()
+        found = int(row[0]) if row else 0
+        refuse_newer(found, known, what)
+        for step in migrations[found:]:
+            if callable(step):
+                step(conn)
+            else:
+                conn.execute(step)
+        if row is None:
+            conn.execute(f"INSERT INTO {VERSION_TABLE} VALUES (%s)", (known,))
+        elif found != known:
+            conn.execute(f"UPDATE {VERSION_TABLE} SET version = %s", (known,))
+    return found
+
+
+class _Tx:
+    """A connection as the store's shared SQL uses it: ``?`` placeholders, as in sqlite3."""
+
+    def __init__(self, conn: Any):
+        self.conn = conn
+
+    def execute(self, sql: str, params: Any = ()) -> Any:
+        return self.conn.execute(sql.replace("?", "%s"), tuple(params) or None)
+
+    def executemany(self, sql: str, rows: list[Any]) -> None:
+        if rows:
+            with self.conn.cursor() as cur:
+                cur.executemany(sql.replace("?", "%s"), rows)
+
+
+class PostgresDatabase:
+    """The pool of connections and their transactions (see ``Database`` in store.py)."""
+
+    now = "extract(epoch from clock_timestamp())"
+
+    def __init__(self, url: str):
+        self.url = url
+        self.what = masked(url)
+        self._idle: list[Any] = []
+        self._slots = threading.BoundedSemaphore(POOL_SIZE)
+        self._lock = threading.Lock()
+        self._migrated = False
+        self._closed = False
+
+    def unavailable(self, e: BaseException) -> StoreUnavailable:
+        detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        try:
+            password = urlsplit(self.url).password
+        except ValueError:
+            password = None
+        if password:
+            detail = detail.replace(password, "***")
+        return StoreUnavailable(f"The database of stored responses ({self.what}) cannot be used: {detail}. Check that "
+                                "it is running and that database_url points to it; retrying may help.")
+
+    def _connect(self) -> Any:
+        psycopg = _driver()
+        try:
+            conn = psycopg.connect(self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S, keepalives=1,
+                                   keepalives_idle=10, keepalives_interval=3, keepalives_count=3)
+            conn.execute(f"SET statement_timeout = {STATEMENT_TIMEOUT_MS:d}")
+        except psycopg.Error as e:
+            raise self.unavailable(e) from None
+        return conn
+
+    def _take(self) -> tuple[Any, bool]:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the store is closed")
+            if self._idle:
+                return self._idle.pop(), False
+        return self._connect(), True
+
+    def _give(self, conn: Any) -> None:
+        with self._lock:
+            if not self._closed and not conn.closed and not conn.broken:
+                self._idle.append(conn)
+                return
+        conn.close()
+
+    def open(self) -> None:
+        """Connects and brings the schema up to date (once)."""
+        if self._migrated:
+            return
+        self.run(lambda tx: None)   # a clear StoreUnavailable first when the server cannot be reached
+        conn, _ = self._take()
+        try:
+            migrate(conn, MIGRATIONS, what=f"The database {self.what}")
+        except _driver().OperationalError as e:
+            conn.close()
+            raise self.unavailable(e) from None
+        except BaseException:
+            self._give(conn)
+            raise
+        self._give(conn)
+        self._migrated = True
+
+    def run(self, work: Callable[[Any], T], *, write: bool = False) -> T:
+        """``work(tx)`` in one transaction on a pooled connection."""
+        psycopg = _driver()
+        if not self._slots.acquire(timeout=ACQUIRE_S):
+            raise StoreUnavailable(f"Every connection to the database of stored responses ({self.what}) stayed busy "
+                                   f"for {ACQUIRE_S:g} s; retry later.")
+        try:
+            for attempt in range(2):
+                conn, fresh = self._take()
+                try:
+                    with conn.transaction():
+                        out = work(_Tx(conn))
+                except (psycopg.OperationalError, psycopg.InterfaceError) as e:
+                    broken = conn.closed or conn.broken
+                    self._give(conn)
+                    if broken and not fresh and attempt == 0:
+                        continue   # a pooled connection the server dropped: once more, on a new one
+                    raise self.unavailable(e) from None
+                except BaseException:
+                    self._give(conn)
+                    raise
+                self._give(conn)
+                return out
+            raise AssertionError("unreachable")
+        finally:
+            self._slots.release()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()

@@ -1,0 +1,144 @@
+"""The store's SQLite backend (the default): one file in the data folder, the standard library's
+driver.
+
+- One connection, opened on first use (a server that never stores anything creates no file),
+  shared by every thread under a lock; WAL journaling, so another process (a second server on the
+  same folder) reads while this one writes, and ``busy_timeout`` makes writers wait for each other
+  instead of failing. Every call is one transaction: a crash leaves each object whole or absent.
+- The schema version is ``PRAGMA user_version`` (core/migrations.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+from ..core.migrations import Migration, migrate
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+FILE = "responses.sqlite3"
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS responses (
+    id TEXT PRIMARY KEY, owner TEXT NOT NULL, created_at REAL NOT NULL, updated_at REAL NOT NULL,
+    status TEXT NOT NULL, previous_response_id TEXT, body TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS responses_by_time ON responses(updated_at);
+CREATE TABLE IF NOT EXISTS items (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, response_id TEXT NOT NULL, item_id TEXT NOT NULL,
+    role TEXT NOT NULL, body TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS items_by_response ON items(response_id, role, seq);
+CREATE INDEX IF NOT EXISTS items_by_id ON items(item_id);
+CREATE TABLE IF NOT EXISTS events (
+    response_id TEXT NOT NULL, seq INTEGER NOT NULL, body TEXT NOT NULL, PRIMARY KEY (response_id, seq));
+CREATE TABLE IF NOT EXISTS conversations (
+    id TEXT PRIMARY KEY, owner TEXT NOT NULL, created_at REAL NOT NULL, updated_at REAL NOT NULL,
+    metadata TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS conversations_by_time ON conversations(updated_at);
+CREATE TABLE IF NOT EXISTS conversation_items (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, conversation_id TEXT NOT NULL, item_id TEXT NOT NULL,
+    body TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS conversation_items_by_id ON conversation_items(conversation_id, item_id);
+"""
+
+# Several servers on one store: which server runs a response, whether another asked it to stop,
+# and the servers alive (a heartbeat each), so a server only fails the responses of dead ones.
+INSTANCES = """
+ALTER TABLE responses ADD COLUMN instance TEXT;
+ALTER TABLE responses ADD COLUMN cancel_requested INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX responses_by_status ON responses(status);
+CREATE TABLE instances (id TEXT PRIMARY KEY, started_at REAL NOT NULL, heartbeat_at REAL NOT NULL);
+"""
+
+# The schema as forward migrations (see core/migrations.py): a change to the tables is a new step
+# appended here, never an edit of one. Step 1 is the schema of before versions existed, all
+# "IF NOT EXISTS": a data folder written then (version 0, the same tables) keeps its rows.
+MIGRATIONS: list[Migration] = [SCHEMA, INSTANCES]
+
+
+def _transaction(conn: sqlite3.Connection, work: Callable[[Any], T], *, write: bool) -> T:
+    # IMMEDIATE takes the write lock at once: two writers wait for each other (busy_timeout)
+    # instead of one failing halfway when the other commits first.
+    conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+    try:
+        out = work(conn)
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+    return out
+
+
+def _retrying(run: Callable[[], T], attempts: int = 5) -> T:
+    """``run()``, again when SQLite answers "locked" at once. busy_timeout makes a writer wait for
+    another, but a few of WAL mode's locks (another connection opening the database or
+    checkpointing it) are refused without waiting; the transaction was rolled back, so it is
+    simply run again."""
+    for attempt in range(attempts):
+        try:
+            return run()
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) and "busy" not in str(e) or attempt == attempts - 1:
+                raise
+            time.sleep(0.01 * 2 ** attempt)
+    raise AssertionError("unreachable")
+
+
+class SqliteDatabase:
+    """The connection to the file, and its transactions (see ``Database`` in store.py)."""
+
+    # the database's clock, in seconds since 1970 (heartbeats are compared on one clock)
+    now = "((julianday('now') - 2440587.5) * 86400.0)"
+
+    def __init__(self, folder: Path | str):
+        self.folder = Path(folder).expanduser()
+        self._lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = None
+        self._closed = False
+
+    @property
+    def path(self) -> Path:
+        return self.folder / FILE
+
+    @property
+    def what(self) -> str:
+        return str(self.path)
+
+    def open(self) -> None:
+        with self._lock:
+            self._connect()
+
+    def _connect(self) -> sqlite3.Connection:
+        if self._closed:
+            raise RuntimeError("the store is closed")
+        if self._conn is None:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=10)
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=NORMAL")   # WAL: durable at checkpoints, never corrupt
+                conn.execute("PRAGMA busy_timeout=10000")
+                _retrying(lambda: migrate(conn, MIGRATIONS, what=str(self.path)))
+            except BaseException:
+                conn.close()
+                raise
+            self._conn = conn
+        return self._conn
+
+    def run(self, work: Callable[[Any], T], *, write: bool = False) -> T:
+        """``work(conn)`` in one transaction, under the lock."""
+        with self._lock:
+            conn = _retrying(self._connect)
+            return _retrying(lambda: _transaction(conn, work, write=write))
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
