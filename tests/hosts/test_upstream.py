@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import signal
+import time
 
 import anthropic
 import httpx
@@ -87,6 +88,24 @@ def test_responses_and_messages_run_on_top(front):
     assert msg.content[0].type == "text" and msg.usage.output_tokens > 0
 
 
+def test_a_client_that_leaves_cancels_the_upstream_generation(front, live):
+    """The front closes its upstream connection when its client leaves; the upstream sees its own
+    client gone and stops (its /health shows nothing running), long before max_tokens."""
+    health = live.url.removesuffix("/v1") + "/health"
+    with httpx.stream("POST", f"{front.url}/chat/completions", timeout=120, json={
+            "model": "x", "stream": True, "max_tokens": 1500, "ban_eos_token": True,
+            "messages": [{"role": "user", "content": "Write a very long story."}]}) as r:
+        lines = r.iter_lines()
+        next(line for line in lines if line.startswith("data:") and '"content"' in line)
+        assert httpx.get(health).json()["running"] == 1
+    # the client is gone: wait for the upstream to report it idle (polled, not timed)
+    for _ in range(600):
+        if httpx.get(health).json()["running"] == 0:
+            break
+        time.sleep(0.05)
+    assert httpx.get(health).json()["running"] == 0
+
+
 def test_the_upstreams_key(live, make_server, llama_host):
     guarded = make_server(llama_host, api_key="upstream-secret")
     wrong = make_server(UpstreamHost(guarded.url, api_key="nope"))
@@ -156,7 +175,6 @@ def llama_server(tmp_path_factory):
     it; CI has none)."""
     import shutil
     import subprocess
-    import time
 
     from support.servers import free_port
 
