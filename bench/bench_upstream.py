@@ -25,7 +25,8 @@ from serving import PROMPTS, free_port, start_api, stop, stream_chat, wait_up
 
 def start_llama_server(binary: str, port: int, model: str, parallel: int) -> subprocess.Popen:
     return subprocess.Popen([binary, "-m", model, "--port", str(port), "-c", str(2048 * parallel), "--parallel",
-                             str(parallel), "--jinja"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             str(parallel), "--jinja", "--threads-http", str(parallel + 4)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def aggregate(base: str, clients: int, max_tokens: int, model: str) -> float:
@@ -64,11 +65,16 @@ def main() -> None:
                                    "--data-dir", data.name))
             model = "local"
         wait_up(up, procs[0])
+        if args.llama_server:   # its /v1/models answers while the model still loads; /health does not
+            while httpx.get(up.removesuffix("/v1") + "/health", timeout=5).status_code != 200:
+                time.sleep(0.2)
         procs.append(start_api(front_port, "--upstream-url", up, "--upstream-parallel", str(args.clients),
                                "--data-dir", data.name))
         wait_up(front, procs[1])
         paths = {"direct": up, "through": front}
-        client = httpx.Client(timeout=600)
+        # A new connection per request, on both paths alike: llama-server closes a kept-alive
+        # connection after a stream, and a reused dead one would end the run.
+        client = httpx.Client(timeout=600, limits=httpx.Limits(max_keepalive_connections=0))
         for base in paths.values():
             stream_chat(client, f"{base}/chat/completions", "Hello", 16, model)   # warm-up
         single: dict[str, list[tuple[float, float, int]]] = {"direct": [], "through": []}
@@ -82,6 +88,14 @@ def main() -> None:
         for r in range(max(2, args.rounds // 2)):
             for name in (list(paths) if r % 2 == 0 else list(paths)[::-1]):
                 many[name].append(aggregate(paths[name], args.clients, args.max_tokens, model))
+    except httpx.TransportError:
+        print("exit codes:", [proc.poll() for proc in procs])
+        for proc in procs:
+            log = getattr(proc, "log", None)
+            if log is not None:
+                log.seek(0)
+                print(log.read()[-3000:])
+        raise
     finally:
         stop(procs)
         data.cleanup()

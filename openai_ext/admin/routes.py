@@ -132,7 +132,9 @@ def internal_router(text: TextService, manager: ModelManager | None) -> APIRoute
         host = text.host
         messages, settings = chat.template_input(host, body, tools.parse(body))
         rendered = await text.tokenizer_work(host.chat_prompt, messages, settings)
-        return {"prompt": rendered.text}
+        # The tokens too: a server in front of this one (an upstream host) needs both.
+        tokens = await text.tokenizer_work(host.tokenize, rendered.text)
+        return {"prompt": rendered.text, "tokens": tokens}
 
     @r.post("/logits")
     async def logits(body: LogitsRequest):

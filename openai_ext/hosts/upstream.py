@@ -170,7 +170,9 @@ class UpstreamHost(Host):
         return self.dialect.context if self.dialect is not None else self.default_context
 
     def tokenize(self, text: str, *, add_bos: bool = True) -> list[int]:
-        return self._known.tokenize(self._call, self.model_id, text, add_bos)
+        dialect = self._known
+        known = dialect.recall(text, add_bos)
+        return list(known) if known is not None else dialect.tokenize(self._call, self.model_id, text, add_bos)
 
     def detokenize(self, tokens: list[int]) -> str:
         return self._known.detokenize(self._call, self.model_id, tokens)
@@ -224,7 +226,8 @@ class UpstreamHost(Host):
                 self._stops.discard(stop_event)
 
     def _pieces(self, r: requests.Response, stop_event: threading.Event, top: int | None) -> Iterator[Piece]:
-        for raw in r.iter_lines():
+        # chunk_size None: each piece as it arrives (a fixed size would wait for the next token)
+        for raw in r.iter_lines(chunk_size=None):
             if stop_event.is_set():
                 return
             if not raw.startswith(b"data:"):

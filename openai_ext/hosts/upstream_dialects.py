@@ -32,6 +32,18 @@ class Dialect:
     grammar: bool = False
     lazy_grammar: bool = False
     exact_tokens: bool = True
+    # The last rendered prompt's tokens, when rendering gave them: the prompt is tokenized next,
+    # and an upstream round trip is saved (the prompt is prepared one at a time).
+    rendered: tuple[str, list[int]] | None = None
+
+    def remember(self, text: str, tokens: list[int] | None) -> str:
+        self.rendered = (text, tokens) if tokens is not None else None
+        return text
+
+    def recall(self, text: str, add_bos: bool) -> list[int] | None:
+        if add_bos and self.rendered is not None and self.rendered[0] == text:
+            return self.rendered[1]
+        return None
 
     def tokenize(self, call: Call, model: str, text: str, add_bos: bool) -> list[int]:
         raise NotImplementedError
@@ -59,7 +71,8 @@ class OurServer(Dialect):
         return call("POST", "/v1/internal/decode", {"tokens": tokens})["text"]
 
     def chat_prompt(self, call: Call, model: str, messages: list[dict[str, Any]]) -> str:
-        return call("POST", "/v1/internal/chat-prompt", {"model": model, "messages": messages})["prompt"]
+        found = call("POST", "/v1/internal/chat-prompt", {"model": model, "messages": messages})
+        return self.remember(found["prompt"], found.get("tokens"))
 
     def grammar_fields(self, gbnf: str, triggers: list[str]) -> dict[str, Any]:
         return {} if triggers else {"grammar_string": gbnf}   # the web UI API's field
@@ -92,7 +105,7 @@ class Vllm(Dialect):
     def chat_prompt(self, call: Call, model: str, messages: list[dict[str, Any]]) -> str:
         tokens = call("POST", "/tokenize", {"model": model, "messages": messages, "add_generation_prompt": True,
                                             "add_special_tokens": False})["tokens"]
-        return self.detokenize(call, model, tokens)
+        return self.remember(self.detokenize(call, model, tokens), tokens)
 
     def grammar_fields(self, gbnf: str, triggers: list[str]) -> dict[str, Any]:
         return {} if triggers else {"structured_outputs": {"grammar": gbnf}}
