@@ -226,8 +226,7 @@ class UpstreamHost(Host):
                 self._stops.discard(stop_event)
 
     def _pieces(self, r: requests.Response, stop_event: threading.Event, top: int | None) -> Iterator[Piece]:
-        # chunk_size None: each piece as it arrives (a fixed size would wait for the next token)
-        for raw in r.iter_lines(chunk_size=None):
+        for raw in _lines(r):
             if stop_event.is_set():
                 return
             if not raw.startswith(b"data:"):
@@ -268,6 +267,18 @@ class UpstreamHost(Host):
         return {"model_name": self.model_id, "lora_names": [], "loader": "upstream", "upstream": self.shown,
                 "engine": dialect.name if dialect else None, "n_ctx": self.context_length(),
                 "parallel": self.parallel, "token_counts": "exact" if dialect and dialect.exact_tokens else "estimated"}
+
+
+def _lines(r: requests.Response) -> Iterator[bytes]:
+    """The stream's lines as the bytes arrive (a fixed read size would wait for the next token)."""
+    pending = b""
+    for data in r.iter_content(chunk_size=None):
+        pending += data
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            yield line.rstrip(b"\r")
+    if pending:
+        yield pending
 
 
 def _finish(reason: str | None) -> str | None:

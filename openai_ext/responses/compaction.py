@@ -128,6 +128,7 @@ class Plan:
     kept: list[dict[str, Any]]           # items carried word for word
     model: str | None
     omitted: int = 0                     # older items beyond MAX_PASSES, left out
+    longest: int = 1024                  # the summary's tokens at most: less than what it stands for
     spent: list[int] = field(default_factory=lambda: [0, 0])   # tokens in, out, over every pass
 
 
@@ -145,17 +146,28 @@ def _tokens(host: Host, text: str, limit: int) -> tuple[str, int]:
     return text, len(host.tokenize(text, add_bos=False))
 
 
-def chunk(host: Host, older: list[dict[str, Any]], instructions: str | None) -> tuple[list[str], int]:
+def prepare(host: Host, older: list[dict[str, Any]], kept: list[dict[str, Any]], model: str | None,
+         instructions: str | None = None) -> Plan:
+    """The compaction of ``older``: its transcript in parts, and a summary that is shorter than
+    what it summarises (a third of it at most), whatever the model would write."""
+    chunks, omitted, total = chunk(host, older, instructions)
+    longest = min(summary_tokens(host.context_length()), max(64, total // 3))
+    return Plan(chunks, kept, model, omitted, longest)
+
+
+def chunk(host: Host, older: list[dict[str, Any]], instructions: str | None) -> tuple[list[str], int, int]:
     """The transcript of ``older`` in parts that each fit one pass beside the instructions and the
-    previous pass's summary, newest parts kept when there are more than MAX_PASSES."""
+    previous pass's summary, newest parts kept when there are more than MAX_PASSES; with the
+    number of items left out, and the tokens of what is kept."""
     ctx = host.context_length()
     budget = max(64, ctx - 2 * summary_tokens(ctx) - 256)
     lines = ([f"(The assistant's instructions: {instructions})"] if instructions else []) + \
         [x for x in (line(it) for it in older) if x]
     parts: list[list[str]] = [[]]
-    used, taken = 0, 0
+    used, taken, total = 0, 0, 0
     for text in reversed(lines):   # newest first, so a long history loses its oldest lines
         text, n = _tokens(host, text, budget)
+        total += n
         if used + n > budget and parts[-1]:
             if len(parts) == MAX_PASSES:
                 break
@@ -165,7 +177,7 @@ def chunk(host: Host, older: list[dict[str, Any]], instructions: str | None) -> 
         used += n + 1
         taken += 1
     chunks = ["\n".join(p) for p in reversed(parts) if p]
-    return chunks, len(lines) - taken
+    return chunks, len(lines) - taken, total
 
 
 def split(host: Host, context: list[dict[str, Any]], budget: int, *, users_only: bool,
@@ -202,8 +214,7 @@ def split(host: Host, context: list[dict[str, Any]], budget: int, *, users_only:
 def _pass_job(text: TextService, plan: Plan, previous: str, part: str) -> Job:
     user = (f"Summary so far:\n{previous}\n\nThe conversation continues:\n{part}" if previous
             else f"The conversation:\n{part}")
-    req = ChatCompletionRequest(model=plan.model, temperature=0,
-                                max_completion_tokens=summary_tokens(text.host.context_length()),
+    req = ChatCompletionRequest(model=plan.model, temperature=0, max_completion_tokens=plan.longest,
                                 messages=[{"role": "system", "content": INSTRUCTIONS},
                                           {"role": "user", "content": user + "\n\nWrite the summary now."}])
     return chat.prepare(text, req, truncate=True)

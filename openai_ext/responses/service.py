@@ -197,10 +197,9 @@ class ResponsesService:
         older, kept = compaction.split(host, context, bound // 2, users_only=False, starts=convert.starts(context))
         if not older and not forced:   # one run of items that cannot be split: nothing to summarise
             return convert.prepare(text, body, history, new, allow_unknown=unknown, tools=tool_map), None
-        chunks, omitted = compaction.chunk(host, older, None)
         placeholder = [{"type": compaction.SUMMARY_ITEM, "text": ""}, *kept]
         job = convert.prepare(text, body, [], placeholder, allow_unknown=unknown, tools=tool_map)
-        return job, compaction.Plan(chunks, kept, body.model, omitted)
+        return job, compaction.prepare(host, older, kept, body.model)
 
     def _settle(self, turn: Turn) -> None:
         """Stores a response as it ended, and appends a finished turn to its conversation."""
@@ -263,8 +262,7 @@ class ResponsesService:
                                       param="input")
         host = self.text.host
         older, kept = compaction.split(host, context, host.context_length() // 4, users_only=True, starts=[])
-        chunks, omitted = compaction.chunk(host, older, body.instructions)
-        return compaction.Plan(chunks, kept, body.model, omitted)
+        return compaction.prepare(host, older, kept, body.model, body.instructions)
 
     async def compact(self, request: Request, body: CompactRequest, owner: str) -> dict[str, Any]:
         """POST /v1/responses/compact: the user messages that fit a quarter of the context, then
