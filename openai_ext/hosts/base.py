@@ -148,6 +148,11 @@ class Host(ABC):
         """Refuses (InvalidRequestError) echo with log-probabilities when the loaded model turns
         out unable to score a prompt, before anything runs. Called for such requests only."""
 
+    def check_grammar(self, gbnf: str) -> bool:
+        """Whether the host can parse this GBNF grammar (checked before anything runs). Hosts
+        that cannot tell say yes, and an unparsable grammar fails while generating."""
+        return True
+
     def check_settings(self, settings: dict[str, Any]) -> None:
         """Refuses (InvalidRequestError) settings that name what the host does not have (a
         preset, say), before anything runs."""

@@ -140,18 +140,22 @@ def prepare(text: TextService, req: ChatCompletionRequest, *, prefill: str = "",
                        max_n=text.settings.max_n, toolset=toolset,
                        allow_unknown=text.settings.allow_unknown_fields,
                        default_max_tokens=text.settings.default_max_tokens)
-    _check_grammar(host, plan.settings.get("grammar_string"), toolset)
+    _check_grammar(host, plan.settings.get("grammar_string"), toolset,
+                   sent=bool((req.model_extra or {}).get("grammar_string")))
     host.check_settings(plan.settings)
     job = new_job("chatcmpl", [prompt], plan, host)
     job.tools = toolset if toolset is not None and toolset.calling else None
     return job
 
 
-def _check_grammar(host, gbnf: str | None, toolset: tools.ToolSet | None) -> None:
-    """A grammar the host cannot parse is refused now, not found out while generating."""
-    check = getattr(host, "check_grammar", None)
-    if not gbnf or check is None or check(gbnf):
+def _check_grammar(host: Host, gbnf: str | None, toolset: tools.ToolSet | None, *, sent: bool = False) -> None:
+    """A grammar the host cannot parse is refused now, not found out while generating. ``sent``:
+    the request's own grammar_string."""
+    if not gbnf or host.check_grammar(gbnf):
         return
+    if sent:
+        raise InvalidRequestError("grammar_string could not be parsed by llama.cpp as a GBNF grammar; check its "
+                                  "rules (a root rule, quoted literals, defined names).", param="grammar_string")
     param = toolset.param if toolset is not None and toolset.calling else "response_format"
     raise InvalidRequestError(f"The grammar built from {param} could not be parsed by llama.cpp; simplify the "
                               "schema (patterns especially).", param=param)
