@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import Any, Protocol, Sequence
 
-import anyio
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
@@ -19,7 +18,7 @@ from ..core.errors import (
     ServiceUnavailableError,
 )
 from ..hosts.base import Host
-from ..hosts.manager import ModelChangeFailed, ModelManager, NoModel
+from ..hosts.manager import ModelManager
 from ..text import chat, params, tools
 from ..text.protocol import ChatCompletionRequest, CompletionRequest
 from ..text.service import TextService
@@ -168,36 +167,16 @@ def internal_router(text: TextService, manager: ModelManager | None) -> APIRoute
     async def model_list():
         return {"model_names": managed().list()}
 
-    async def swap(change) -> str:
-        """Runs a model change while no generation runs (it takes its turn in line) and no prompt
-        is being prepared, then serves with the host it returns.
-
-        While it runs, a placeholder serves: generations and tokenizer routes answer 503 rather than
-        reach a model that is being closed. The change is shielded from cancellation: a client that
-        goes away must not leave the placeholder serving once the load is done."""
-        async with text.exclusive(), text.prepare_limiter:
-            old = text.host
-            text.host = NoModel(old.describe().get("loader"), code="model_changing",
-                                message="The model is being changed; retry in a moment.")
-            with anyio.CancelScope(shield=True):
-                try:
-                    text.host = await text.run(change, old)
-                except ModelChangeFailed as e:
-                    text.host = e.serving
-                    raise
-                except BaseException:
-                    text.host = old   # refused before anything changed (a bad name or args)
-                    raise
-        return "OK"
-
     @r.post("/model/load", dependencies=admin)
     async def model_load(body: LoadModelRequest):
         m = managed()
-        return await swap(lambda current: m.load(body.model_name, body.args, current))
+        await text.change_model(lambda current: m.load(body.model_name, body.args, current))
+        return "OK"
 
     @r.post("/model/unload", dependencies=admin)
     async def model_unload():
-        return await swap(managed().unload)
+        await text.change_model(managed().unload)
+        return "OK"
 
     @r.get("/lora/list", dependencies=admin)
     async def lora_list():

@@ -32,6 +32,7 @@ from ..core.config import Settings
 from ..core.errors import ServiceUnavailableError
 from ..core.streaming import event_stream, until_disconnect
 from ..hosts.base import Host
+from ..hosts.manager import ModelChangeFailed, NoModel
 
 T = TypeVar("T")
 
@@ -76,6 +77,28 @@ class TextService:
         finally:
             self._exclusive -= 1
             self.follow_host()
+
+    async def change_model(self, change: Callable[[Host], Host]) -> None:
+        """The one place the serving host is replaced (model load and unload): ``change(old)``
+        runs on the generation thread while no generation runs (it takes its turn in line) and no
+        prompt is being prepared, and its host serves from then on.
+
+        While it runs, a placeholder serves: generations and tokenizer routes answer 503 rather than
+        reach a model that is being closed. The change is shielded from cancellation: a client that
+        goes away must not leave the placeholder serving once the load is done."""
+        async with self.exclusive(), self.prepare_limiter:
+            old = self.host
+            self.host = NoModel(old.describe().get("loader"), code="model_changing",
+                                message="The model is being changed; retry in a moment.")
+            with anyio.CancelScope(shield=True):
+                try:
+                    self.host = await self.run(change, old)
+                except ModelChangeFailed as e:
+                    self.host = e.serving
+                    raise
+                except BaseException:
+                    self.host = old   # refused before anything changed (a bad name or args)
+                    raise
 
     @property
     def prepare_limiter(self) -> anyio.CapacityLimiter:
