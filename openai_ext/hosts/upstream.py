@@ -32,6 +32,8 @@ from .upstream_dialects import Dialect, detect, error_of
 
 log = logging.getLogger(__name__)
 
+CALL_TIMEOUT = 30.0   # seconds for a tokenizer or template call to answer
+
 # Request fields the sampler names become on each kind of engine (the host samplers of a request).
 SAMPLERS: dict[str, dict[str, str]] = {
     "llama.cpp": {"top_k": "top_k", "min_p": "min_p", "typical_p": "typical_p", "top_n_sigma": "top_n_sigma",
@@ -86,8 +88,10 @@ class UpstreamHost(Host):
     # talking to it -----------------------------------------------------------------------------
     def _call(self, method: str, path: str, body: Any = None) -> Any:
         try:
+            # A short read timeout: these calls (tokens, templates) are quick, and prompts are
+            # prepared one at a time, so one that hangs must not hold up every request behind it.
             r = self.session.request(method, self.root + path, json=body, headers=self.headers,
-                                     timeout=self.timeouts)
+                                     timeout=(self.timeouts[0], CALL_TIMEOUT))
         except (requests.ConnectionError, requests.Timeout) as e:
             raise self._unreachable(e) from None
         if r.status_code >= 400:

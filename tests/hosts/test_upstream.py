@@ -219,3 +219,50 @@ def test_llama_server_as_the_upstream(llama_server, make_server):
     resp = client.responses.create(model="x", input="Say hi.", max_output_tokens=16, temperature=0)
     assert resp.output_text and resp.usage.output_tokens > 0
     host.close()
+
+
+@pytest.fixture(scope="module")
+def vllm(live, llama_host):
+    """The vLLM double (tests/doubles/vllm) on a free port, generating through ``live``."""
+    import sys
+    import threading
+
+    import uvicorn
+    from support import DOUBLES
+    from support.servers import free_port
+
+    sys.path.insert(0, str(DOUBLES / "vllm"))
+    from vllm_double import app
+
+    double = app(llama_host, live.url)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(double, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.05)
+    yield double, f"http://127.0.0.1:{port}/v1"
+    server.should_exit = True
+    thread.join(timeout=30)
+
+
+def test_vllm_as_the_upstream(vllm, make_server):
+    double, url = vllm
+    host = UpstreamHost(url)
+    front = make_server(host)
+    assert host.describe()["engine"] == "vllm" and host.context_length() == 2048
+    client = openai_client(front)
+    assert client.models.list().data[0].id == "Qwen/Qwen2.5-0.5B-Instruct"
+    r = chat(client, messages=[{"role": "user", "content": "Weather in Paris?"}], tools=[WEATHER],
+             tool_choice="required", max_tokens=60)
+    assert r.choices[0].message.tool_calls[0].function.name == "get_weather"
+    sent = double.state.requests[-1]
+    assert sent["structured_outputs"]["grammar"].startswith("root ::=") and isinstance(sent["prompt"], list)
+    r = chat(client, messages=[{"role": "user", "content": "Count to five."}], max_tokens=8, logprobs=True,
+             top_logprobs=2, extra_body={"top_k": 20})
+    assert len(r.choices[0].logprobs.content) == r.usage.completion_tokens == 8
+    assert double.state.requests[-1]["top_k"] == 20
+    claude = anthropic.Anthropic(base_url=front.url.removesuffix("/v1"), api_key="x", max_retries=0)
+    msg = claude.messages.create(model="x", max_tokens=16, messages=[{"role": "user", "content": "Say hi."}])
+    assert msg.usage.output_tokens > 0
+    host.close()
