@@ -188,24 +188,32 @@ def test_host_api_key_guards_the_extension(host_modules):
 @pytest.mark.slow
 def test_models_stay_responsive_during_a_generation(extension, host_modules):
     tg = host_modules.text_generation
-    tg.SCRIPT = ["t"] * 200
+    tg.SCRIPT = ["t"] * 20
     original = tg.generate_reply
+    started, release = threading.Event(), threading.Event()
 
-    def slow_reply(*a, **kw):
-        for text in original(*a, **kw):
-            time.sleep(0.01)
+    def held_reply(*a, **kw):
+        # the generation stops after its first pieces until the test lets it go on: the order
+        # of events is asserted, not how long anything takes
+        for i, text in enumerate(original(*a, **kw)):
+            if i == 2:
+                started.set()
+                release.wait(60)
             yield text
-    tg.generate_reply = slow_reply
+    tg.generate_reply = held_reply
     t = threading.Thread(target=lambda: httpx.post(f"{extension.server.url}/completions",
-                                                   json={"prompt": "x", "max_tokens": 200}, timeout=30))
+                                                   json={"prompt": "x", "max_tokens": 20}, timeout=60))
     t.start()
-    time.sleep(0.2)
-    assert host_modules.shared.generation_lock.locked()
-    r = httpx.get(f"{extension.server.url}/models", timeout=5)
-    assert r.status_code == 200
-    assert host_modules.shared.generation_lock.locked()   # answered while the generation was still running
-    t.join()
-    tg.generate_reply = original
+    try:
+        assert started.wait(60)
+        assert host_modules.shared.generation_lock.locked()
+        r = httpx.get(f"{extension.server.url}/models", timeout=30)
+        assert r.status_code == 200
+        assert host_modules.shared.generation_lock.locked()   # answered while the generation was still running
+    finally:
+        release.set()
+        t.join()
+        tg.generate_reply = original
 
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
