@@ -626,14 +626,14 @@ def test_event_loop_stays_free_while_transcribing(live, client, long_wav):
     worker = threading.Thread(target=transcribe, args=(client, long_wav))
     worker.start()
     time.sleep(0.5)
-    latencies = []
+    # order, not time: other requests are answered while the transcription is still running
+    answered_during = 0
     while worker.is_alive():
-        t = time.perf_counter()
-        assert httpx.get(f"{live.url}/models", timeout=10).status_code == 200
-        latencies.append(time.perf_counter() - t)
+        assert httpx.get(f"{live.url}/models", timeout=30).status_code == 200
+        answered_during += worker.is_alive()
         time.sleep(0.1)
     worker.join()
-    assert latencies and max(latencies) < 1.0, latencies
+    assert answered_during > 0
 
 
 def _counting_segments(server, produced: list):

