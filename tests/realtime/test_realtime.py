@@ -5,11 +5,16 @@ the spec's schema for its type (the members of the RealtimeServerEvent union).""
 
 from __future__ import annotations
 
+import base64
 import functools
 import json
+import time
 
+import numpy as np
 import openai
 import pytest
+import websockets.exceptions
+import websockets.sync.client
 from support.spec import _spec, assert_valid
 
 KEY = "sk-realtime-test"
@@ -101,3 +106,196 @@ def test_a_text_turn(rt):
         got = events.next()
         assert got["type"] == "conversation.item.retrieved" and got["item"]["content"][0]["text"] == done["text"]
         assert of(out, "conversation.item.added")[0]["previous_item_id"] == user_id
+
+
+# --- speech -----------------------------------------------------------------------------------
+
+QUESTION = "What is the capital of France?"
+CHUNK = 24_000 * 2 // 2          # half a second of 24 kHz PCM16 per append
+
+
+@pytest.fixture(scope="module")
+def say():
+    """24 kHz PCM16 speech of a text, by the piper voice the server speaks with."""
+    from openai_ext.audio.speech import render
+    from openai_ext.audio.tts import load_engine
+    from openai_ext.core.config import Settings
+
+    tts = load_engine(Settings())
+
+    @functools.cache
+    def speak(text: str) -> bytes:
+        return render(tts, text, tts.default_voice, fmt="pcm")
+    return speak
+
+
+def silence(seconds: float) -> bytes:
+    return bytes(int(24_000 * seconds) * 2)
+
+
+def append(connection, pcm: bytes) -> None:
+    for at in range(0, len(pcm), CHUNK):
+        connection.input_audio_buffer.append(audio=base64.b64encode(pcm[at:at + CHUNK]).decode())
+
+
+def pcm_of(events: list[dict]) -> np.ndarray:
+    data = b"".join(base64.b64decode(e["delta"]) for e in of(events, "response.output_audio.delta"))
+    return np.frombuffer(data, "<i2").astype(np.float32) / 32768
+
+
+@pytest.mark.engines
+@pytest.mark.slow
+def test_a_spoken_turn_push_to_talk(rt, say):
+    """Speech in, committed by the client: its transcript, then the answer as audio with its
+    transcript, in 24 kHz PCM16 deltas."""
+    with client(rt).realtime.connect(model=MODEL) as connection:
+        events = Events(connection)
+        events.next()
+        connection.session.update(session={"type": "realtime", "instructions": "Answer in one short sentence.",
+                                           "max_output_tokens": 40,
+                                           "audio": {"input": {"turn_detection": None}}})
+        assert events.next()["session"]["audio"]["input"]["turn_detection"] is None
+        append(connection, say(QUESTION))
+        connection.input_audio_buffer.commit()
+        committed = events.next()
+        assert committed["type"] == "input_audio_buffer.committed"
+        connection.response.create()
+        out = events.until("response.done")
+        heard = of(out, "conversation.item.input_audio_transcription.completed")[0]
+        assert heard["item_id"] == committed["item_id"]
+        assert "capital" in heard["transcript"].lower() and "france" in heard["transcript"].lower()
+        types = [e["type"] for e in out]
+        # the response starts after the transcript is known
+        assert types.index("conversation.item.input_audio_transcription.completed") < \
+            types.index("response.output_item.added")
+        transcript = "".join(e["delta"] for e in of(out, "response.output_audio_transcript.delta"))
+        assert transcript and of(out, "response.output_audio_transcript.done")[0]["transcript"] == transcript
+        pcm = pcm_of(out)
+        assert len(pcm) > 24_000 * 0.5 and float(np.sqrt(np.mean(pcm ** 2))) > 0.02
+        assert of(out, "response.output_audio.done")
+        final = out[-1]["response"]
+        assert final["output"][0]["content"][0] == {"type": "output_audio", "transcript": transcript}
+        assert final["usage"]["output_token_details"]["audio_tokens"] > 0
+
+
+# --- tools ------------------------------------------------------------------------------------
+
+WEATHER = {"type": "function", "name": "get_weather", "description": "The weather in a city now.",
+           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+
+
+def test_a_tool_round_trip(rt):
+    """The model calls a function (grammar-enforced with tool_choice required); its output goes
+    back as a function_call_output item, and a new response.create continues the turn."""
+    with client(rt).realtime.connect(model=MODEL) as connection:
+        events = Events(connection)
+        events.next()
+        connection.session.update(session={"type": "realtime", "output_modalities": ["text"], "tools": [WEATHER],
+                                           "tool_choice": "required", "max_output_tokens": 64})
+        assert events.next()["session"]["tools"][0]["name"] == "get_weather"
+        connection.conversation.item.create(item={"type": "message", "role": "user",
+                                                  "content": [{"type": "input_text",
+                                                               "text": "What is the weather in Paris?"}]})
+        events.until("conversation.item.done")
+        connection.response.create()
+        out = events.until("response.done")
+        done = of(out, "response.function_call_arguments.done")[0]
+        assert done["name"] == "get_weather" and isinstance(json.loads(done["arguments"])["city"], str)
+        deltas = of(out, "response.function_call_arguments.delta")
+        assert json.loads("".join(d["delta"] for d in deltas)) == json.loads(done["arguments"])
+        call = out[-1]["response"]["output"][0]
+        assert call["type"] == "function_call" and call["call_id"] == done["call_id"]
+        assert call["status"] == "completed"
+        connection.conversation.item.create(item={"type": "function_call_output", "call_id": done["call_id"],
+                                                  "output": json.dumps({"sky": "sunny", "celsius": 21})})
+        events.until("conversation.item.done")
+        connection.response.create(response={"tool_choice": "none", "max_output_tokens": 32})
+        out = events.until("response.done")
+        assert out[-1]["response"]["status"] in ("completed", "incomplete")
+        assert of(out, "response.output_text.done")[0]["text"]
+
+
+# --- bad events and the guards ------------------------------------------------------------------
+
+def ws_url(server) -> str:
+    return server.url.replace("http://", "ws://") + "/realtime?model=" + MODEL
+
+
+def raw_events(ws, *types: str) -> list[dict]:
+    out = []
+    while True:
+        event = check(json.loads(ws.recv()))
+        out.append(event)
+        if event["type"] in types:
+            return out
+
+
+def test_bad_events_get_error_events_and_the_session_goes_on(rt):
+    with websockets.sync.client.connect(ws_url(rt), additional_headers={"Authorization": f"Bearer {KEY}"},
+                                        max_size=None) as ws:
+        raw_events(ws, "session.created")
+        cases = [
+            ({"type": "conversation.frobnicate", "event_id": "e1"}, "invalid_event_type", "e1"),
+            ({"type": "input_audio_buffer.append", "audio": "%%% not base64", "event_id": "e2"}, "invalid_value",
+             "e2"),
+            ({"type": "input_audio_buffer.append", "audio": "A" * (64 * 1024), "event_id": "e3"}, "event_too_large",
+             None),
+            ({"type": "session.update", "session": {"type": "realtime", "output_modalities": ["video"]},
+              "event_id": "e4"}, "invalid_value", "e4"),
+            ({"type": "input_audio_buffer.commit", "event_id": "e5"}, "input_audio_buffer_commit_empty", "e5"),
+            ({"type": "response.cancel", "event_id": "e6"}, "response_cancel_not_active", "e6"),
+            ({"type": "conversation.item.retrieve", "item_id": "item_nope", "event_id": "e7"}, "item_not_found",
+             "e7"),
+        ]
+        for sent, code, event_id in cases:
+            ws.send(json.dumps(sent))
+            error = raw_events(ws, "error")[-1]["error"]
+            assert error["code"] == code and error["event_id"] == event_id, (sent, error)
+            assert error["type"] == "invalid_request_error" and error["message"]
+        ws.send("not json at all")
+        assert raw_events(ws, "error")[-1]["error"]["code"] == "invalid_json"
+        # still serving
+        ws.send(json.dumps({"type": "session.update", "session": {"type": "realtime", "instructions": "Be brief."}}))
+        assert raw_events(ws, "session.updated")[-1]["session"]["instructions"] == "Be brief."
+
+
+def test_a_wrong_key_is_refused_and_the_browser_subprotocol_is_taken(rt):
+    for headers in ({"Authorization": "Bearer wrong"}, {}):
+        with pytest.raises(websockets.exceptions.InvalidStatus) as refused:
+            websockets.sync.client.connect(ws_url(rt), additional_headers=headers)
+        assert refused.value.response.status_code == 401
+    with pytest.raises(websockets.exceptions.InvalidStatus):
+        websockets.sync.client.connect(ws_url(rt), subprotocols=["realtime", "openai-insecure-api-key.wrong"])
+    with websockets.sync.client.connect(ws_url(rt), subprotocols=["realtime", f"openai-insecure-api-key.{KEY}"]) as ws:
+        assert ws.subprotocol == "realtime"
+        assert raw_events(ws, "session.created")[0]["session"]["object"] == "realtime.session"
+
+
+def test_a_page_from_another_origin_is_refused(llama_host, make_server):
+    server = make_server(llama_host, cors_origins=["http://app.example"])
+    with pytest.raises(websockets.exceptions.InvalidStatus) as refused:
+        websockets.sync.client.connect(ws_url(server), origin="http://evil.example")
+    assert refused.value.response.status_code == 403
+    with websockets.sync.client.connect(ws_url(server), origin="http://app.example") as ws:
+        raw_events(ws, "session.created")
+
+
+def test_sessions_past_the_limit_are_told_and_closed(rt):
+    headers = {"Authorization": f"Bearer {KEY}"}
+    with websockets.sync.client.connect(ws_url(rt), additional_headers=headers) as first, \
+            websockets.sync.client.connect(ws_url(rt), additional_headers=headers) as second:
+        raw_events(first, "session.created")
+        raw_events(second, "session.created")
+        with websockets.sync.client.connect(ws_url(rt), additional_headers=headers) as third:
+            error = raw_events(third, "error")[-1]["error"]
+            assert error["code"] == "session_limit_reached" and "realtime_max_sessions" in error["message"]
+            with pytest.raises(websockets.exceptions.ConnectionClosed) as closed:
+                third.recv()
+            assert closed.value.rcvd.code == 1013
+    # the places are given back when sessions end (as soon as the server has seen them close)
+    for _ in range(200):
+        with websockets.sync.client.connect(ws_url(rt), additional_headers=headers) as again:
+            if json.loads(again.recv())["type"] == "session.created":
+                return
+        time.sleep(0.05)
+    raise AssertionError("the closed sessions' places were never given back")
