@@ -174,8 +174,22 @@ class Session:
         self.speech_item = None
         await self.send(event("input_audio_buffer.speech_stopped", audio_end_ms=ms, item_id=item_id))
         await self._commit(None, item_id)
-        if td.get("create_response", True):
+        if not td.get("create_response", True):
+            return
+        if self.response is None:
             await self._start_response(None)
+        elif self.cancel_reason:
+            # the answer this turn interrupted is still stopping: this turn's answer follows it
+            assert self.tasks is not None
+            self.tasks.start_soon(self._respond_after, self.response_done)
+
+    async def _respond_after(self, done: anyio.Event) -> None:
+        await done.wait()
+        if self.response is None:
+            try:
+                await self._start_response(None)
+            except OpenAIError as e:
+                await self.send(error_event(e))
 
     def _drop_before(self, ms: int) -> None:
         import numpy as np

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import functools
 import json
+import threading
 import time
 
 import numpy as np
@@ -55,8 +56,15 @@ class Events:
         self.connection = connection
         self.seen: list[dict] = []
 
-    def next(self) -> dict:
-        event = check(json.loads(self.connection.recv_bytes()))
+    def next(self, timeout: float = 120.0) -> dict:
+        # a watchdog, not a timing: an event that never comes fails the test instead of hanging it
+        watchdog = threading.Timer(timeout, self.connection.close)
+        watchdog.start()
+        try:
+            raw = self.connection.recv_bytes()
+        finally:
+            watchdog.cancel()
+        event = check(json.loads(raw))
         self.seen.append(event)
         return event
 
@@ -299,3 +307,61 @@ def test_sessions_past_the_limit_are_told_and_closed(rt):
                 return
         time.sleep(0.05)
     raise AssertionError("the closed sessions' places were never given back")
+
+
+# --- server VAD and barge-in ----------------------------------------------------------------------
+
+@pytest.mark.engines
+@pytest.mark.slow
+def test_server_vad_finds_the_turn_and_answers_it(rt, say):
+    """With the default turn detection the server hears the speech start and stop (Silero), commits
+    the turn and creates the response itself."""
+    with client(rt).realtime.connect(model=MODEL) as connection:
+        events = Events(connection)
+        session = events.next()["session"]
+        assert session["audio"]["input"]["turn_detection"]["type"] == "server_vad"
+        connection.session.update(session={"type": "realtime", "output_modalities": ["text"],
+                                           "max_output_tokens": 24})
+        events.next()
+        append(connection, silence(1.0) + say(QUESTION) + silence(1.5))
+        out = events.until("response.done")
+        started = of(out, "input_audio_buffer.speech_started")[0]
+        stopped = of(out, "input_audio_buffer.speech_stopped")[0]
+        assert 400 <= started["audio_start_ms"] <= 1000 < stopped["audio_end_ms"]
+        assert started["item_id"] == stopped["item_id"] == of(out, "input_audio_buffer.committed")[0]["item_id"]
+        heard = of(out, "conversation.item.input_audio_transcription.completed")[0]["transcript"].lower()
+        assert "capital" in heard and "france" in heard
+        assert of(out, "response.output_text.done")[0]["text"]
+
+
+@pytest.mark.engines
+@pytest.mark.slow
+def test_speech_during_an_answer_cancels_it_and_the_answer_is_truncated(rt, say):
+    """Barge-in: the user speaks while the answer is being spoken; the response ends cancelled
+    (turn_detected), the next turn is answered, and conversation.item.truncate cuts the first
+    answer's transcript to what was played."""
+    with client(rt).realtime.connect(model=MODEL) as connection:
+        events = Events(connection)
+        events.next()
+        connection.session.update(session={"type": "realtime", "max_output_tokens": 300,
+                                           "instructions": "Tell a long story with many sentences."})
+        events.next()
+        append(connection, say("Tell me a long story about a dragon.") + silence(1.0))
+        first = events.until("response.output_audio.delta")
+        response_id = first[-1]["response_id"]
+        item_id = first[-1]["item_id"]
+        append(connection, say(QUESTION) + silence(1.0))
+        out = events.until("response.done")
+        assert out[-1]["response"]["id"] == response_id
+        assert out[-1]["response"]["status"] == "cancelled"
+        assert out[-1]["response"]["status_details"]["reason"] == "turn_detected"
+        assert of(out, "input_audio_buffer.speech_started")
+        after = events.until("response.done")
+        assert after[-1]["response"]["id"] != response_id
+        assert after[-1]["response"]["status"] in ("completed", "incomplete")
+        full = of(out, "response.output_audio_transcript.done")[0]["transcript"]
+        connection.conversation.item.truncate(item_id=item_id, content_index=0, audio_end_ms=1)
+        assert events.until("conversation.item.truncated")[-1]["audio_end_ms"] == 1
+        connection.send({"type": "conversation.item.retrieve", "item_id": item_id})
+        kept = events.until("conversation.item.retrieved")[-1]["item"]["content"][0]["transcript"]
+        assert kept and len(kept) < len(full) and full.startswith(kept)
