@@ -20,6 +20,7 @@ import base64
 import contextlib
 import logging
 import math
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
@@ -47,6 +48,8 @@ log = logging.getLogger(__name__)
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 AUDIO_TOKENS_PER_SECOND = 20
 DELTA_BYTES = 24_000 * 2 // 5       # audio deltas of at most 200 ms at 24 kHz
+FIRST_CLAUSE_CHARS = 20             # the least of a first sentence spoken before the sentence ends
+_CLAUSE = re.compile(r"[,;:—–]\s")
 
 
 @dataclass
@@ -239,6 +242,13 @@ class Response:
                 await self._sentence(m, sentence, sentences)
             # what follows the last finished sentence waits for the next delta
             m.pending = pieces[-1] + (" " if m.pending[-1:].isspace() else "")
+        elif self.stages.first_sentence is None:
+            # The first sentence may be spoken a clause at a time: the user hears the answer begin
+            # while the model is still writing the rest of the sentence.
+            cut = max((c.end() for c in _CLAUSE.finditer(m.pending)), default=0)
+            if cut >= FIRST_CLAUSE_CHARS:
+                await self._sentence(m, m.pending[:cut].strip(), sentences)
+                m.pending = m.pending[cut:]
 
     async def _sentence(self, m: _Message, sentence: str, sentences) -> None:
         if self.stages.first_sentence is None:
