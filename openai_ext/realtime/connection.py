@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import logging
 import time
 from typing import Any
@@ -35,6 +36,7 @@ log = logging.getLogger(__name__)
 
 WHISPER_RATE = 16_000
 MIN_COMMIT_MS = 100       # OpenAI's least audio for a commit
+KEPT_BEFORE_SPEECH_MS = 1000
 
 
 class Session:
@@ -86,7 +88,8 @@ class Session:
             await self.send(error_event(InvalidRequestError(
                 f"This session reached its maximum length of {minutes:g} minutes (the realtime_max_session_s "
                 "setting). Open a new session to go on.", code="session_expired")))
-            await self.socket.close(code=1000, reason="session expired")
+            with contextlib.suppress(Exception):   # the client may have gone meanwhile
+                await self.socket.close(code=1000, reason="session expired")
 
     async def send(self, ev: dict[str, Any]) -> None:
         """One frame. A client that reads nothing for stream_send_timeout seconds is dropped."""
@@ -159,6 +162,10 @@ class Session:
             self.vad.done = self.heard - samples.size
         for mark, ms in await anyio.to_thread.run_sync(self.vad.feed, samples):
             await self._vad_mark(mark, ms)
+        if not self.vad.speaking:
+            # before speech, only the prefix padding (and a little more) is worth keeping
+            now_ms = self.heard * 1000 // WHISPER_RATE
+            self._drop_before(now_ms - vad.prefix_padding_ms - KEPT_BEFORE_SPEECH_MS)
 
     async def _vad_mark(self, mark: str, ms: int) -> None:
         td = self.config.turn_detection or {}

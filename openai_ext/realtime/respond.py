@@ -294,10 +294,9 @@ class Response:
         self.output.append(item)
         await self._emit("response.output_item.added", response_id=self.id, output_index=len(self.output) - 1,
                          item=public(item))
-        previous = None
-        if self.conversation is not None:
+        if self.conversation is not None:   # an out-of-band response's items stay out of it
             previous = self.conversation.add(item)
-        await self._emit("conversation.item.added", previous_item_id=previous, item=public(item))
+            await self._emit("conversation.item.added", previous_item_id=previous, item=public(item))
 
     # --- endings ------------------------------------------------------------------------------
     async def _close_message(self) -> None:
@@ -318,7 +317,8 @@ class Response:
     async def _finish_item(self, item: dict[str, Any], index: int) -> None:
         item["status"] = "completed" if self.status in ("in_progress", "completed") else "incomplete"
         await self._emit("response.output_item.done", response_id=self.id, output_index=index, item=public(item))
-        await self._emit("conversation.item.done", previous_item_id=None, item=public(item))
+        if self.conversation is not None:
+            await self._emit("conversation.item.done", previous_item_id=None, item=public(item))
 
     async def _close_open_items(self) -> None:
         await self._close_message()

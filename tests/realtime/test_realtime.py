@@ -365,3 +365,102 @@ def test_speech_during_an_answer_cancels_it_and_the_answer_is_truncated(rt, say)
         connection.send({"type": "conversation.item.retrieve", "item_id": item_id})
         kept = events.until("conversation.item.retrieved")[-1]["item"]["content"][0]["transcript"]
         assert kept and len(kept) < len(full) and full.startswith(kept)
+
+
+# --- responses out of band, cancelled -------------------------------------------------------------
+
+def test_an_out_of_band_response_and_a_cancelled_one(rt):
+    """conversation "none": the response's items stay out of the conversation. response.cancel
+    ends a response as cancelled (client_cancelled), and the session takes the next one."""
+    with client(rt).realtime.connect(model=MODEL) as connection:
+        events = Events(connection)
+        events.next()
+        connection.session.update(session={"type": "realtime", "output_modalities": ["text"]})
+        events.next()
+        connection.response.create(response={
+            "conversation": "none", "max_output_tokens": 16, "metadata": {"topic": "colour"},
+            "input": [{"type": "message", "role": "user",
+                       "content": [{"type": "input_text", "text": "Name a colour."}]}]})
+        out = events.until("response.done")
+        assert not of(out, "conversation.item.added") and out[-1]["response"]["metadata"] == {"topic": "colour"}
+        item_id = out[-1]["response"]["output"][0]["id"]
+        connection.send({"type": "conversation.item.retrieve", "item_id": item_id, "event_id": "r1"})
+        assert events.until("error")[-1]["error"]["code"] == "item_not_found"
+        connection.response.create(response={"max_output_tokens": 1000,
+                                             "instructions": "Write a very long essay about the sea."})
+        created = events.until("response.created")[-1]["response"]
+        connection.response.create()
+        assert events.until("error")[-1]["error"]["code"] == "conversation_already_has_active_response"
+        connection.response.cancel()
+        done = events.until("response.done")[-1]["response"]
+        assert done["id"] == created["id"] and done["status"] == "cancelled"
+        assert done["status_details"] == {"type": "cancelled", "reason": "client_cancelled"}
+        connection.response.create(response={"max_output_tokens": 8})
+        assert events.until("response.done")[-1]["response"]["status"] in ("completed", "incomplete")
+
+
+# --- limits --------------------------------------------------------------------------------------
+
+def test_the_input_buffer_and_the_session_length_are_bounded(llama_host, make_server):
+    server = make_server(llama_host, realtime_max_buffer_s=1.0, realtime_max_session_s=2.0)
+    with client(server).realtime.connect(model=MODEL) as connection:
+        events = Events(connection)
+        events.next()
+        connection.session.update(session={"type": "realtime", "audio": {"input": {"turn_detection": None}}})
+        events.next()
+        append(connection, silence(1.0))
+        connection.input_audio_buffer.append(audio=base64.b64encode(silence(0.5)).decode(), event_id="a1")
+        error = events.until("error")[-1]["error"]
+        assert error["code"] == "input_audio_buffer_full" and error["event_id"] == "a1"
+        assert "realtime_max_buffer_s" in error["message"]
+        connection.input_audio_buffer.clear()
+        assert events.next()["type"] == "input_audio_buffer.cleared"
+        connection.input_audio_buffer.append(audio=base64.b64encode(silence(0.5)).decode())
+        connection.input_audio_buffer.commit()
+        assert events.until("input_audio_buffer.committed")
+        # the session ends at its maximum length, with an error event that says so
+        expired = events.until("error")[-1]["error"]
+        assert expired["code"] == "session_expired" and "realtime_max_session_s" in expired["message"]
+
+
+def test_g711_round_trips():
+    from openai_ext.realtime.audio import from_pcm16, to_float
+
+    tone = (np.sin(np.arange(8000) / 5) * 12000).astype("<i2")
+    for fmt in ("audio/pcmu", "audio/pcma"):
+        coded = from_pcm16(tone.tobytes(), fmt)
+        assert len(coded) == tone.size
+        back = to_float(coded, fmt) * 32768
+        # G.711 keeps about 12 bits: the error is a small part of each sample
+        assert np.max(np.abs(back - tone) / np.maximum(np.abs(tone), 256)) < 0.07
+
+
+@pytest.mark.engines
+@pytest.mark.slow
+def test_a_spoken_turn_in_telephony_audio(rt, say):
+    """audio/pcmu (8 kHz G.711) in and out, as telephony bridges send it."""
+    from openai_ext.realtime.audio import Resampler, from_pcm16, to_float
+
+    pcm24 = np.frombuffer(say(QUESTION), "<i2").astype(np.float32) / 32768
+    narrow = Resampler(24_000, 8000)(pcm24)
+    ulaw = from_pcm16((np.clip(narrow, -1, 1) * 32767).astype("<i2").tobytes(), "audio/pcmu")
+    with client(rt).realtime.connect(model=MODEL) as connection:
+        events = Events(connection)
+        events.next()
+        connection.session.update(session={"type": "realtime", "max_output_tokens": 30,
+                                           "instructions": "Answer in one short sentence.",
+                                           "audio": {"input": {"format": {"type": "audio/pcmu"},
+                                                               "turn_detection": None},
+                                                     "output": {"format": {"type": "audio/pcmu"}}}})
+        session = events.next()["session"]
+        assert session["audio"]["output"]["format"] == {"type": "audio/pcmu"}
+        for at in range(0, len(ulaw), 4000):
+            connection.input_audio_buffer.append(audio=base64.b64encode(ulaw[at:at + 4000]).decode())
+        connection.input_audio_buffer.commit()
+        connection.response.create()
+        out = events.until("response.done")
+        heard = of(out, "conversation.item.input_audio_transcription.completed")[0]["transcript"].lower()
+        assert "capital" in heard and "france" in heard
+        data = b"".join(base64.b64decode(e["delta"]) for e in of(out, "response.output_audio.delta"))
+        speech = to_float(data, "audio/pcmu")
+        assert len(speech) > 8000 * 0.5 and float(np.sqrt(np.mean(speech ** 2))) > 0.02
