@@ -13,8 +13,6 @@ before it, then runs (respond.py). One response runs at a time, as at OpenAI.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import contextlib
 import logging
 import time
@@ -26,7 +24,9 @@ from fastapi import WebSocket
 
 from ..core.errors import InvalidRequestError, OpenAIError, internal_error
 from . import session as session_mod
-from .audio import RATES, Resampler, StreamingVad, to_float
+from .audio import StreamingVad
+from .buffer import MIN_COMMIT_MS, InputBuffer, decode_b64, to_16k
+from .buffer import RATE as WHISPER_RATE
 from .events import ClientEventError, error_event, event, new_id, parse
 from .items import Conversation, client_item, public
 from .respond import Response
@@ -34,8 +34,6 @@ from .service import RealtimeService
 
 log = logging.getLogger(__name__)
 
-WHISPER_RATE = 16_000
-MIN_COMMIT_MS = 100       # OpenAI's least audio for a commit
 KEPT_BEFORE_SPEECH_MS = 1000
 
 
@@ -50,15 +48,9 @@ class Session:
         self.config = session_mod.SessionConfig()
         self.conversation = Conversation()
         self.frame_limit = settings.realtime_max_frame_kb * 1024
-        self.max_buffer = int(settings.realtime_max_buffer_s * WHISPER_RATE)
         self.sending = anyio.Lock()
         self.tasks: TaskGroup | None = None
-        # the input buffer, at 16 kHz
-        self.buffer: list[Any] = []
-        self.buffered = 0
-        self.buffer_start_ms = 0    # where the buffer starts in the session's input audio
-        self.heard = 0              # samples of input audio so far
-        self.resampler: Resampler | None = None
+        self.buffer = InputBuffer(settings.realtime_max_buffer_s)
         self.vad: StreamingVad | None = None
         self.speech_item: str | None = None
         # transcripts on their way, by item id; the response in progress
@@ -124,10 +116,7 @@ class Session:
 
     # --- session ------------------------------------------------------------------------------
     async def _on_session_update(self, doc: dict[str, Any]) -> None:
-        old_format = self.config.input_format
         self.config = session_mod.update(self.config, doc.get("session"), self.service.check_voice)
-        if self.config.input_format != old_format:
-            self.resampler = None
         self.vad = None         # made again with the new settings at the next append
         await self.send(event("session.updated", session=self._describe()))
 
@@ -137,35 +126,18 @@ class Session:
         if not isinstance(audio, str):
             raise ClientEventError("'audio' is required: base64 of the audio in the session's input format.",
                                    param="audio", code="missing_required_parameter")
-        try:
-            data = base64.b64decode(audio, validate=True)
-        except (binascii.Error, ValueError):
-            raise ClientEventError("'audio' is not valid base64. Send the audio bytes base64-encoded.",
-                                   param="audio", code="invalid_value") from None
-        fmt = self.config.input_format
-        if self.resampler is None:
-            self.resampler = Resampler(RATES[fmt], WHISPER_RATE)
-        samples = self.resampler(to_float(data, fmt))
-        if self.buffered + samples.size > self.max_buffer:
-            raise ClientEventError(
-                f"The input audio buffer holds {self.buffered / WHISPER_RATE:.1f} s, and this append would take it "
-                f"over the limit of {self.max_buffer / WHISPER_RATE:g} s (the realtime_max_buffer_s setting). "
-                "Commit or clear the buffer first.", code="input_audio_buffer_full", param="audio")
-        self.buffer.append(samples)
-        self.buffered += samples.size
-        self.heard += samples.size
+        samples = self.buffer.append(decode_b64(audio, "audio"), self.config.input_format)
         vad = self.config.vad
         if vad is None:
             return
         if self.vad is None:
             self.vad = StreamingVad(vad)
-            self.vad.done = self.heard - samples.size
+            self.vad.done = self.buffer.heard - samples.size
         for mark, ms in await anyio.to_thread.run_sync(self.vad.feed, samples):
             await self._vad_mark(mark, ms)
         if not self.vad.speaking:
             # before speech, only the prefix padding (and a little more) is worth keeping
-            now_ms = self.heard * 1000 // WHISPER_RATE
-            self._drop_before(now_ms - vad.prefix_padding_ms - KEPT_BEFORE_SPEECH_MS)
+            self.buffer.drop_before(self.buffer.now_ms - vad.prefix_padding_ms - KEPT_BEFORE_SPEECH_MS)
 
     async def _vad_mark(self, mark: str, ms: int) -> None:
         td = self.config.turn_detection or {}
@@ -175,7 +147,7 @@ class Session:
             if self.response is not None and td.get("interrupt_response", True):
                 self._cancel_response("turn_detected")
             # the buffer keeps only the prefix padding before speech
-            self._drop_before(ms)
+            self.buffer.drop_before(ms)
             return
         item_id = self.speech_item or new_id("item")
         self.speech_item = None
@@ -198,32 +170,11 @@ class Session:
             except OpenAIError as e:
                 await self.send(error_event(e))
 
-    def _drop_before(self, ms: int) -> None:
-        import numpy as np
-
-        keep_from = ms * WHISPER_RATE // 1000
-        start = self.buffer_start_ms * WHISPER_RATE // 1000
-        cut = keep_from - start
-        if cut <= 0 or not self.buffer:
-            return
-        joined = np.concatenate(self.buffer)
-        self.buffer = [joined[cut:]]
-        self.buffered = self.buffer[0].size
-        self.buffer_start_ms = ms
-
     async def _on_input_audio_buffer_commit(self, doc: dict[str, Any]) -> None:
         await self._commit(doc.get("event_id"), new_id("item"))
 
     async def _commit(self, event_id: str | None, item_id: str) -> None:
-        import numpy as np
-
-        if self.buffered * 1000 < MIN_COMMIT_MS * WHISPER_RATE:
-            raise ClientEventError(f"Error committing input audio buffer: buffer too small. Expected at least "
-                                   f"{MIN_COMMIT_MS}ms of audio, but buffer only has "
-                                   f"{self.buffered * 1000 // WHISPER_RATE}ms of audio.",
-                                   event_id=event_id, code="input_audio_buffer_commit_empty")
-        audio = np.concatenate(self.buffer)
-        self._reset_buffer()
+        audio = self.buffer.take(event_id)
         item = {"id": item_id, "object": "realtime.item", "type": "message", "status": "completed", "role": "user",
                 "content": [{"type": "input_audio"}]}
         previous = self.conversation.add(item)
@@ -233,18 +184,21 @@ class Session:
         assert self.tasks is not None
         self.tasks.start_soon(self._transcribe, item, audio, previous, done)
 
-    def _reset_buffer(self) -> None:
-        self.buffer, self.buffered = [], 0
-        self.buffer_start_ms = self.heard * 1000 // WHISPER_RATE
+    async def _transcribe(self, item: dict[str, Any], audio: Any, previous: str | None, done: anyio.Event,
+                          index: int = 0) -> None:
+        part = item["content"][index]
+        reported = self.config.transcription is not None
 
-    async def _transcribe(self, item: dict[str, Any], audio: Any, previous: str | None, done: anyio.Event) -> None:
-        part = item["content"][0]
+        async def delta(piece: str) -> None:
+            if reported:
+                await self.send(event("conversation.item.input_audio_transcription.delta", item_id=item["id"],
+                                      content_index=index, delta=piece))
         try:
-            transcript = await self.service.transcribe(audio, self.config.transcription)
+            transcript = await self.service.transcribe(audio, self.config.transcription, delta)
             part["transcript"] = transcript
-            if self.config.transcription is not None:
+            if reported:
                 await self.send(event("conversation.item.input_audio_transcription.completed", item_id=item["id"],
-                                      content_index=0, transcript=transcript,
+                                      content_index=index, transcript=transcript,
                                       usage={"type": "duration", "seconds": round(audio.size / WHISPER_RATE, 3)}))
         except Exception as e:  # noqa: BLE001 - the turn has no transcript; the session goes on
             err = e if isinstance(e, OpenAIError) else internal_error(e)
@@ -252,15 +206,15 @@ class Session:
                 log.exception("transcribing a realtime turn failed")
             part["transcript"] = ""
             await self.send(event("conversation.item.input_audio_transcription.failed", item_id=item["id"],
-                                  content_index=0, error={"type": err.type, "code": err.code or "",
+                                  content_index=index, error={"type": err.type, "code": err.code or "",
                                                           "message": err.message, "param": err.param or ""}))
         finally:
             done.set()
-            self.transcribing.pop(item["id"], None)
+            self.transcribing = {k: v for k, v in self.transcribing.items() if v is not done}
         await self.send(event("conversation.item.done", previous_item_id=previous, item=public(item)))
 
     async def _on_input_audio_buffer_clear(self, doc: dict[str, Any]) -> None:
-        self._reset_buffer()
+        self.buffer.clear()
         self.speech_item = None
         if self.vad is not None:
             self.vad = None
@@ -280,10 +234,23 @@ class Session:
         if self.conversation.find(item["id"]) is not None:
             raise ClientEventError(f"An item with id {item['id']!r} is already in the conversation.",
                                    param="item.id", code="item_already_exists")
+        heard = [(k, self._item_audio(part.pop("audio"), f"item.content[{k}].audio"))
+                 for k, part in enumerate(item.get("content", ())) if "audio" in part]
         previous = doc.get("previous_item_id")
         previous = self.conversation.add(item, previous if isinstance(previous, str) else None)
         await self.send(event("conversation.item.added", previous_item_id=previous, item=public(item)))
-        await self.send(event("conversation.item.done", previous_item_id=previous, item=public(item)))
+        if not heard:
+            await self.send(event("conversation.item.done", previous_item_id=previous, item=public(item)))
+        for index, audio in heard:    # audio parts are transcribed as a committed turn is
+            done = self.transcribing[f"{item['id']}/{index}"] = anyio.Event()
+            assert self.tasks is not None
+            self.tasks.start_soon(self._transcribe, item, audio, previous, done, index)
+
+    def _item_audio(self, data: str, param: str) -> Any:
+        audio = to_16k(decode_b64(data, param), self.config.input_format)
+        if audio.size * 1000 < MIN_COMMIT_MS * WHISPER_RATE:
+            raise ClientEventError(f"'{param}' holds less than {MIN_COMMIT_MS} ms of audio.", param=param)
+        return audio
 
     def _item(self, doc: dict[str, Any]) -> dict[str, Any]:
         item_id = doc.get("item_id")

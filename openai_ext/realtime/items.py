@@ -90,13 +90,14 @@ def client_item(raw: Any) -> dict[str, Any]:
             if not isinstance(part, dict) or part.get("type") not in ROLES[role]:
                 raise ClientEventError(f"'{where}.type' must be one of {', '.join(ROLES[role])} in a {role} message.",
                                        param=f"{where}.type")
-            kept = {key: part[key] for key in ("type", "text", "transcript") if isinstance(part.get(key), str)}
+            kept = {key: part[key] for key in ("type", "text", "transcript", "audio") if isinstance(part.get(key), str)}
             if len(kept.get("text", "") + kept.get("transcript", "")) > MAX_TEXT:
                 raise ClientEventError(f"'{where}' is over {MAX_TEXT} characters.", param=where)
-            if part["type"] == "input_audio" and "transcript" not in kept:
-                raise ClientEventError(f"'{where}': an input_audio part needs its 'transcript' here; send speech with "
-                                       "input_audio_buffer.append and commit, and it is transcribed.",
-                                       param=f"{where}.transcript")
+            if part["type"] == "input_audio" and "transcript" not in kept and "audio" not in kept:
+                raise ClientEventError(f"'{where}': an input_audio part needs its 'audio' (base64, in the session's "
+                                       "input format) or its 'transcript'.", param=f"{where}.audio")
+            if part["type"] != "input_audio" or "transcript" in kept:
+                kept.pop("audio", None)     # audio with a transcript is not heard again
             if part["type"] in ("input_text", "output_text") and "text" not in kept:
                 raise ClientEventError(f"'{where}.text' is required.", param=f"{where}.text",
                                        code="missing_required_parameter")

@@ -10,7 +10,7 @@ sentences with /v1/audio/speech.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 import anyio
 
@@ -52,8 +52,10 @@ class RealtimeService:
         return asked or self.text.host.model_id
 
     # --- speech in ---------------------------------------------------------------------------
-    async def transcribe(self, audio: Any, options: dict[str, Any] | None) -> str:
-        """The transcript of ``audio`` (float32 at 16 kHz), in the transcription line's turn."""
+    async def transcribe(self, audio: Any, options: dict[str, Any] | None,
+                         on_piece: Callable[[str], Awaitable[None]] | None = None) -> str:
+        """The transcript of ``audio`` (float32 at 16 kHz), in the transcription line's turn;
+        ``on_piece`` hears each segment's text as soon as it is decoded."""
         options = options or {}
         job = TranscriptionJob(task="transcribe", model=options.get("model") or "whisper-1",
                                language=options.get("language") or None, prompt=options.get("prompt") or None)
@@ -65,8 +67,24 @@ class RealtimeService:
         except BaseException:
             place.release()
             raise
+        pieces: list[str] = []
         async with place:
-            return await anyio.to_thread.run_sync(functools.partial(_transcript, engine, audio, job))
+            # greedy decoding: a short turn is heard as well, in about half the time of a beam search
+            transcript = await anyio.to_thread.run_sync(functools.partial(
+                engine.transcribe, audio, language=job.language, prompt=job.prompt, beam_size=1))
+            segments = transcript.segments
+            try:
+                while (segment := await anyio.to_thread.run_sync(next, segments, None)) is not None:
+                    text = segment.text if pieces else segment.text.lstrip()
+                    if text:
+                        pieces.append(text)
+                        if on_piece is not None:
+                            await on_piece(text)
+            finally:
+                close = getattr(segments, "close", None)
+                if close:
+                    close()
+        return "".join(pieces).strip()
 
     # --- speech out --------------------------------------------------------------------------
     async def voice(self, name: str) -> tuple[TtsEngine, str]:
@@ -91,14 +109,3 @@ def _language(value: str) -> str:
         raise ClientEventError(f"Unknown transcription language {value!r}; give an ISO-639-1 code such as 'en'.",
                                param="session.audio.input.transcription.language")
     return code
-
-
-def _transcript(engine: Any, audio: Any, job: TranscriptionJob) -> str:
-    # greedy decoding: a short turn is heard as well, in about half the time of a beam search
-    transcript = engine.transcribe(audio, language=job.language, prompt=job.prompt, beam_size=1)
-    try:
-        return "".join(segment.text for segment in transcript.segments).strip()
-    finally:
-        close = getattr(transcript.segments, "close", None)
-        if close:
-            close()

@@ -42,7 +42,7 @@ def check(event: dict) -> dict:
 
 @pytest.fixture(scope="module")
 def rt(llama_host, make_server):
-    return make_server(llama_host, api_key=KEY, realtime_max_frame_kb=64, realtime_max_sessions=2)
+    return make_server(llama_host, api_key=KEY, realtime_max_frame_kb=256, realtime_max_sessions=2)
 
 
 def client(server, key: str = KEY) -> openai.OpenAI:
@@ -75,6 +75,7 @@ class Events:
             out.append(event)
             if event["type"] in types:
                 return out
+            assert event["type"] != "error", f"waiting for {types}: {event['error']}"
 
 
 def of(events: list[dict], type_: str) -> list[dict]:
@@ -172,6 +173,8 @@ def test_a_spoken_turn_push_to_talk(rt, say):
         heard = of(out, "conversation.item.input_audio_transcription.completed")[0]
         assert heard["item_id"] == committed["item_id"]
         assert "capital" in heard["transcript"].lower() and "france" in heard["transcript"].lower()
+        pieces = of(out, "conversation.item.input_audio_transcription.delta")
+        assert pieces and "".join(p["delta"] for p in pieces).strip() == heard["transcript"]
         types = [e["type"] for e in out]
         # the response starts after the transcript is known
         assert types.index("conversation.item.input_audio_transcription.completed") < \
@@ -246,7 +249,7 @@ def test_bad_events_get_error_events_and_the_session_goes_on(rt):
             ({"type": "conversation.frobnicate", "event_id": "e1"}, "invalid_event_type", "e1"),
             ({"type": "input_audio_buffer.append", "audio": "%%% not base64", "event_id": "e2"}, "invalid_value",
              "e2"),
-            ({"type": "input_audio_buffer.append", "audio": "A" * (64 * 1024), "event_id": "e3"}, "event_too_large",
+            ({"type": "input_audio_buffer.append", "audio": "A" * (256 * 1024), "event_id": "e3"}, "event_too_large",
              None),
             ({"type": "session.update", "session": {"type": "realtime", "output_modalities": ["video"]},
               "event_id": "e4"}, "invalid_value", "e4"),
@@ -464,3 +467,25 @@ def test_a_spoken_turn_in_telephony_audio(rt, say):
         data = b"".join(base64.b64decode(e["delta"]) for e in of(out, "response.output_audio.delta"))
         speech = to_float(data, "audio/pcmu")
         assert len(speech) > 8000 * 0.5 and float(np.sqrt(np.mean(speech ** 2))) > 0.02
+
+
+@pytest.mark.engines
+@pytest.mark.slow
+def test_an_audio_item_is_heard_and_a_client_that_leaves_stops_its_answer(rt, say, llama_host):
+    """conversation.item.create with an input_audio part carrying audio: it is transcribed as a
+    committed turn is. A client that goes away mid-answer leaves nothing running."""
+    from support.servers import idle
+
+    with client(rt).realtime.connect(model=MODEL) as connection:
+        events = Events(connection)
+        events.next()
+        connection.conversation.item.create(item={"type": "message", "role": "user", "content": [
+            {"type": "input_audio", "audio": base64.b64encode(say(QUESTION)).decode()}]})
+        out = events.until("conversation.item.done")
+        heard = of(out, "conversation.item.input_audio_transcription.completed")[0]["transcript"].lower()
+        assert "capital" in heard and "france" in heard
+        assert "audio" not in out[-1]["item"]["content"][0]
+        connection.response.create(response={"max_output_tokens": 1000, "output_modalities": ["text"],
+                                             "instructions": "Write a very long essay about France."})
+        events.until("response.output_text.delta")
+    assert idle(rt, llama_host, timeout=60)
