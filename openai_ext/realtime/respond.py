@@ -27,9 +27,10 @@ from typing import Any, Awaitable, Callable
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
+from pydantic import ValidationError
 
 from ..audio.sentences import split_sentences
-from ..core.errors import OpenAIError, internal_error
+from ..core.errors import OpenAIError, from_validation_errors, internal_error
 from ..text import chat
 from ..text.generation import run_job
 from ..text.output import OutputParser
@@ -164,7 +165,10 @@ class Response:
             body["max_tokens"] = c.max_output_tokens
         if c.temperature is not None:
             body["temperature"] = c.temperature
-        return ChatCompletionRequest.model_validate(body)
+        try:
+            return ChatCompletionRequest.model_validate(body)
+        except ValidationError as e:   # a tool's schema, say: the error names the chat field
+            raise from_validation_errors(list(e.errors())) from None
 
     async def _generate(self) -> tuple[int, int]:
         text = self.service.text

@@ -180,6 +180,8 @@ def update(config: SessionConfig, session: Any, voices_ok) -> SessionConfig:
         new.max_output_tokens = check_max_tokens(session["max_output_tokens"], "session.max_output_tokens")
     if "temperature" in session:
         temp = get(session, "temperature", (int, float), where="session")
+        if temp is not None and not 0.0 <= temp <= 2.0:
+            raise ClientEventError("'session.temperature' must be from 0.0 to 2.0.", param="session.temperature")
         new.temperature = None if temp is None else float(temp)
     return new
 
