@@ -168,7 +168,7 @@ class Response:
         try:
             return ChatCompletionRequest.model_validate(body)
         except ValidationError as e:   # a tool's schema, say: the error names the chat field
-            raise from_validation_errors(list(e.errors())) from None
+            raise from_validation_errors([dict(x) for x in e.errors()]) from None
 
     async def _generate(self) -> tuple[int, int]:
         text = self.service.text
