@@ -489,3 +489,48 @@ def test_an_audio_item_is_heard_and_a_client_that_leaves_stops_its_answer(rt, sa
                                              "instructions": "Write a very long essay about France."})
         events.until("response.output_text.delta")
     assert idle(rt, llama_host, timeout=60)
+
+
+def test_malformed_fields_of_every_event_are_client_errors(rt):
+    """Every client event type with fields of every wrong kind: each is answered (an error event of
+    the client's kind, never a server error) and the session serves on."""
+    from openai_ext.realtime.events import CLIENT_EVENTS
+
+    odd = [None, 7, -1, 1.5, True, "x", [], [1, "a"], {}, {"type": 3}, {"type": "message"}, "A" * 10]
+    fields = ["session", "audio", "item", "item_id", "previous_item_id", "response", "response_id",
+              "content_index", "audio_end_ms"]
+    with websockets.sync.client.connect(ws_url(rt), additional_headers={"Authorization": f"Bearer {KEY}"},
+                                        max_size=None) as ws:
+        raw_events(ws, "session.created")
+        n = 0
+        for kind in CLIENT_EVENTS:
+            if kind in ("response.create", "output_audio_buffer.clear", "input_audio_buffer.clear"):
+                continue     # valid without any field: they would start work, not fail
+            for name in fields:
+                for value in odd:
+                    n += 1
+                    ws.send(json.dumps({"type": kind, name: value, "event_id": f"f{n}"}))
+                    answer = raw_events(ws, "error", "session.updated", "conversation.item.added",
+                                        "input_audio_buffer.cleared", "input_audio_buffer.committed")[-1]
+                    if answer["type"] == "error":
+                        assert answer["error"]["type"] == "invalid_request_error", (kind, name, value, answer)
+                    else:
+                        # a commit of a few samples, an item that was in fact valid: take the rest of
+                        # its answer (a transcription's events), then go on
+                        if answer["type"] == "input_audio_buffer.committed":
+                            raw_events(ws, "conversation.item.done")
+        for bad in ({"instructions": 5}, {"output_modalities": "audio"}, {"audio": {"input": {"format": "pcm"}}},
+                    {"audio": {"input": {"turn_detection": {"type": "semantic_vad"}}}},
+                    {"audio": {"output": {"voice": "nobody-at-all"}}}, {"tools": [{"type": "mcp"}]},
+                    {"tool_choice": {"type": "function"}}, {"max_output_tokens": 0}, {"temperature": 9},
+                    {"audio": {"input": {"turn_detection": {"type": "server_vad", "threshold": 2}}}}):
+            ws.send(json.dumps({"type": "session.update", "session": {"type": "realtime", **bad}}))
+            error = raw_events(ws, "error", "session.updated")[-1]
+            assert error["type"] == "error" and error["error"]["type"] == "invalid_request_error", (bad, error)
+        for bad in ({"conversation": "other"}, {"input": "text"}, {"tools": 3}, {"output_modalities": []},
+                    {"input": [{"type": "item_reference", "id": "item_nope"}]}):
+            ws.send(json.dumps({"type": "response.create", "response": bad}))
+            error = raw_events(ws, "error", "response.created")[-1]
+            assert error["type"] == "error" and error["error"]["type"] == "invalid_request_error", (bad, error)
+        ws.send(json.dumps({"type": "session.update", "session": {"type": "realtime", "instructions": "Still here."}}))
+        assert raw_events(ws, "session.updated")[-1]["session"]["instructions"] == "Still here."
