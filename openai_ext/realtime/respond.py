@@ -134,10 +134,15 @@ class Response:
         finally:
             if self.encoder is not None:
                 self.encoder.close()
+        truncated = None
         if scope.cancel_called and self.status == "in_progress":
             self.status = "cancelled"
             self.details = {"type": "cancelled", "reason": reason[0] if reason else "client_cancelled"}
+            truncated = self._cut_to_heard()
         await self._close_open_items()
+        if truncated is not None and self.conversation is not None:
+            await self._emit("conversation.item.truncated", item_id=truncated[0], content_index=0,
+                             audio_end_ms=truncated[1])
         audio_s = (self.encoder.ms / 1000) if self.encoder is not None else 0.0
         audio_tokens = math.ceil(audio_s * AUDIO_TOKENS_PER_SECOND)
         self.usage = {"total_tokens": prompt_tokens + text_tokens + audio_tokens, "input_tokens": prompt_tokens,
@@ -147,6 +152,20 @@ class Response:
         if self.status == "in_progress":
             self.status = "completed"
         await self._emit("response.done", response=self.snapshot())
+
+    def _cut_to_heard(self) -> tuple[str, int] | None:
+        """A cancelled answer's transcript cut to what the user can have heard: the sentences whose
+        audio was sent and, the client playing it as it came, had begun to play by now. The model's
+        next turn then knows where it was interrupted. Returns (item id, audio end ms)."""
+        m = self.message
+        if m is None or not m.audio:
+            return None
+        sent_ms = self.encoder.ms if self.encoder is not None else 0
+        played = 0 if self.stages.first_audio is None else int((time.perf_counter() - self.stages.first_audio) * 1000)
+        end_ms = min(sent_ms, played)
+        m.text = " ".join(sentence for start, sentence in m.spoken if start < end_ms)
+        m.item["content"][0]["transcript"] = m.text
+        return m.item["id"], end_ms
 
     def _fail(self, err: OpenAIError) -> None:
         self.status = "failed"
@@ -271,7 +290,7 @@ class Response:
                 if self.encoder is None:
                     self.encoder = OutputEncoder(self.config.output_format)
                 encoder = self.encoder
-                m.spoken.append((encoder.ms, sentence))
+                start_ms = encoder.ms
                 pcm, rate = await anyio.to_thread.run_sync(tts.speak, sentence, voice, self.config.speed,
                                                            limiter=svc.speech.turns)
                 data = await anyio.to_thread.run_sync(encoder.write, pcm, rate)
@@ -280,6 +299,8 @@ class Response:
                         self.stages.first_audio = time.perf_counter()
                     await self._emit("response.output_audio.delta", **self._where(m),
                                      delta=base64.b64encode(data[at:at + DELTA_BYTES]).decode())
+                    if at == 0:
+                        m.spoken.append((start_ms, sentence))
 
     # --- a function call ----------------------------------------------------------------------
     async def _call(self, e: CallDelta) -> None:

@@ -362,12 +362,20 @@ def test_speech_during_an_answer_cancels_it_and_the_answer_is_truncated(rt, say)
         after = events.until("response.done")
         assert after[-1]["response"]["id"] != response_id
         assert after[-1]["response"]["status"] in ("completed", "incomplete")
-        full = of(out, "response.output_audio_transcript.done")[0]["transcript"]
+        # the answer keeps what can have been heard: the sentences whose audio had begun to play
+        written = " ".join("".join(e["delta"] for e in first + out
+                                   if e["type"] == "response.output_audio_transcript.delta").split())
+        cut = of(out, "conversation.item.truncated")[0]
+        answer = out[-1]["response"]["output"][0]
+        assert cut["item_id"] == item_id and answer["status"] == "incomplete"
+        assert written.startswith(answer["content"][0]["transcript"])
+        assert of(out, "response.output_audio_transcript.done")[0]["transcript"] == answer["content"][0]["transcript"]
+        # and the client may cut it to what it played
         connection.conversation.item.truncate(item_id=item_id, content_index=0, audio_end_ms=1)
         assert events.until("conversation.item.truncated")[-1]["audio_end_ms"] == 1
         connection.send({"type": "conversation.item.retrieve", "item_id": item_id})
         kept = events.until("conversation.item.retrieved")[-1]["item"]["content"][0]["transcript"]
-        assert kept and len(kept) < len(full) and full.startswith(kept)
+        assert kept and len(kept) < len(written) and written.startswith(kept)
 
 
 # --- responses out of band, cancelled -------------------------------------------------------------
