@@ -23,6 +23,9 @@ MAX_INSTRUCTIONS = 32_768
 MAX_TOOLS = 128
 MAX_OUTPUT_TOKENS = 4096
 SPEEDS = (0.25, 1.5)
+# semantic_vad is served by the same detector, waiting for a silence as long as its eagerness says
+# (there is no model here that hears whether a sentence is finished)
+EAGERNESS_SILENCE_MS = {"low": 1200, "medium": 700, "auto": 700, "high": 350}
 DEFAULT_VAD = {"type": "server_vad", "threshold": 0.5, "prefix_padding_ms": 300, "silence_duration_ms": 500,
                "create_response": True, "interrupt_response": True, "idle_timeout_ms": None}
 
@@ -47,6 +50,8 @@ class SessionConfig:
         td = self.turn_detection
         if td is None:
             return None
+        if td["type"] == "semantic_vad":
+            return VadSettings(silence_duration_ms=EAGERNESS_SILENCE_MS[td["eagerness"]])
         return VadSettings(td["threshold"], td["prefix_padding_ms"], td["silence_duration_ms"])
 
     def copy(self) -> "SessionConfig":
@@ -66,11 +71,20 @@ def _format(value: Any, param: str) -> str:
 def _turn_detection(value: Any, param: str) -> dict[str, Any] | None:
     if value is None:
         return None
-    if not isinstance(value, dict) or value.get("type") != "server_vad":
+    if not isinstance(value, dict) or value.get("type") not in ("server_vad", "semantic_vad"):
         kind = value.get("type") if isinstance(value, dict) else value
-        raise ClientEventError(f"'{param}' must be null (push-to-talk: commit the buffer yourself) or "
-                               f"{{\"type\": \"server_vad\", ...}}; {kind!r} is not served here "
-                               "(semantic_vad is not available).", param=param)
+        raise ClientEventError(f"'{param}' must be null (push-to-talk: commit the buffer yourself), "
+                               f"{{\"type\": \"server_vad\", ...}} or {{\"type\": \"semantic_vad\", ...}}; not "
+                               f"{kind!r}.", param=param)
+    if value["type"] == "semantic_vad":
+        eagerness = value.get("eagerness", "auto")
+        if eagerness not in EAGERNESS_SILENCE_MS:
+            raise ClientEventError(f"'{param}.eagerness' must be one of {', '.join(EAGERNESS_SILENCE_MS)}.",
+                                   param=f"{param}.eagerness")
+        semantic = {"type": "semantic_vad", "eagerness": eagerness, "create_response": True,
+                    "interrupt_response": True}
+        _flags(value, semantic, param)
+        return semantic
     out = dict(DEFAULT_VAD)
     threshold = get(value, "threshold", (int, float), where=param)
     if threshold is not None:
@@ -83,11 +97,15 @@ def _turn_detection(value: Any, param: str) -> dict[str, Any] | None:
             if not low <= ms <= high:
                 raise ClientEventError(f"'{param}.{name}' must be from {low} to {high}.", param=f"{param}.{name}")
             out[name] = ms
+    _flags(value, out, param)
+    return out
+
+
+def _flags(value: dict[str, Any], out: dict[str, Any], param: str) -> None:
     for name in ("create_response", "interrupt_response"):
         flag = get(value, name, bool, where=param)
         if flag is not None:
             out[name] = flag
-    return out
 
 
 def check_tools(value: Any, param: str) -> list[dict[str, Any]]:

@@ -316,16 +316,20 @@ def test_sessions_past_the_limit_are_told_and_closed(rt):
 
 @pytest.mark.engines
 @pytest.mark.slow
-def test_server_vad_finds_the_turn_and_answers_it(rt, say):
-    """With the default turn detection the server hears the speech start and stop (Silero), commits
-    the turn and creates the response itself."""
+@pytest.mark.parametrize("detection", [None, {"type": "semantic_vad", "eagerness": "high"}])
+def test_server_vad_finds_the_turn_and_answers_it(rt, say, detection):
+    """With the default turn detection (server_vad), or semantic_vad, the server hears the speech
+    start and stop (Silero), commits the turn and creates the response itself."""
     with client(rt).realtime.connect(model=MODEL) as connection:
         events = Events(connection)
         session = events.next()["session"]
         assert session["audio"]["input"]["turn_detection"]["type"] == "server_vad"
-        connection.session.update(session={"type": "realtime", "output_modalities": ["text"],
-                                           "max_output_tokens": 24})
-        events.next()
+        update = {"type": "realtime", "output_modalities": ["text"], "max_output_tokens": 24}
+        if detection:
+            update["audio"] = {"input": {"turn_detection": detection}}
+        connection.session.update(session=update)
+        turn = events.next()["session"]["audio"]["input"]["turn_detection"]
+        assert turn["type"] == (detection or {"type": "server_vad"})["type"]
         append(connection, silence(1.0) + say(QUESTION) + silence(1.5))
         out = events.until("response.done")
         started = of(out, "input_audio_buffer.speech_started")[0]
@@ -528,7 +532,7 @@ def test_malformed_fields_of_every_event_are_client_errors(rt):
                         if answer["type"] == "input_audio_buffer.committed":
                             raw_events(ws, "conversation.item.done")
         for bad in ({"instructions": 5}, {"output_modalities": "audio"}, {"audio": {"input": {"format": "pcm"}}},
-                    {"audio": {"input": {"turn_detection": {"type": "semantic_vad"}}}},
+                    {"audio": {"input": {"turn_detection": {"type": "semantic_vad", "eagerness": "soon"}}}},
                     {"audio": {"output": {"voice": "nobody-at-all"}}}, {"tools": [{"type": "mcp"}]},
                     {"tool_choice": {"type": "function"}}, {"max_output_tokens": 0}, {"temperature": 9},
                     {"audio": {"input": {"turn_detection": {"type": "server_vad", "threshold": 2}}}}):
