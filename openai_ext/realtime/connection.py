@@ -116,8 +116,11 @@ class Session:
 
     # --- session ------------------------------------------------------------------------------
     async def _on_session_update(self, doc: dict[str, Any]) -> None:
+        before = self.config.turn_detection
         self.config = session_mod.update(self.config, doc.get("session"), self.service.check_voice)
-        self.vad = None         # made again with the new settings at the next append
+        if self.config.turn_detection != before:
+            self.vad = None     # made again with the new settings at the next append
+            self.speech_item = None
         await self.send(event("session.updated", session=self._describe()))
 
     # --- input audio ----------------------------------------------------------------------------
