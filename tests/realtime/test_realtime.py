@@ -546,3 +546,19 @@ def test_malformed_fields_of_every_event_are_client_errors(rt):
             assert error["type"] == "error" and error["error"]["type"] == "invalid_request_error", (bad, error)
         ws.send(json.dumps({"type": "session.update", "session": {"type": "realtime", "instructions": "Still here."}}))
         assert raw_events(ws, "session.updated")[-1]["session"]["instructions"] == "Still here."
+
+
+def test_in_extension_mode_the_web_uis_model_answers(extension):
+    with client(extension.server, key="x").realtime.connect(model=MODEL) as connection:
+        events = Events(connection)
+        events.next()
+        connection.session.update(session={"type": "realtime", "output_modalities": ["text"],
+                                           "max_output_tokens": 16})
+        events.next()
+        connection.conversation.item.create(item={"type": "message", "role": "user",
+                                                  "content": [{"type": "input_text", "text": "Hi"}]})
+        events.until("conversation.item.done")
+        connection.response.create()
+        out = events.until("response.done")
+        assert out[-1]["response"]["status"] in ("completed", "incomplete")
+        assert of(out, "response.output_text.done")[0]["text"]
