@@ -30,7 +30,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 from pydantic import ValidationError
 
 from ..audio.sentences import split_sentences
-from ..core.errors import OpenAIError, from_validation_errors, internal_error
+from ..core.errors import ContextLengthExceeded, OpenAIError, from_validation_errors, internal_error
 from ..text import chat
 from ..text.generation import run_job
 from ..text.output import OutputParser
@@ -191,7 +191,7 @@ class Response:
 
     async def _generate(self) -> tuple[int, int]:
         text = self.service.text
-        job, place = await admit(text, chat.prepare, text, self._request())
+        job, place = await admit(text, _prepare_within_context, text, self._request())
         parser = OutputParser.for_job(job)
         tokens = 0
         audio = "audio" in self.config.output_modalities
@@ -354,3 +354,25 @@ class Response:
                                  output_index=index, call_id=item["call_id"], name=item["name"],
                                  arguments=item["arguments"])
                 await self._finish_item(item, index)
+
+
+def _prepare_within_context(text: Any, req: ChatCompletionRequest) -> Any:
+    """chat.prepare, with the oldest turns left out while the conversation does not fit the
+    model's context (OpenAI's truncation "auto"): a long spoken session goes on, forgetting its
+    start, instead of failing every answer. The instructions stay; what is kept starts at a user
+    message, so no tool output is left without its call."""
+    while True:
+        try:
+            return chat.prepare(text, req)
+        except ContextLengthExceeded:
+            system = [m for m in req.messages[:1] if m.role == "system"]
+            rest = req.messages[len(system):]
+            drop = max(1, len(rest) // 4)
+            kept = rest[drop:]
+            while kept and kept[0].role != "user":
+                kept = kept[1:]
+            if not kept or len(kept) == len(rest):
+                raise
+            log.info("a realtime conversation was cut by %d of its oldest messages to fit the context",
+                     len(rest) - len(kept))
+            req = req.model_copy(update={"messages": system + kept})

@@ -562,3 +562,27 @@ def test_in_extension_mode_the_web_uis_model_answers(extension):
         out = events.until("response.done")
         assert out[-1]["response"]["status"] in ("completed", "incomplete")
         assert of(out, "response.output_text.done")[0]["text"]
+
+
+@pytest.mark.slow
+def test_a_conversation_longer_than_the_context_forgets_its_start(rt):
+    """OpenAI's truncation "auto": the oldest turns are left out of the prompt once the conversation
+    outgrows the model's context (2048 tokens here), and answers go on."""
+    with client(rt).realtime.connect(model=MODEL) as connection:
+        events = Events(connection)
+        events.next()
+        connection.session.update(session={"type": "realtime", "output_modalities": ["text"],
+                                           "instructions": "Be brief.", "max_output_tokens": 8})
+        events.next()
+        filler = " ".join(f"Sentence {n} is here to make this message long." for n in range(30))
+        for n in range(8):
+            for role, kind in (("user", "input_text"), ("assistant", "output_text")):
+                connection.conversation.item.create(item={"type": "message", "role": role,
+                                                          "content": [{"type": kind, "text": f"{n}: {filler}"}]})
+                events.until("conversation.item.done")
+        connection.conversation.item.create(item={"type": "message", "role": "user",
+                                                  "content": [{"type": "input_text", "text": "Say hello."}]})
+        events.until("conversation.item.done")
+        connection.response.create()
+        done = events.until("response.done")[-1]["response"]
+        assert done["status"] in ("completed", "incomplete") and done["usage"]["input_tokens"] < 2048
