@@ -123,12 +123,11 @@ class Response:
                 if before is not None:
                     await before()
                 prompt_tokens, text_tokens = await self._generate()
-        except OpenAIError as e:
-            self._fail(e)
-            await self.send(error_event(e))
         except Exception as e:  # noqa: BLE001 - the response fails, the session goes on
-            log.exception("a realtime response failed")
-            err = internal_error(e)
+            err = _single(e)
+            if not isinstance(err, OpenAIError):
+                log.exception("a realtime response failed")
+                err = internal_error(err)
             self._fail(err)
             await self.send(error_event(err))
         finally:
@@ -376,3 +375,10 @@ def _prepare_within_context(text: Any, req: ChatCompletionRequest) -> Any:
             log.info("a realtime conversation was cut by %d of its oldest messages to fit the context",
                      len(rest) - len(kept))
             req = req.model_copy(update={"messages": system + kept})
+
+
+def _single(e: BaseException) -> BaseException:
+    """The one error inside a task group's group of errors (the model's or the speech's)."""
+    while len(getattr(e, "exceptions", ())) == 1:
+        e = e.exceptions[0]   # type: ignore[attr-defined]
+    return e

@@ -586,3 +586,24 @@ def test_a_conversation_longer_than_the_context_forgets_its_start(rt):
         connection.response.create()
         done = events.until("response.done")[-1]["response"]
         assert done["status"] in ("completed", "incomplete") and done["usage"]["input_tokens"] < 2048
+
+
+def test_a_speech_engine_that_fails_fails_the_response_not_the_session(rt, monkeypatch):
+    from openai_ext.core.errors import ServiceUnavailableError
+
+    async def no_voice(name):
+        raise ServiceUnavailableError("Speech needs piper, which is not installed. Run: pip install piper-tts",
+                                      code="engine_unavailable")
+    monkeypatch.setattr(rt.app.state.api.realtime, "voice", no_voice)
+    with client(rt).realtime.connect(model=MODEL) as connection:
+        events = Events(connection)
+        events.next()
+        connection.response.create(response={"max_output_tokens": 24, "input": [
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Say: hello there."}]}]})
+        out = events.until("error")
+        assert out[-1]["error"]["code"] == "engine_unavailable" and "pip install" in out[-1]["error"]["message"]
+        done = events.until("response.done")[-1]["response"]
+        assert done["status"] == "failed" and done["status_details"]["error"]["code"] == "engine_unavailable"
+        monkeypatch.undo()
+        connection.session.update(session={"type": "realtime", "instructions": "Still serving."})
+        assert events.until("session.updated")[-1]["session"]["instructions"] == "Still serving."
