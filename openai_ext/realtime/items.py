@@ -16,6 +16,7 @@ from .events import ClientEventError, new_id
 
 MAX_ITEMS = 1024
 MAX_TEXT = 100_000
+MAX_TOTAL_TEXT = 2_000_000      # characters a conversation holds; the oldest items give way beyond
 ROLES = {"system": ("input_text",), "user": ("input_text", "input_audio"),
          "assistant": ("output_text", "output_audio")}
 
@@ -36,8 +37,9 @@ class Conversation:
     def add(self, item: dict[str, Any], previous_item_id: str | None = None) -> str | None:
         """Adds ``item`` after ``previous_item_id`` (the end when None; "root": the start) and
         returns the id of the item before it."""
-        if len(self.items) >= MAX_ITEMS:
-            # the oldest turns give way, as a long conversation's context would drop them anyway
+        # the oldest turns give way, as a long conversation's context would leave them out anyway
+        while self.items and (len(self.items) >= MAX_ITEMS or
+                              sum(map(_size, self.items)) + _size(item) > MAX_TOTAL_TEXT):
             del self.items[0]
         if previous_item_id is None:
             before = self.last_id()
@@ -59,6 +61,11 @@ class Conversation:
             return False
         del self.items[at]
         return True
+
+
+def _size(item: dict[str, Any]) -> int:
+    return len(item.get("arguments") or "") + len(item.get("output") or "") + sum(
+        len(p.get("text") or "") + len(p.get("transcript") or "") for p in item.get("content", ()))
 
 
 def public(item: dict[str, Any]) -> dict[str, Any]:

@@ -151,6 +151,10 @@ class Response:
         if self.status == "in_progress":
             self.status = "completed"
         await self._emit("response.done", response=self.snapshot())
+        st = self.stages
+        log.debug("realtime response %s %s: first token %s, first sentence %s, first audio %s", self.id, self.status,
+                  *(f"{t - st.started:.3f}s" if t is not None else "-"
+                    for t in (st.first_token, st.first_sentence, st.first_audio)))
 
     def _cut_to_heard(self) -> tuple[str, int] | None:
         """A cancelled answer's transcript cut to what the user can have heard: the sentences whose
