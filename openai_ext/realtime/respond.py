@@ -198,7 +198,7 @@ class Response:
         parser = OutputParser.for_job(job)
         tokens = 0
         audio = "audio" in self.config.output_modalities
-        sentences_out, sentences_in = anyio.create_memory_object_stream[str](64)
+        sentences_out, sentences_in = anyio.create_memory_object_stream[tuple[_Message, str]](64)
         async with anyio.create_task_group() as tasks:
             if audio:
                 tasks.start_soon(self._speak, sentences_in)
@@ -279,16 +279,13 @@ class Response:
     async def _sentence(self, m: _Message, sentence: str, sentences) -> None:
         if self.stages.first_sentence is None:
             self.stages.first_sentence = time.perf_counter()
-        await sentences.send(sentence)
+        await sentences.send((m, sentence))
 
-    async def _speak(self, sentences: MemoryObjectReceiveStream[str]) -> None:
+    async def _speak(self, sentences: MemoryObjectReceiveStream[tuple[_Message, str]]) -> None:
         """Speech for each sentence as it comes, sent as audio deltas."""
-        m = self.message
         svc = self.service
         async with sentences:
-            async for sentence in sentences:
-                m = self.message
-                assert m is not None
+            async for m, sentence in sentences:
                 tts, voice = await svc.voice(self.config.voice)
                 if self.encoder is None:
                     self.encoder = OutputEncoder(self.config.output_format)
