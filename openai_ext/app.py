@@ -13,6 +13,7 @@ Route groups, all under /v1 (and again without it, for clients given a bare base
 | audio       | /audio/speech, /audio/transcriptions, /audio/translations         |
 | images      | /images/generations, /images/edits, /images/variations            |
 | messages    | /messages, /messages/count_tokens (Anthropic's Messages API)      |
+| realtime    | /realtime (a WebSocket: OpenAI's Realtime API)                    |
 | admin       | /models, /internal/...                                            |
 
 Errors come in the shape of the API a route belongs to: OpenAI's, except on the Messages routes
@@ -47,6 +48,7 @@ from .messages import errors as messages_errors
 from .messages import models as messages_models
 from .messages import routes as messages
 from .moderations import routes as moderations
+from .realtime import routes as realtime
 from .responses import routes as responses
 from .state import ApiState
 from .text import legacy
@@ -127,6 +129,7 @@ def create_app(settings: Settings, host: Host, manager: ModelManager | None = No
         moderations.router(state.moderations),
         audio.router(state.speech, state.transcription),
         images.router(state.images),
+        realtime.router(state.realtime),
         admin.internal_router(state.text, state.manager),
     ]
     for router in routers:

@@ -20,6 +20,7 @@ from .hosts.base import Host
 from .hosts.manager import ModelManager
 from .images.service import ImagesService
 from .moderations.service import ModerationsService
+from .realtime.service import RealtimeService
 from .responses.service import ResponsesService
 from .text.service import TextService
 
@@ -36,6 +37,7 @@ class ApiState:
     images: ImagesService
     catalog: Catalog
     responses: ResponsesService
+    realtime: RealtimeService
     manager: ModelManager | None = None   # model management (StandaloneModels / TextgenModels)
     started: int = field(default_factory=lambda: int(time.time()))
 
@@ -53,8 +55,9 @@ class ApiState:
                            speech.model_cards, transcription.model_cards],
                           aliases=[embeddings.alias_card])
         images = ImagesService(settings, lambda: text.host)   # the web UI's image model, where it has one
+        realtime = RealtimeService(settings, text, speech, transcription)
         return cls(settings, text, tables, embeddings, moderations, speech, transcription,
-                   images, catalog, ResponsesService(settings, text), manager, started)
+                   images, catalog, ResponsesService(settings, text), realtime, manager, started)
 
     @property
     def host(self) -> Host:
@@ -64,6 +67,6 @@ class ApiState:
     def close(self) -> None:
         """Closes every family's engines and stops their threads. The text host is closed by
         whoever made it: in extension mode it is the web UI's own model."""
-        for service in (self.responses, self.text, self.embeddings, self.moderations, self.speech,
+        for service in (self.realtime, self.responses, self.text, self.embeddings, self.moderations, self.speech,
                         self.transcription):
             service.close()

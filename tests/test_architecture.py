@@ -115,7 +115,8 @@ def test_only_the_composition_root_knows_the_app_and_the_state():
 
 
 def test_the_core_and_the_hosts_know_no_family():
-    families = ("text", "messages", "responses", "embeddings", "moderations", "audio", "images", "admin")
+    families = ("text", "messages", "responses", "embeddings", "moderations", "audio", "images", "admin",
+                "realtime")
     for name, deps in graph().items():
         layer = name.split(".")[1] if name.count(".") else ""
         if layer in ("core", "hosts"):

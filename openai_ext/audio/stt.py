@@ -115,11 +115,12 @@ class SpeechToText(Protocol):
     def transcribe(self, audio: "np.ndarray", *, language: str | None = None, prompt: str | None = None,
                    task: str = "transcribe", temperature: float = 0.0, word_timestamps: bool = False,
                    vad: Vad | None = None, hotwords: str | None = None,
-                   candidates: tuple[str, ...] = ()) -> Transcript:
+                   candidates: tuple[str, ...] = (), beam_size: int | None = None) -> Transcript:
         """``audio``: float32 mono samples at 16 kHz. ``task``: "transcribe", or "translate" (into
         English). ``temperature`` as OpenAI means it: 0 decodes greedily and retries hotter when the
         output looks like a failure; above 0 samples at that temperature. ``candidates``: languages
-        to choose from when ``language`` is not given. Blocking: call from a worker thread."""
+        to choose from when ``language`` is not given. ``beam_size``: the engine's own when None
+        (a realtime turn decodes greedily, for latency). Blocking: call from a worker thread."""
         ...
 
 
@@ -245,7 +246,7 @@ class FasterWhisperEngine:
     def transcribe(self, audio: "np.ndarray", *, language: str | None = None, prompt: str | None = None,
                    task: str = "transcribe", temperature: float = 0.0, word_timestamps: bool = False,
                    vad: Vad | None = None, hotwords: str | None = None,
-                   candidates: tuple[str, ...] = ()) -> Transcript:
+                   candidates: tuple[str, ...] = (), beam_size: int | None = None) -> Transcript:
         if language is None and candidates:
             language = self._pick_language(audio, candidates)
         # OpenAI's temperature 0 is Whisper's fallback schedule: start greedy, and decode a window
@@ -261,7 +262,7 @@ class FasterWhisperEngine:
                                         padding_ms=vad.padding_ms)
         raw, info = self.model.transcribe(
             audio, language=language, task=task, initial_prompt=prompt or None, temperature=temperatures,
-            beam_size=self.beam_size, word_timestamps=word_timestamps, hotwords=hotwords or None,
+            beam_size=beam_size or self.beam_size, word_timestamps=word_timestamps, hotwords=hotwords or None,
             vad_filter=False)
         if speech is not None:
             raw = speech.restore(raw)

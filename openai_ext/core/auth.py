@@ -5,7 +5,9 @@ read: a client without the key never gets a body buffered or parsed for it. The 
 route dependency of the model-management routes.
 
 A key is sent as ``Authorization: Bearer <key>`` (OpenAI's clients) or as ``x-api-key: <key>``
-(Anthropic's clients); either header is read, on every route.
+(Anthropic's clients); either header is read, on every route. A WebSocket upgrade may carry it as
+the subprotocol ``openai-insecure-api-key.<key>`` instead: browsers cannot set headers on a
+WebSocket, and OpenAI's browser clients send the key that way.
 """
 
 from __future__ import annotations
@@ -36,6 +38,15 @@ def _tokens(get) -> list[str]:
     return [t for t in (_bearer(get("authorization")), get("x-api-key")) if t is not None]
 
 
+SUBPROTOCOL_KEY = "openai-insecure-api-key."
+
+
+def subprotocol_tokens(offered: str | None) -> list[str]:
+    """The keys offered in a Sec-WebSocket-Protocol header."""
+    return [p.strip()[len(SUBPROTOCOL_KEY):] for p in (offered or "").split(",")
+            if p.strip().startswith(SUBPROTOCOL_KEY) and len(p.strip()) > len(SUBPROTOCOL_KEY)]
+
+
 def _matches(token: str | None, key: str) -> bool:
     # compare_digest: the time taken must not tell an attacker how much of the key matched
     return token is not None and hmac.compare_digest(token.encode(), key.encode())
@@ -54,6 +65,8 @@ class KeyGuard:
         if (scope["type"] in ("http", "websocket") and scope.get("method") != "OPTIONS"
                 and scope["path"] not in OPEN_PATHS):
             tokens = _tokens(lambda name: header(scope, name.encode()))
+            if scope["type"] == "websocket":
+                tokens += subprotocol_tokens(header(scope, b"sec-websocket-protocol"))
             if not any(_matches(token, key) for token in tokens for key in self.keys):
                 await send_error(send, AuthenticationError(), scope, self.shapes)
                 return

@@ -91,6 +91,12 @@ class Settings(BaseSettings):
     whisper_compute_type: str = Field("int8", description="CTranslate2 compute type (int8, float16, float32 ...).")
     max_audio_seconds: float = Field(7200.0, gt=0, description="Longest audio transcribed in one request, in seconds (decoded audio takes 64 kB a second).")
 
+    # --- realtime ----------------------------------------------------------------------------
+    realtime_max_sessions: int = Field(4, ge=1, description="Realtime (/v1/realtime) sessions open at once; more are refused with an error event.")
+    realtime_max_session_s: float = Field(1800.0, gt=0, description="Longest realtime session, in seconds; then it ends with an error event and close code 1000.")
+    realtime_max_buffer_s: float = Field(120.0, gt=0, description="Most audio a realtime session buffers before it is committed, in seconds; more is refused with an error event.")
+    realtime_max_frame_kb: int = Field(4096, ge=1, description="Largest realtime client event, in KiB; a larger one gets an error event (the session goes on). Keep it under max_body_mb: a frame over that closes the connection (1009).")
+
     # --- images and model management ---------------------------------------------------------
     sd_webui_url: str = Field("", description="Stable Diffusion web UI base URL for /v1/images (also SD_WEBUI_URL).")
     sd_timeout: float = Field(120.0, gt=0, description="Seconds to wait for the Stable Diffusion web UI.")

@@ -18,6 +18,7 @@ from .dialects import OPENAI_ONLY, ErrorShapes
 from .errors import (
     InvalidRequestError,
     OpenAIError,
+    PermissionDeniedError,
     RequestTooLargeError,
     internal_error,
 )
@@ -51,6 +52,17 @@ async def send_error(send: Send, err: OpenAIError, scope: Scope | None = None,
     prefix = "websocket." if socket else ""
     await send({"type": prefix + "http.response.start", "status": status, "headers": headers})
     await send({"type": prefix + "http.response.body", "body": body})
+
+
+def origin_refusal(origin: str | None, cors_origins: list[str]) -> OpenAIError | None:
+    """A WebSocket upgrade from a web page (one with an Origin header) is refused unless
+    cors_origins lets that origin call the API: a browser lets any page open a WebSocket, without
+    the CORS preflight that guards a JSON POST."""
+    if origin is None or "*" in cors_origins or origin in cors_origins:
+        return None
+    return PermissionDeniedError(f"WebSocket connections from web pages are refused unless the page's origin is in "
+                                 f"the cors_origins setting; this one came from {origin!r}. Add it there to allow it.",
+                                 code="origin_not_allowed")
 
 
 def header(scope: Scope, name: bytes) -> str | None:

@@ -33,10 +33,10 @@ from fastapi import WebSocket
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
+from ..core import guards
 from ..core.errors import (
     InvalidRequestError,
     OpenAIError,
-    PermissionDeniedError,
     RateLimitError,
     from_validation_errors,
     internal_error,
@@ -54,12 +54,7 @@ _ENVELOPE = ("type", "stream_id")
 
 
 def origin_refusal(socket: WebSocket, cors_origins: list[str]) -> OpenAIError | None:
-    origin = socket.headers.get("origin")
-    if origin is None or "*" in cors_origins or origin in cors_origins:
-        return None
-    return PermissionDeniedError(f"WebSocket connections from web pages are refused unless the page's origin is in "
-                                 f"the cors_origins setting; this one came from {origin!r}. Add it there to allow it.",
-                                 code="origin_not_allowed")
+    return guards.origin_refusal(socket.headers.get("origin"), cors_origins)
 
 
 async def serve(socket: WebSocket, service: ResponsesService, owner: str) -> None:

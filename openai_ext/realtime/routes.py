@@ -1,0 +1,58 @@
+"""The Realtime family's route: ``GET /v1/realtime?model=...`` upgraded to a WebSocket.
+
+The upgrade passes the key and Host guards as an HTTP request does (the key also as the
+``openai-insecure-api-key.<key>`` subprotocol that browsers send), and, from a web page, the
+Origin check. A session past ``realtime_max_sessions`` is told so in an ``error`` event and
+closed with code 1013 (try again later).
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, WebSocket
+from fastapi.responses import JSONResponse
+
+from ..core.errors import InvalidRequestError, NotImplementedByServer, OpenAIError
+from ..core.guards import origin_refusal
+from .connection import Session
+from .events import error_event
+from .service import RealtimeService
+
+SUBPROTOCOL = "realtime"
+
+
+def router(realtime: RealtimeService) -> APIRouter:
+    r = APIRouter()
+
+    @r.websocket("/realtime")
+    async def realtime_socket(websocket: WebSocket, model: str | None = None):
+        refusal = origin_refusal(websocket.headers.get("origin"), realtime.settings.cors_origins)
+        if refusal is not None:
+            if "websocket.http.response" in websocket.scope.get("extensions", {}):
+                await websocket.send_denial_response(JSONResponse(refusal.body(), status_code=refusal.status))
+            else:
+                await websocket.close(code=1008, reason=refusal.message[:120])
+            return
+        offered = [p.strip() for p in (websocket.headers.get("sec-websocket-protocol") or "").split(",")]
+        await websocket.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered else None)
+        try:
+            realtime.enter()
+        except OpenAIError as e:
+            await websocket.send_json(error_event(e))
+            await websocket.close(code=1013, reason="too many realtime sessions")
+            return
+        try:
+            await Session(websocket, realtime, realtime.model_name(model)).run()
+        finally:
+            realtime.leave()
+
+    @r.get("/realtime", include_in_schema=False)
+    async def realtime_over_http(request: Request):
+        # uvicorn hands an upgrade on as a plain GET when no WebSocket library is installed
+        if "websocket" in (request.headers.get("upgrade") or "").lower():
+            raise NotImplementedByServer("This server cannot take WebSocket connections: the websockets package is "
+                                         "not installed where it runs (pip install websockets).",
+                                         code="websocket_unavailable", retry=False)
+        raise InvalidRequestError("/v1/realtime is a WebSocket: connect with ws:// (or wss://) and send Realtime "
+                                  "events, as client.realtime.connect(model=...) does.", status=405)
+
+    return r
