@@ -13,7 +13,7 @@ Route groups, all under /v1 (and again without it, for clients given a bare base
 | audio       | /audio/speech, /audio/transcriptions, /audio/translations         |
 | images      | /images/generations, /images/edits, /images/variations            |
 | messages    | /messages, /messages/count_tokens (Anthropic's Messages API)      |
-| realtime    | /realtime (a WebSocket: OpenAI's Realtime API)                    |
+| realtime    | /realtime (a WebSocket: OpenAI's Realtime API), /realtime/page    |
 | admin       | /models, /internal/...                                            |
 
 Errors come in the shape of the API a route belongs to: OpenAI's, except on the Messages routes

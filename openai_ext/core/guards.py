@@ -54,11 +54,14 @@ async def send_error(send: Send, err: OpenAIError, scope: Scope | None = None,
     await send({"type": prefix + "http.response.body", "body": body})
 
 
-def origin_refusal(origin: str | None, cors_origins: list[str]) -> OpenAIError | None:
+def origin_refusal(origin: str | None, cors_origins: list[str], same_host: str | None = None) -> OpenAIError | None:
     """A WebSocket upgrade from a web page (one with an Origin header) is refused unless
     cors_origins lets that origin call the API: a browser lets any page open a WebSocket, without
-    the CORS preflight that guards a JSON POST."""
+    the CORS preflight that guards a JSON POST. With ``same_host`` (the request's Host header), a
+    page of this server's own origin passes too: the Host guard has already checked that name."""
     if origin is None or "*" in cors_origins or origin in cors_origins:
+        return None
+    if same_host and origin.lower() in (f"http://{same_host.lower()}", f"https://{same_host.lower()}"):
         return None
     return PermissionDeniedError(f"WebSocket connections from web pages are refused unless the page's origin is in "
                                  f"the cors_origins setting; this one came from {origin!r}. Add it there to allow it.",

@@ -4,12 +4,19 @@ The upgrade passes the key and Host guards as an HTTP request does (the key also
 ``openai-insecure-api-key.<key>`` subprotocol that browsers send), and, from a web page, the
 Origin check. A session past ``realtime_max_sessions`` is told so in an ``error`` event and
 closed with code 1013 (try again later).
+
+``GET /v1/realtime/page`` serves page.html, a page to try the API from a browser (push to talk,
+the answer played, both transcripts shown). It holds no secret, so it answers without the key; the
+user pastes the key into it, and it connects to this server's own origin, which the Origin check
+lets through.
 """
 
 from __future__ import annotations
 
+from importlib import resources
+
 from fastapi import APIRouter, Request, WebSocket
-from fastapi.responses import JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse
 
 from ..core.errors import InvalidRequestError, NotImplementedByServer, OpenAIError
 from ..core.guards import origin_refusal
@@ -18,6 +25,11 @@ from .events import error_event
 from .service import RealtimeService
 
 SUBPROTOCOL = "realtime"
+PAGE = "page.html"
+
+
+def page() -> str:
+    return resources.files(__package__).joinpath(PAGE).read_text(encoding="utf-8")
 
 
 def router(realtime: RealtimeService) -> APIRouter:
@@ -25,7 +37,8 @@ def router(realtime: RealtimeService) -> APIRouter:
 
     @r.websocket("/realtime")
     async def realtime_socket(websocket: WebSocket, model: str | None = None):
-        refusal = origin_refusal(websocket.headers.get("origin"), realtime.settings.cors_origins)
+        refusal = origin_refusal(websocket.headers.get("origin"), realtime.settings.cors_origins,
+                                 same_host=websocket.headers.get("host"))
         if refusal is not None:
             if "websocket.http.response" in websocket.scope.get("extensions", {}):
                 await websocket.send_denial_response(JSONResponse(refusal.body(), status_code=refusal.status))
@@ -54,5 +67,11 @@ def router(realtime: RealtimeService) -> APIRouter:
                                          code="websocket_unavailable", retry=False)
         raise InvalidRequestError("/v1/realtime is a WebSocket: connect with ws:// (or wss://) and send Realtime "
                                   "events, as client.realtime.connect(model=...) does.", status=405)
+
+    html = page()
+
+    @r.get("/realtime/page", include_in_schema=False)
+    async def realtime_page():
+        return HTMLResponse(html, headers={"Cache-Control": "no-cache"})
 
     return r

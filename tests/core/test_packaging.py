@@ -40,3 +40,16 @@ def test_every_package_folder_is_a_package():
     for folder in (ROOT / "openai_ext").rglob("*"):
         if folder.is_dir() and folder.name != "__pycache__" and any(folder.glob("*.py")):
             assert (folder / "__init__.py").is_file(), folder
+
+
+def test_every_file_of_the_package_that_is_not_python_is_package_data():
+    """A file the package reads at run time (the Realtime page) must be listed in package-data, or
+    an installed package lacks it."""
+    import fnmatch
+
+    listed = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"].get("package-data", {})
+    for path in (ROOT / "openai_ext").rglob("*"):
+        if path.is_file() and path.suffix not in (".py", ".pyc") and "__pycache__" not in path.parts:
+            package = ".".join(path.parent.relative_to(ROOT).parts)
+            patterns = listed.get(package, []) + listed.get("*", [])
+            assert any(fnmatch.fnmatch(path.name, p) for p in patterns), f"{path} is not in package-data"
