@@ -77,7 +77,8 @@ _KNOWN = {"text", "tool_use", "tool_result", "thinking", "redacted_thinking"}
 
 def _block_kind(value: Any) -> str:
     kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
-    return kind if kind in _KNOWN else "other"
+    # a type that is not a string (a list, say) is no known block; OtherBlock then refuses it
+    return kind if isinstance(kind, str) and kind in _KNOWN else "other"
 
 
 Block = Annotated[Union[
@@ -139,7 +140,7 @@ def _by_type(*models: type[_Open]) -> Any:
 
     def kind(value: Any) -> str | None:
         t = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
-        return f"type-{t}" if t in kinds else None
+        return f"type-{t}" if isinstance(t, str) and t in kinds else None
     return Annotated[Union[tuple(Annotated[m, Tag(f"type-{k}")] for k, m in kinds.items())],
                      Discriminator(kind, custom_error_type="invalid_type",
                                    custom_error_message=f"type must be {' or '.join(repr(k) for k in kinds)}")]
@@ -185,7 +186,8 @@ class OtherEdit(_Open):
 
 def _edit_kind(value: Any) -> str:
     kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
-    return f"type-{kind}" if kind in ("clear_thinking_20251015", "clear_tool_uses_20250919") else "type-other"
+    known = ("clear_thinking_20251015", "clear_tool_uses_20250919")
+    return f"type-{kind}" if isinstance(kind, str) and kind in known else "type-other"
 
 
 Edit = Annotated[Union[

@@ -86,7 +86,7 @@ def client_item(raw: Any) -> dict[str, Any]:
     base = {"id": item_id, "object": "realtime.item", "status": "completed"}
     if kind == "message":
         role = raw.get("role")
-        if role not in ROLES:
+        if not isinstance(role, str) or role not in ROLES:
             raise ClientEventError(f"'item.role' must be one of {', '.join(ROLES)}.", param="item.role")
         content = raw.get("content")
         if not isinstance(content, list) or not content:

@@ -113,6 +113,8 @@ def _kind(raw: Any, where: str) -> str:
     if not isinstance(raw, dict):
         raise _bad(where, f"{where} must be an object (an input item).")
     kind = raw.get("type")
+    if kind is not None and not isinstance(kind, str):
+        raise _bad(f"{where}.type", f"{where}.type must be a string, one of: {', '.join(KNOWN_ITEMS)}.")
     if kind is None:
         # OpenAI's shorthands: a message may leave out its type, and so may a reference.
         kind = "message" if "role" in raw else "item_reference" if set(raw) == {"id"} else None

@@ -151,6 +151,7 @@ def _entries(tools: list[Any]) -> list[_Entry]:
     for i, tool in enumerate(tools):
         where = f"tools[{i}]"
         kind = tool.get("type") if isinstance(tool, dict) else None
+        kind = kind if isinstance(kind, str) else None   # a list or an object is no type (and unhashable)
         if kind == "namespace":
             out += _members(tool, i)
         elif _cache_only_search(tool):
@@ -205,12 +206,12 @@ def chat_tool_choice(choice: str | dict[str, Any] | None, tools: ToolMap | None 
         for j, t in enumerate(choice.get("tools") or []):
             where = f"tool_choice.tools[{j}]"
             if not isinstance(t, dict) or t.get("type") != "function":
-                if isinstance(t, dict) and t.get("type") in HOSTED_TOOLS:
+                if isinstance(t, dict) and isinstance(t.get("type"), str) and t["type"] in HOSTED_TOOLS:
                     raise hosted(where, t["type"])
                 raise _bad(where, "allowed_tools lists function tools: {type: function, name}.")
             picked.append({"type": "function", "function": {"name": tools.pick(t, where)}})
         return {"type": "allowed_tools", "allowed_tools": {"mode": choice.get("mode", "auto"), "tools": picked}}
-    if kind in HOSTED_TOOLS:
+    if isinstance(kind, str) and kind in HOSTED_TOOLS:
         raise hosted("tool_choice", kind)
     if kind == "custom":
         raise _custom("tool_choice")
