@@ -75,10 +75,17 @@ class OtherBlock(_Open):
 _KNOWN = {"text", "tool_use", "tool_result", "thinking", "redacted_thinking"}
 
 
-def _block_kind(value: Any) -> str:
+def _type_of(value: Any) -> str | None:
+    """The ``type`` a discriminator chooses by: a string, or None. A type that is not a string (a
+    list, say) names no known model, and cannot be looked up in a set of names either; the model
+    chosen for it refuses it with a 400."""
     kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
-    # a type that is not a string (a list, say) is no known block; OtherBlock then refuses it
-    return kind if isinstance(kind, str) and kind in _KNOWN else "other"
+    return kind if isinstance(kind, str) else None
+
+
+def _block_kind(value: Any) -> str:
+    kind = _type_of(value)
+    return kind if kind in _KNOWN else "other"
 
 
 Block = Annotated[Union[
@@ -139,8 +146,8 @@ def _by_type(*models: type[_Open]) -> Any:
     kinds = {m.model_fields["type"].annotation.__args__[0]: m for m in models}
 
     def kind(value: Any) -> str | None:
-        t = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
-        return f"type-{t}" if isinstance(t, str) and t in kinds else None
+        t = _type_of(value)
+        return f"type-{t}" if t in kinds else None
     return Annotated[Union[tuple(Annotated[m, Tag(f"type-{k}")] for k, m in kinds.items())],
                      Discriminator(kind, custom_error_type="invalid_type",
                                    custom_error_message=f"type must be {' or '.join(repr(k) for k in kinds)}")]
@@ -185,9 +192,8 @@ class OtherEdit(_Open):
 
 
 def _edit_kind(value: Any) -> str:
-    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
-    known = ("clear_thinking_20251015", "clear_tool_uses_20250919")
-    return f"type-{kind}" if isinstance(kind, str) and kind in known else "type-other"
+    kind = _type_of(value)
+    return f"type-{kind}" if kind in ("clear_thinking_20251015", "clear_tool_uses_20250919") else "type-other"
 
 
 Edit = Annotated[Union[
