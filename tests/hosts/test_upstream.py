@@ -14,7 +14,7 @@ import httpx
 import openai
 import pytest
 from support import processes
-from support.servers import openai_client
+from support.servers import openai_client, wait_until
 from support.spec import assert_valid, assert_valid_stream, error_of
 
 from openai_ext.hosts.upstream import UpstreamHost, redact
@@ -98,12 +98,8 @@ def test_a_client_that_leaves_cancels_the_upstream_generation(front, live):
         lines = r.iter_lines()
         next(line for line in lines if line.startswith("data:") and '"content"' in line)
         assert httpx.get(health).json()["running"] == 1
-    # the client is gone: wait for the upstream to report it idle (polled, not timed)
-    for _ in range(600):
-        if httpx.get(health).json()["running"] == 0:
-            break
-        time.sleep(0.05)
-    assert httpx.get(health).json()["running"] == 0
+    # the client is gone: the upstream reports itself idle (polled, not timed)
+    wait_until(lambda: httpx.get(health).json()["running"] == 0, "the upstream stopped generating", tries=600)
 
 
 def test_the_upstreams_key(live, make_server, llama_host):

@@ -2,24 +2,11 @@
 
 from __future__ import annotations
 
-import time
-
 import httpx
 import openai
 import pytest
-from support.responses_api import create, parse_events
+from support.responses_api import create, parse_events, poll
 from support.spec import assert_valid, error_of
-
-
-def poll(client, response_id, until, tries=600):
-    """GETs the response until ``until(body)`` holds; progress is asserted, never a duration."""
-    for _ in range(tries):
-        body = client.responses.with_raw_response.retrieve(response_id).http_response.json()
-        assert_valid("Response", body)
-        if until(body):
-            return body
-        time.sleep(0.05)
-    raise AssertionError(f"response {response_id} never reached the state waited for")
 
 
 def test_a_background_response_is_answered_at_once_then_runs(rclient):

@@ -5,12 +5,11 @@ background response runs on one server only and is cancelled through the other."
 from __future__ import annotations
 
 import threading
-import time
 
 import httpx
 import openai
 import pytest
-from support.responses_api import create, parse_events
+from support.responses_api import create, parse_events, poll
 from support.servers import idle, openai_client
 from support.spec import assert_valid, error_of
 
@@ -39,17 +38,6 @@ def shared(llama_host, postgres):
 @pytest.fixture(scope="module")
 def clients(shared):
     return [openai_client(server) for server in shared[0]]
-
-
-def poll(client, response_id, until, tries=600):
-    """GETs the response until ``until(body)`` holds; progress is asserted, never a duration."""
-    for _ in range(tries):
-        body = client.responses.with_raw_response.retrieve(response_id).http_response.json()
-        assert_valid("Response", body)
-        if until(body):
-            return body
-        time.sleep(0.05)
-    raise AssertionError(f"response {response_id} never reached the state waited for")
 
 
 def test_a_chain_started_on_one_server_continues_on_the_other(clients):

@@ -4,15 +4,14 @@ error event and response.failed."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import time
 
 import httpx
 import openai
 import pytest
+from support.hosts import FailingHost
 from support.responses_api import parse_events, stream_raw
-from support.servers import openai_client
+from support.servers import openai_client, wait_until
 from support.spec import assert_valid
 
 Q = "Name three colours of the rainbow."
@@ -64,15 +63,6 @@ def test_logprobs_ride_on_the_deltas(rserver):
     assert len(done["logprobs"]) == events[-1]["response"]["usage"]["output_tokens"]
 
 
-def wait_until(check, what: str, tries: int = 200):
-    """Polls until ``check()`` holds: progress is asserted, never a duration."""
-    for _ in range(tries):
-        if check():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"never happened: {what}")
-
-
 def test_a_client_that_leaves_stops_the_generation(rserver, rclient):
     body = {"model": "x", "input": "Write a very long story about a dragon.", "stream": True, "temperature": 0}
     with httpx.stream("POST", f"{rserver.url}/responses", json=body, timeout=120) as r:
@@ -89,23 +79,6 @@ def test_a_client_that_leaves_stops_the_generation(rserver, rclient):
     assert stored.status == "cancelled"
     # the line moved on: the next request is answered
     assert rclient.responses.create(model="x", input="Say hi.", max_output_tokens=16).status != "failed"
-
-
-class FailingHost:
-    """The real host, failing after a few tokens, as a backend crash would."""
-
-    def __init__(self, inner):
-        self.inner = inner
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-    def generate(self, prompt, settings, stop_event):
-        with contextlib.closing(self.inner.generate(prompt, settings, stop_event)) as pieces:
-            for i, piece in enumerate(pieces):
-                if i == 3:
-                    raise RuntimeError("the backend crashed")
-                yield piece
 
 
 @pytest.fixture(scope="module")

@@ -8,17 +8,16 @@ checks as an HTTP request."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
 import websockets
 from openai import AsyncOpenAI
+from support.hosts import FailingHost
 from support.responses_api import create
-from support.servers import openai_client
+from support.servers import openai_client, wait_until
 from support.spec import assert_valid
 
 agents = pytest.importorskip("agents")
@@ -34,15 +33,6 @@ async def frames(connection, *, until=("response.completed", "response.incomplet
         out.append(event)
         ended += event["type"] in until
     return out
-
-
-def wait_until(check, what: str, tries: int = 200):
-    """Polls until ``check()`` holds: progress is asserted, never a duration."""
-    for _ in range(tries):
-        if check():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"never happened: {what}")
 
 
 def ws_client(server, **kw) -> AsyncOpenAI:
@@ -253,23 +243,6 @@ def test_a_client_that_leaves_stops_its_response(rserver, rclient):
     wait_until(lambda: httpx.get(health).json()["running"] == 0, "the generation stopped")
     wait_until(lambda: rclient.responses.retrieve(response_id).status == "cancelled", "the response was stored")
     assert rclient.responses.create(model="x", input="Say hi.", max_output_tokens=16).status != "failed"
-
-
-class FailingHost:
-    """The real host, failing after a few tokens, as a backend crash would."""
-
-    def __init__(self, inner):
-        self.inner = inner
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-    def generate(self, prompt, settings, stop_event):
-        with contextlib.closing(self.inner.generate(prompt, settings, stop_event)) as pieces:
-            for i, piece in enumerate(pieces):
-                if i == 3:
-                    raise RuntimeError("the backend crashed")
-                yield piece
 
 
 def test_a_failure_after_the_start_ends_the_response_and_the_connection_serves_on(llama_host, make_server):

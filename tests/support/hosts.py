@@ -24,3 +24,20 @@ class ThinkingHost:
             yield Piece(text)
         with contextlib.closing(self.inner.generate(prompt, settings, stop_event)) as pieces:
             yield from pieces
+
+
+class FailingHost:
+    """The real host, failing after a few tokens, as a backend crash would."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def generate(self, prompt, settings, stop_event):
+        with contextlib.closing(self.inner.generate(prompt, settings, stop_event)) as pieces:
+            for i, piece in enumerate(pieces):
+                if i == 3:
+                    raise RuntimeError("the backend crashed")
+                yield piece

@@ -4,6 +4,7 @@ OpenAI's spec, and streams are read raw, so an SDK's leniency hides nothing."""
 from __future__ import annotations
 
 import json
+import time
 
 import httpx
 
@@ -45,3 +46,13 @@ def stream_raw(server, body: dict, *, headers=None) -> list[dict]:
     assert r.headers["content-type"].startswith("text/event-stream")
     return parse_events(r.text)
 
+
+def poll(client, response_id, until, tries=600):
+    """GETs the response until ``until(body)`` holds; progress is asserted, never a duration."""
+    for _ in range(tries):
+        body = client.responses.with_raw_response.retrieve(response_id).http_response.json()
+        assert_valid("Response", body)
+        if until(body):
+            return body
+        time.sleep(0.05)
+    raise AssertionError(f"response {response_id} never reached the state waited for")

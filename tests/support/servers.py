@@ -40,3 +40,12 @@ def idle(server, host, timeout: float = 10.0) -> bool:
             return True
         time.sleep(0.01)
     return False
+
+
+def wait_until(check, what: str, tries: int = 200):
+    """Polls until ``check()`` holds: progress is asserted, never a duration."""
+    for _ in range(tries):
+        if check():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"never happened: {what}")
