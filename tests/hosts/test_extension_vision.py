@@ -4,13 +4,10 @@ in the state's raw_images; a model without vision refuses them with a 400 naming
 
 from __future__ import annotations
 
-import base64
-import io
-
 import openai
 import pytest
-from PIL import Image
 from support.spec import assert_valid
+from support.vision import data_url, load_vision_model
 
 
 @pytest.fixture
@@ -19,22 +16,8 @@ def client(extension):
                          _strict_response_validation=True, timeout=30)
 
 
-def data_url(color, size=(4, 3), fmt="PNG"):
-    buffered = io.BytesIO()
-    Image.new("RGB", size, color).save(buffered, format=fmt)
-    return f"data:image/{fmt.lower()};base64," + base64.b64encode(buffered.getvalue()).decode()
-
-
 def image(url):
     return {"type": "image_url", "image_url": {"url": url}}
-
-
-def load_vision_model(host_modules):
-    """As the web UI does when a model is loaded with --mmproj (models.load_model)."""
-    shared = host_modules.shared
-    shared.args.mmproj = "mmproj-Double-Model.gguf"
-    shared.model, shared.tokenizer = host_modules.models.load_model(shared.model_name, "llama.cpp")
-    assert shared.is_multimodal
 
 
 def test_images_reach_the_vision_model_as_the_web_uis_api_passes_them(client, host_modules):

@@ -5,14 +5,11 @@ client sent it (messages[i].content[j]), not its place in the chat request."""
 
 from __future__ import annotations
 
-import base64
-import io
-
 import anthropic
 import httpx
 import pytest
-from PIL import Image
 from support.anthropic_types import anthropic_client, assert_error, assert_message
+from support.vision import encoded, load_vision_model
 
 
 @pytest.fixture
@@ -20,29 +17,15 @@ def claude(extension):
     return anthropic_client(extension.server)
 
 
-def png(color, size=(4, 3), fmt="PNG"):
-    buffered = io.BytesIO()
-    Image.new("RGB", size, color).save(buffered, format=fmt)
-    return base64.b64encode(buffered.getvalue()).decode()
-
-
 def image(data, media_type="image/png"):
     return {"type": "image", "source": {"type": "base64", "media_type": media_type, "data": data}}
-
-
-def load_vision_model(host_modules):
-    """As the web UI does when a model is loaded with --mmproj (models.load_model)."""
-    shared = host_modules.shared
-    shared.args.mmproj = "mmproj-Double-Model.gguf"
-    shared.model, shared.tokenizer = host_modules.models.load_model(shared.model_name, "llama.cpp")
-    assert shared.is_multimodal
 
 
 def test_image_blocks_reach_the_vision_model(claude, host_modules):
     load_vision_model(host_modules)
     raw = claude.messages.with_raw_response.create(model="x", max_tokens=50, system="Be brief.", messages=[
-        {"role": "user", "content": [image(png("red")), {"type": "text", "text": "What is this?"},
-                                     image(png("blue", fmt="JPEG"), "image/jpeg")]}])
+        {"role": "user", "content": [image(encoded("red")), {"type": "text", "text": "What is this?"},
+                                     image(encoded("blue", fmt="JPEG"), "image/jpeg")]}])
     assert_message(raw.http_response.json())
     assert raw.parse().content[0].text == "Hello, world!"
     question, state, _, _ = host_modules.text_generation.CALLS[-1]
@@ -57,16 +40,16 @@ def test_images_of_a_tool_result_and_later_turns_keep_their_order(claude, host_m
     load_vision_model(host_modules)
     tool = {"name": "look", "description": "Looks.", "input_schema": {"type": "object", "properties": {}}}
     claude.messages.create(model="x", max_tokens=50, tools=[tool], messages=[
-        {"role": "user", "content": [{"type": "text", "text": "Look."}, image(png("red"))]},
+        {"role": "user", "content": [{"type": "text", "text": "Look."}, image(encoded("red"))]},
         {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "look", "input": {}}]},
         {"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": "toolu_1", "content": [image(png("lime"))]},
-            {"type": "text", "text": "And this?"}, image(png("blue"))]}])
+            {"type": "tool_result", "tool_use_id": "toolu_1", "content": [image(encoded("lime"))]},
+            {"type": "text", "text": "And this?"}, image(encoded("blue"))]}])
     state = host_modules.text_generation.CALLS[-1][1]
     assert [i.getpixel((0, 0)) for i in state["raw_images"]] == [(255, 0, 0), (0, 255, 0), (0, 0, 255)]
     # count_tokens renders the same prompt, placeholders included
     assert claude.messages.count_tokens(model="x", messages=[
-        {"role": "user", "content": [{"type": "text", "text": "Look."}, image(png("red"))]}]).input_tokens > 0
+        {"role": "user", "content": [{"type": "text", "text": "Look."}, image(encoded("red"))]}]).input_tokens > 0
 
 
 def error(extension, messages, **kw):
@@ -80,7 +63,7 @@ def error(extension, messages, **kw):
 def test_a_model_without_vision_names_the_block(extension, claude, host_modules):
     assert not host_modules.shared.is_multimodal
     messages = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."},
-                {"role": "user", "content": [{"type": "text", "text": "x"}, image(png("red"))]}]
+                {"role": "user", "content": [{"type": "text", "text": "x"}, image(encoded("red"))]}]
     said = error(extension, messages, system="Be brief.")
     # the chat request has the system message first: its part is messages[3].content[1]
     assert said.startswith("messages[2].content[1] is an image, and the loaded model has no vision") and "--mmproj" in said
@@ -112,5 +95,5 @@ def test_images_it_cannot_read_name_the_block(extension, host_modules, source, s
 def test_an_image_in_an_assistant_turn_is_refused(extension, host_modules):
     load_vision_model(host_modules)
     said = error(extension, [{"role": "user", "content": "x"},
-                             {"role": "assistant", "content": [image(png("red"))]}, {"role": "user", "content": "y"}])
+                             {"role": "assistant", "content": [image(encoded("red"))]}, {"role": "user", "content": "y"}])
     assert said == "messages[1].content[0] is a block of type 'image', which belongs in a user turn (or a tool_result)."

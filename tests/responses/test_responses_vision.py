@@ -16,6 +16,7 @@ from PIL import Image
 from support.responses_api import create
 from support.servers import free_port
 from support.spec import assert_valid, error_of
+from support.vision import data_url, load_vision_model
 from support.webui import load_extension
 
 from openai_ext.responses import images as stored_images
@@ -36,26 +37,12 @@ def client(ext):
                          timeout=30)
 
 
-def data_url(color, size=(4, 3), fmt="PNG"):
-    buffered = io.BytesIO()
-    Image.new("RGB", size, color).save(buffered, format=fmt)
-    return f"data:image/{fmt.lower()};base64," + base64.b64encode(buffered.getvalue()).decode()
-
-
 def image(url, **kw):
     return {"type": "input_image", "image_url": url, **kw}
 
 
 def ask(*parts):
     return [{"role": "user", "content": list(parts)}]
-
-
-def load_vision_model(host_modules):
-    """As the web UI does when a model is loaded with --mmproj (models.load_model)."""
-    shared = host_modules.shared
-    shared.args.mmproj = "mmproj-Double-Model.gguf"
-    shared.model, shared.tokenizer = host_modules.models.load_model(shared.model_name, "llama.cpp")
-    assert shared.is_multimodal
 
 
 def pixels(host_modules):
