@@ -59,10 +59,14 @@ class Dialect:
 
 
 class OurServer(Dialect):
+    start: list[int] | None = None   # what an empty document encodes to (its BOS), asked once
+
     def tokenize(self, call: Call, model: str, text: str, add_bos: bool) -> list[int]:
         tokens = call("POST", "/v1/internal/encode", {"text": text})["tokens"]
         if not add_bos:
-            start = call("POST", "/v1/internal/encode", {"text": ""})["tokens"]
+            if self.start is None:
+                self.start = call("POST", "/v1/internal/encode", {"text": ""})["tokens"]
+            start = self.start
             if start and tokens[:len(start)] == start:
                 tokens = tokens[len(start):]
         return tokens
