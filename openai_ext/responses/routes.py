@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query, Request, WebSocket
+from fastapi import APIRouter, Depends, Query, Request, WebSocket
 from starlette.requests import HTTPConnection
 
 from ..core.errors import InvalidRequestError, NotImplementedByServer, refuse_unknown_fields
@@ -21,6 +21,15 @@ from .service import ResponsesService, check_conversation_id, owner_of
 from .websocket import serve
 
 Order = Literal["asc", "desc"]
+
+
+def _conversation_id(conversation_id: str) -> str:
+    check_conversation_id(conversation_id, "conversation_id")
+    return conversation_id
+
+
+# A conversation route's path id, checked before its route runs (a malformed one is a 400).
+ConversationId = Annotated[str, Depends(_conversation_id)]
 
 
 def _token(request: HTTPConnection) -> str | None:
@@ -92,41 +101,34 @@ def router(responses: ResponsesService) -> APIRouter:
         return await conversations.create(body, owner(request))
 
     @r.get("/conversations/{conversation_id}")
-    async def retrieve_conversation(conversation_id: str, request: Request):
-        check_conversation_id(conversation_id, "conversation_id")
+    async def retrieve_conversation(conversation_id: ConversationId, request: Request):
         return await conversations.get(conversation_id, owner(request))
 
     @r.post("/conversations/{conversation_id}")
-    async def update_conversation(conversation_id: str, body: UpdateConversation, request: Request):
-        check_conversation_id(conversation_id, "conversation_id")
+    async def update_conversation(conversation_id: ConversationId, body: UpdateConversation, request: Request):
         refuse_unknown_fields(body, settings.allow_unknown_fields)
         return await conversations.update(conversation_id, body, owner(request))
 
     @r.delete("/conversations/{conversation_id}")
-    async def delete_conversation(conversation_id: str, request: Request):
-        check_conversation_id(conversation_id, "conversation_id")
+    async def delete_conversation(conversation_id: ConversationId, request: Request):
         return await conversations.delete(conversation_id, owner(request))
 
     @r.post("/conversations/{conversation_id}/items")
-    async def add_conversation_items(conversation_id: str, body: AddItems, request: Request):
-        check_conversation_id(conversation_id, "conversation_id")
+    async def add_conversation_items(conversation_id: ConversationId, body: AddItems, request: Request):
         refuse_unknown_fields(body, settings.allow_unknown_fields)
         return await conversations.add_items(conversation_id, body, owner(request))
 
     @r.get("/conversations/{conversation_id}/items")
-    async def list_conversation_items(conversation_id: str, request: Request, after: str | None = None,
+    async def list_conversation_items(conversation_id: ConversationId, request: Request, after: str | None = None,
                                       limit: int = Query(20, ge=1, le=100), order: Order = "desc"):
-        check_conversation_id(conversation_id, "conversation_id")
         return await conversations.list_items(conversation_id, owner(request), after=after, limit=limit, order=order)
 
     @r.get("/conversations/{conversation_id}/items/{item_id}")
-    async def retrieve_conversation_item(conversation_id: str, item_id: str, request: Request):
-        check_conversation_id(conversation_id, "conversation_id")
+    async def retrieve_conversation_item(conversation_id: ConversationId, item_id: str, request: Request):
         return await conversations.get_item(conversation_id, item_id, owner(request))
 
     @r.delete("/conversations/{conversation_id}/items/{item_id}")
-    async def delete_conversation_item(conversation_id: str, item_id: str, request: Request):
-        check_conversation_id(conversation_id, "conversation_id")
+    async def delete_conversation_item(conversation_id: ConversationId, item_id: str, request: Request):
         return await conversations.delete_item(conversation_id, item_id, owner(request))
 
     return r
