@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+from support.servers import run_together
 
 from openai_ext.app import create_app
 from openai_ext.core.config import Settings, SettingsError, load_settings
@@ -59,22 +60,13 @@ def test_servers_starting_at_once_migrate_once(pg_url):
     counted = []
     steps = [*MIGRATIONS, lambda conn: counted.append(conn.execute("SELECT COUNT(*) FROM responses").fetchone())]
     barrier = threading.Barrier(4)
-    errors = []
 
-    def opener() -> None:
-        try:
-            with psycopg.connect(pg_url, autocommit=True) as conn:
-                barrier.wait()
-                store_postgres.migrate(conn, steps, what="test")
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
+    def opener(_: int) -> None:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            barrier.wait()
+            store_postgres.migrate(conn, steps, what="test")
 
-    threads = [threading.Thread(target=opener) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    run_together(opener, 4)
     assert counted == [(0,)]   # one connection ran the new step, the others found it done
     assert version(pg_url) == len(steps)
 

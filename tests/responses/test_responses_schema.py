@@ -10,7 +10,7 @@ import time
 
 import pytest
 from support.responses_api import create
-from support.servers import openai_client
+from support.servers import openai_client, run_together
 
 from openai_ext.core import migrations
 from openai_ext.core.migrations import SchemaTooNew, migrate
@@ -172,25 +172,17 @@ def test_two_processes_opening_one_old_folder_at_once_migrate_it_once(tmp_path):
     counted = []
     steps = [*MIGRATIONS, lambda conn: counted.append(conn.execute("SELECT COUNT(*) FROM responses").fetchone())]
     barrier = threading.Barrier(4)
-    errors = []
 
-    def opener() -> None:
+    def opener(_: int) -> None:
         conn = sqlite3.connect(tmp_path / FILE, isolation_level=None, timeout=10, check_same_thread=False)
         try:
             conn.execute("PRAGMA busy_timeout=10000")
             barrier.wait()
             migrate(conn, steps)
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
         finally:
             conn.close()
 
-    threads = [threading.Thread(target=opener) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    run_together(opener, 4)
     assert counted == [(1,)]   # one connection ran the new step, the others found it done
     assert user_version(tmp_path) == len(steps)
 

@@ -10,7 +10,7 @@ import httpx
 import openai
 import pytest
 from support.responses_api import create, parse_events, poll
-from support.servers import idle, openai_client
+from support.servers import idle, openai_client, run_together
 from support.spec import assert_valid, error_of
 
 from openai_ext.app import create_app
@@ -56,23 +56,14 @@ def test_turns_appended_at_once_through_both_servers_are_all_kept_in_order(clien
     conv = a.conversations.create(metadata={"shared": "yes"})
     assert b.conversations.retrieve(conv.id).metadata == {"shared": "yes"}
     barrier = threading.Barrier(2)
-    errors = []
 
     def add(w: int) -> None:
-        try:
-            barrier.wait()
-            for k in range(8):
-                clients[w].conversations.items.create(conv.id, items=[
-                    {"type": "message", "role": "user", "content": f"{w}-{k}-{part}"} for part in range(2)])
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
+        barrier.wait()
+        for k in range(8):
+            clients[w].conversations.items.create(conv.id, items=[
+                {"type": "message", "role": "user", "content": f"{w}-{k}-{part}"} for part in range(2)])
 
-    threads = [threading.Thread(target=add, args=(w,)) for w in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    run_together(add, 2)
     texts = [i.content[0].text for i in b.conversations.items.list(conv.id, order="asc", limit=100).data]
     assert len(texts) == 32
     pairs = [texts[i:i + 2] for i in range(0, 32, 2)]
@@ -84,18 +75,10 @@ def test_turns_appended_at_once_through_both_servers_are_all_kept_in_order(clien
     answers = [None, None]
 
     def respond(w: int) -> None:
-        try:
-            barrier.wait()
-            answers[w] = create(clients[w], conversation=conv.id, input=f"turn {w}", max_output_tokens=16)[0]
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
+        barrier.wait()
+        answers[w] = create(clients[w], conversation=conv.id, input=f"turn {w}", max_output_tokens=16)[0]
 
-    threads = [threading.Thread(target=respond, args=(w,)) for w in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    run_together(respond, 2)
     items = a.conversations.items.list(conv.id, order="asc", limit=100).data[32:]
     assert len(items) == 4
     for k in (0, 2):

@@ -9,6 +9,7 @@ import threading
 import time
 
 import pytest
+from support.servers import run_together
 
 from openai_ext.responses.store import PRUNE_EVERY, Store
 
@@ -51,25 +52,16 @@ def test_nothing_is_created_until_something_is_stored(tmp_path):
 
 def test_concurrent_writers_never_corrupt_it(make_store, tmp_path):
     stores = [make_store(), make_store()]   # two servers on one folder or database: two connections
-    errors = []
 
     def writer(w: int) -> None:
         store = stores[w % 2]
-        try:
-            for k in range(25):
-                i = w * 100 + k
-                store.put_response(response(i, "in_progress"), "", [item(i)])
-                store.save_response(response(i))
-                assert store.response(f"resp_{i}", None)["status"] == "completed"
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
+        for k in range(25):
+            i = w * 100 + k
+            store.put_response(response(i, "in_progress"), "", [item(i)])
+            store.save_response(response(i))
+            assert store.response(f"resp_{i}", None)["status"] == "completed"
 
-    threads = [threading.Thread(target=writer, args=(w,)) for w in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    run_together(writer, 8)
     assert all(len(stores[1].history(f"resp_{w * 100 + k}", None)) == 2 for w in range(8) for k in range(25))
     for store in stores:
         store.close()
@@ -208,23 +200,14 @@ def test_two_servers_appending_to_one_conversation_at_once_keep_every_turn_in_or
     stores = [make_store(), make_store()]
     stores[0].put_conversation({"id": "conv_1", "created_at": 1, "metadata": {}}, "", [])
     barrier = threading.Barrier(2)
-    errors = []
 
     def append(w: int) -> None:
-        try:
-            barrier.wait()
-            for k in range(20):
-                turn = [{**item(0), "id": f"msg_{w}_{k}_{part}"} for part in range(3)]
-                assert stores[w].add_conversation_items("conv_1", None, turn)
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
+        barrier.wait()
+        for k in range(20):
+            turn = [{**item(0), "id": f"msg_{w}_{k}_{part}"} for part in range(3)]
+            assert stores[w].add_conversation_items("conv_1", None, turn)
 
-    threads = [threading.Thread(target=append, args=(w,)) for w in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    run_together(append, 2)
     ids = [i["id"] for i in stores[1].conversation_items("conv_1", None)]
     assert len(ids) == 120
     turns = [ids[i:i + 3] for i in range(0, 120, 3)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import threading
 import time
 
 
@@ -49,3 +50,22 @@ def wait_until(check, what: str, tries: int = 200):
             return
         time.sleep(0.05)
     raise AssertionError(f"never happened: {what}")
+
+
+def run_together(work, n: int) -> None:
+    """Runs ``work(0)`` ... ``work(n - 1)`` on ``n`` threads at once and waits for all; a failure
+    in any of them fails the caller, after every thread has ended."""
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            work(i)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
