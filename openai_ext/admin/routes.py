@@ -129,8 +129,8 @@ def internal_router(text: TextService, manager: ModelManager | None) -> APIRoute
     async def chat_prompt(body: ChatCompletionRequest):
         """The prompt a chat request would be rendered into, without generating."""
         host = text.host
-        messages, settings = chat.template_input(host, body, tools.parse(body))
-        rendered = await text.tokenizer_work(host.chat_prompt, messages, settings)
+        given = chat.template_input(host, body, tools.parse(body))
+        rendered = await text.tokenizer_work(given.render, host)
         # The tokens too: a server in front of this one (an upstream host) needs both.
         tokens = await text.tokenizer_work(host.tokenize, rendered.text)
         return {"prompt": rendered.text, "tokens": tokens}

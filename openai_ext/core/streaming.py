@@ -3,7 +3,7 @@
 - ``event_stream`` frames chunks as OpenAI does (``data: {json}``, then ``data: [DONE]``); an
   error after the stream began becomes an error event. ``framing`` lets another API family
   (Anthropic's named events, say) write its own frames over the same machinery, its keep-alive
-  pings included (a framing with ``ping()``; OpenAI's are SSE comments).
+  pings included (``Framing.keepalive``; OpenAI's are SSE comments).
 - ``EventStream`` gives up on a client that stopped reading, and runs ``on_close`` once the
   response is over, however it ended: that is where a stream gives back its place in line
   (``ClosingStream`` does the same for a plain streamed body).
@@ -44,7 +44,26 @@ def sse_event(obj: Any) -> bytes:
     return b"data: " + dumps(obj) + b"\n\n"
 
 
-class OpenAIFraming:
+class Framing:
+    """How a family writes its stream: each chunk, an error after the stream began, its end,
+    and its keep-alive pings."""
+    ping_seconds: float = PING_SECONDS
+
+    def frame(self, chunk: Any) -> bytes:
+        raise NotImplementedError
+
+    def error(self, error: OpenAIError | None, exc: BaseException) -> bytes:
+        raise NotImplementedError
+
+    def end(self) -> bytes:
+        return b""
+
+    def keepalive(self) -> Callable[[], bytes] | None:
+        """What a ping is made by; None: an SSE comment line, which every client skips."""
+        return None
+
+
+class OpenAIFraming(Framing):
     """OpenAI's framing: every chunk and error as ``data:``, then ``data: [DONE]`` (OpenAI's
     audio streams end without it: ``done=False``)."""
 
@@ -90,7 +109,7 @@ async def _until_drained(chunks: AsyncGenerator[Any, None], drained: asyncio.Eve
                 await step
 
 
-async def sse_stream(chunks: AsyncGenerator[Any, None], framing: Any = None,
+async def sse_stream(chunks: AsyncGenerator[Any, None], framing: Framing | None = None,
                      drain: Drain | None = None) -> AsyncGenerator[bytes, None]:
     """Frames ``chunks``. An error after the stream began becomes an error event, and the
     stream still ends as its framing says; so does a stream open when the server shuts down."""
@@ -148,7 +167,7 @@ class EventStream(EventSourceResponse):
     does not use that version's process-wide event, which binds to the first event loop that
     waits on it and breaks streams of any other server in the process (the web UI's own API)."""
 
-    def __init__(self, chunks: AsyncGenerator[Any, None], framing: Any = None, *,
+    def __init__(self, chunks: AsyncGenerator[Any, None], framing: Framing | None = None, *,
                  on_close: Callable[[], None] | None = None, send_timeout: float | None = None, **kwargs: Any):
         if _HAS_SHUTDOWN_EVENT:
             # sse-starlette 3.3+ cancels open streams when it sees the server stop; the grace
@@ -161,7 +180,8 @@ class EventStream(EventSourceResponse):
         if hasattr(EventSourceResponse, "listen_for_exit_signal"):   # sse-starlette 1.x
             self.listen_for_exit_signal = _exit_signal
 
-    async def _frames(self, chunks: AsyncGenerator[Any, None], framing: Any) -> AsyncGenerator[bytes, None]:
+    async def _frames(self, chunks: AsyncGenerator[Any, None],
+                      framing: Framing | None) -> AsyncGenerator[bytes, None]:
         # Built when the response starts, so the app's drain (known from the scope) is in place.
         async for frame in sse_stream(chunks, framing, self._drain):
             yield frame
@@ -226,15 +246,17 @@ def _only_send_timeouts(error: BaseException) -> bool:
     return isinstance(error, SendTimeout) or type(error).__name__ == "SendTimeoutError"
 
 
-def event_stream(chunks: AsyncGenerator[Any, None], send_timeout: float | None = None, *, framing: Any = None,
+def event_stream(chunks: AsyncGenerator[Any, None], send_timeout: float | None = None, *,
+                 framing: Framing | None = None,
                  on_close: Callable[[], None] | None = None, ping: float | None = None,
                  headers: dict[str, str] | None = None) -> EventSourceResponse:
     """``ping``: seconds between keep-alive pings (default: the framing's ``ping_seconds``, else
     PING_SECONDS)."""
+    framing = framing or OpenAIFraming()
     if ping is None:
-        ping = getattr(framing, "ping_seconds", PING_SECONDS)
+        ping = framing.ping_seconds
     return EventStream(chunks, framing, sep="\n", ping=ping, send_timeout=send_timeout,
-                       on_close=on_close, headers=headers, ping_message_factory=getattr(framing, "ping", None))
+                       on_close=on_close, headers=headers, ping_message_factory=framing.keepalive())
 
 
 async def until_disconnect(request: Request, work: Awaitable[Any]) -> Any:

@@ -3,7 +3,7 @@
 Two hosts implement it: ``textgen`` (the web UI that loads this extension) and ``llamacpp``
 (the embedded llama.cpp host of standalone mode). The server never looks past this contract.
 Its vocabulary (pieces, log-probabilities, abilities, the host's sampler names) lives here too,
-so hosts depend on nothing but this module.
+with the request itself in request.py, so hosts depend on nothing but these two modules.
 """
 
 from __future__ import annotations
@@ -11,7 +11,9 @@ from __future__ import annotations
 import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Generator
+
+from .request import NO_CHAT_OPTIONS, ChatOptions, GenerationSettings
 
 
 @dataclass(slots=True)
@@ -35,6 +37,11 @@ class Piece:
     tokens: int | None = 1
     logprob: TokenLogprob | None = None
     finish_reason: str | None = None
+
+
+# A host's reply: a generator, which the server closes when the client leaves or a stop string
+# ends the reply early (the host's finally then releases what it holds).
+Pieces = Generator[Piece, None, None]
 
 
 @dataclass(frozen=True)
@@ -123,13 +130,13 @@ class Host(ABC):
         ...
 
     @abstractmethod
-    def chat_prompt(self, messages: list[dict[str, Any]], settings: dict[str, Any]) -> ChatPrompt:
+    def chat_prompt(self, messages: list[dict[str, Any]], options: ChatOptions = NO_CHAT_OPTIONS) -> ChatPrompt:
         """Renders OpenAI-style messages (roles system/user/assistant/tool, string content)
-        with the model's chat template, ready for the assistant's reply. ``settings['tools']``,
-        when present, is handed to templates that render tools themselves."""
+        with the model's chat template, ready for the assistant's reply. ``options.tools``,
+        when set, is handed to templates that render tools themselves."""
 
     @abstractmethod
-    def generate(self, prompt: Prompt, settings: dict[str, Any], stop_event: threading.Event) -> Iterator[Piece]:
+    def generate(self, prompt: Prompt, settings: GenerationSettings, stop_event: threading.Event) -> Pieces:
         """Blocking generator of pieces. It runs on a worker thread, checks ``stop_event``
         between tokens, and sets ``finish_reason`` ("stop" or "length") on its last piece."""
 
@@ -153,7 +160,7 @@ class Host(ABC):
         that cannot tell say yes, and an unparsable grammar fails while generating."""
         return True
 
-    def check_settings(self, settings: dict[str, Any]) -> None:
+    def check_settings(self, settings: GenerationSettings) -> None:
         """Refuses (InvalidRequestError) settings that name what the host does not have (a
         preset, say), before anything runs."""
 
@@ -162,7 +169,7 @@ class Host(ABC):
         reply that may still be opening a thinking block gives ("", "")."""
         return split_think_tags(text)
 
-    def next_token_probabilities(self, prompt: str, settings: dict[str, Any], use_samplers: bool,
+    def next_token_probabilities(self, prompt: str, settings: GenerationSettings, use_samplers: bool,
                                  top: int) -> dict[str, float]:
         """The ``top`` most likely next tokens after ``prompt`` with their probabilities, from
         the model's own distribution or, with ``use_samplers``, after the request's samplers

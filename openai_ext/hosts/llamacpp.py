@@ -20,17 +20,18 @@ import os
 import re
 import threading
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
 from . import llamacpp_probe as probe
-from .base import ChatPrompt, Host, HostAbilities, Piece, Prompt, TokenLogprob
+from .base import ChatPrompt, Host, HostAbilities, Piece, Pieces, Prompt, TokenLogprob
 from .llamacpp_batch import Closed, Scheduler
 from .llamacpp_context import PREFILL_CHUNK, lazy_llama, load_context, load_model, uses_flash_attn
-from .llamacpp_sampling import NEUTRAL, SAMPLERS, Detokenizer, sampler_chain
+from .llamacpp_sampling import SAMPLERS, Detokenizer, sampler_chain
 from .llamacpp_threads import Threads
 from .llamacpp_work import END, OUTBOX, Generation, NextToken, Scoring, Work
+from .request import NO_CHAT_OPTIONS, ChatOptions, GenerationSettings
 
 log = logging.getLogger(__name__)
 
@@ -184,9 +185,10 @@ class LlamaCppHost(Host):
     def detokenize(self, tokens: list[int]) -> str:
         return b"".join(self._piece(t, False) for t in tokens).decode("utf-8", errors="replace")
 
-    def chat_prompt(self, messages: list[dict[str, Any]], settings: dict[str, Any]) -> ChatPrompt:
+    def chat_prompt(self, messages: list[dict[str, Any]], options: ChatOptions = NO_CHAT_OPTIONS) -> ChatPrompt:
         try:
-            out = self._formatter(messages=messages, tools=settings.get("tools"))
+            # (llama_cpp types messages and tools as its TypedDicts; these are dicts of that shape)
+            out = self._formatter(messages=messages, tools=options.tools)  # type: ignore[arg-type]
         except Exception as e:  # the template's own raise_exception(), or a jinja error
             from ..core.errors import InvalidRequestError
             raise InvalidRequestError(f"The model's chat template rejected these messages: {e}",
@@ -200,6 +202,8 @@ class LlamaCppHost(Host):
         return [self._bos if self._bos != L.LLAMA_TOKEN_NULL else L.llama_vocab_eos(self._vocab)]
 
     def fim_prompt(self, prefix: str, suffix: str) -> list[int]:
+        if self._fim is None:   # (abilities.fim is off: params.plan refuses suffix before this)
+            raise NotImplementedError("the loaded model has no fill-in-the-middle tokens")
         pre, suf, mid = self._fim
         return ([self._bos] if self._add_bos else []) + [pre] + self.tokenize(prefix, add_bos=False) + \
             [suf] + self.tokenize(suffix, add_bos=False) + [mid]
@@ -218,17 +222,17 @@ class LlamaCppHost(Host):
     def detokenizer(self, special: bool = False) -> "Detokenizer":
         return Detokenizer(lambda t: self._piece(t, special))
 
-    def _bias(self, s: dict[str, Any]) -> dict[int, float]:
+    def _bias(self, s: GenerationSettings) -> dict[int, float]:
         """Token id -> logit bias, from logit_bias, custom_token_bans and ban_eos_token."""
-        bias: dict[int, float] = {int(k): float(v) for k, v in (s.get("logit_bias") or {}).items()}
-        for tok in filter(None, (t.strip() for t in str(s.get("custom_token_bans") or "").split(","))):
+        bias: dict[int, float] = dict(s.logit_bias)
+        for tok in filter(None, (t.strip() for t in str(s.samplers.get("custom_token_bans") or "").split(","))):
             bias[int(tok)] = float("-inf")
-        if s.get("ban_eos_token"):
-            for tok in np.flatnonzero(self._eog):
-                bias[int(tok)] = float("-inf")
+        if s.samplers.get("ban_eos_token"):
+            for eog in np.flatnonzero(self._eog):
+                bias[int(eog)] = float("-inf")
         return {tok: float("-inf") if b <= -100 else b for tok, b in bias.items()}
 
-    def _sampler(self, s: dict[str, Any], *, bias: bool = True):
+    def _sampler(self, s: GenerationSettings, *, bias: bool = True):
         """llama.cpp's sampler chain for these settings, with the bias unless ``bias`` is false."""
         return sampler_chain(self._L, self._vocab, self._n_vocab, self.context_length(), s,
                              self._bias(s) if bias else {})
@@ -271,12 +275,11 @@ class LlamaCppHost(Host):
             entry.top = [item(int(t)) for t in best[np.argsort(-logits[best])]]
         return entry
 
-    def generate(self, prompt: Prompt, settings: dict[str, Any], stop_event: threading.Event) -> Iterator[Piece]:
+    def generate(self, prompt: Prompt, settings: GenerationSettings, stop_event: threading.Event) -> Pieces:
         """Runs as one sequence of the batch; this generator only hands on what the scheduler's
         thread produces for it."""
-        s = {**NEUTRAL, **settings}
         room = self.context_length() - len(prompt.tokens)
-        if int(s["max_new_tokens"]) <= 0:
+        if settings.max_new_tokens <= 0:
             yield Piece("", tokens=0, finish_reason="length")
             return
         if not prompt.tokens:
@@ -285,7 +288,7 @@ class LlamaCppHost(Host):
         if room <= 0:
             raise ValueError(f"a prompt of {len(prompt.tokens)} tokens reached a context of {self.context_length()}")
         # The budget never outgrows the context.
-        s["max_new_tokens"] = min(int(s["max_new_tokens"]), room)
+        s = settings.replace(max_new_tokens=min(settings.max_new_tokens, room))
         work = Generation(self, prompt.tokens, s, stop_event)
         self._submit(work)
         item: Any = None
@@ -340,7 +343,7 @@ class LlamaCppHost(Host):
         assert len(work.scores) == len(scored)
         return work.scores
 
-    def next_token_probabilities(self, prompt: str, settings: dict[str, Any], use_samplers: bool,
+    def next_token_probabilities(self, prompt: str, settings: GenerationSettings, use_samplers: bool,
                                  top: int) -> dict[str, float]:
         """The model's own distribution after the prompt (no sampler touches it)."""
         if use_samplers:

@@ -10,6 +10,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .request import GenerationSettings
+
 SAMPLERS = frozenset({
     "top_k", "min_p", "typical_p", "top_n_sigma", "repetition_penalty", "repetition_penalty_range",
     "xtc_threshold", "xtc_probability", "dry_multiplier", "dry_base", "dry_allowed_length",
@@ -49,10 +51,14 @@ class Detokenizer:
         return ""
 
 
-def sampler_chain(L: Any, vocab: Any, n_vocab: int, context_length: int, s: dict[str, Any],
+def sampler_chain(L: Any, vocab: Any, n_vocab: int, context_length: int, g: GenerationSettings,
                   biases: dict[int, float]) -> Any:
     """llama.cpp's sampler chain for these settings, in llama.cpp's usual order. A grammar is
-    not part of it (see Constrained)."""
+    not part of it (see Constrained). (No preset is applied here: a sampler left to one is at
+    OpenAI's default.)"""
+    s = {**NEUTRAL, **g.samplers}
+    temperature = 1.0 if g.temperature is None else g.temperature
+    top_p = 1.0 if g.top_p is None else g.top_p
     chain = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
     add = lambda smpl: L.llama_sampler_chain_add(chain, smpl)  # noqa: E731
 
@@ -62,7 +68,7 @@ def sampler_chain(L: Any, vocab: Any, n_vocab: int, context_length: int, s: dict
             arr[i].token, arr[i].bias = tok, b
         add(L.llama_sampler_init_logit_bias(n_vocab, len(biases), arr))
 
-    rep, freq, pres = s["repetition_penalty"], s["frequency_penalty"], s["presence_penalty"]
+    rep, freq, pres = s["repetition_penalty"], g.frequency_penalty or 0.0, g.presence_penalty or 0.0
     if rep != 1.0 or freq != 0.0 or pres != 0.0:
         # OpenAI's penalties count every token generated so far, so the window is the context.
         last_n = s["repetition_penalty_range"] or context_length
@@ -73,15 +79,14 @@ def sampler_chain(L: Any, vocab: Any, n_vocab: int, context_length: int, s: dict
                                      s["dry_allowed_length"], s["repetition_penalty_range"] or -1,
                                      breakers, len(DRY_BREAKERS)))
 
-    seed = s["seed"]
-    seed = L.LLAMA_DEFAULT_SEED if seed is None or seed < 0 else seed % 0xFFFFFFFF
-    if not s["do_sample"] or s["temperature"] <= 0:
+    seed = L.LLAMA_DEFAULT_SEED if g.seed is None or g.seed < 0 else g.seed % 0xFFFFFFFF
+    if temperature <= 0:
         add(L.llama_sampler_init_greedy())
     elif s["mirostat_mode"] == 1:
-        add(L.llama_sampler_init_temp(s["temperature"]))
+        add(L.llama_sampler_init_temp(temperature))
         add(L.llama_sampler_init_mirostat(n_vocab, seed, s["mirostat_tau"], s["mirostat_eta"], 100))
     elif s["mirostat_mode"] == 2:
-        add(L.llama_sampler_init_temp(s["temperature"]))
+        add(L.llama_sampler_init_temp(temperature))
         add(L.llama_sampler_init_mirostat_v2(seed, s["mirostat_tau"], s["mirostat_eta"]))
     else:
         if s["top_n_sigma"] > 0:
@@ -90,8 +95,8 @@ def sampler_chain(L: Any, vocab: Any, n_vocab: int, context_length: int, s: dict
             add(L.llama_sampler_init_top_k(s["top_k"]))
         if s["typical_p"] < 1.0:
             add(L.llama_sampler_init_typical(s["typical_p"], 1))
-        if s["top_p"] < 1.0:
-            add(L.llama_sampler_init_top_p(s["top_p"], 1))
+        if top_p < 1.0:
+            add(L.llama_sampler_init_top_p(top_p, 1))
         if s["min_p"] > 0:
             add(L.llama_sampler_init_min_p(s["min_p"], 1))
         if s["xtc_probability"] > 0:
@@ -100,7 +105,7 @@ def sampler_chain(L: Any, vocab: Any, n_vocab: int, context_length: int, s: dict
             lo, hi = s["dynatemp_low"], s["dynatemp_high"]
             add(L.llama_sampler_init_temp_ext((lo + hi) / 2, (hi - lo) / 2, s["dynatemp_exponent"]))
         else:
-            add(L.llama_sampler_init_temp(s["temperature"]))
+            add(L.llama_sampler_init_temp(temperature))
         add(L.llama_sampler_init_dist(seed))
     return chain
 
@@ -118,13 +123,14 @@ class Constrained:
     replacing that token with the tokens of the text up to the marker's end.
     """
 
-    def __init__(self, host: Any, s: dict[str, Any], chain: Any, special: bool):
+    def __init__(self, host: Any, s: GenerationSettings, chain: Any, special: bool):
         # host: the LlamaCppHost (its llama.cpp handles, pieces and grammar samplers)
         from llama_cpp._internals import LlamaTokenDataArray
 
         self.h, self.chain, self.special = host, chain, special
-        self.gbnf = s["grammar_string"]
-        self.triggers = [t.encode() for t in s.get("grammar_triggers") or []]
+        assert s.grammar, "a grammar-constrained generation without a grammar"
+        self.gbnf = s.grammar
+        self.triggers = [t.encode() for t in s.grammar_triggers]
         self.grammar = None if self.triggers else host._grammar_sampler(self.gbnf)
         self.cur = LlamaTokenDataArray(n_vocab=host._n_vocab)
         bias = host._bias(s)

@@ -18,6 +18,7 @@ import numpy as np
 
 from .base import Piece, TokenLogprob
 from .llamacpp_sampling import Constrained
+from .request import GenerationSettings
 
 # Pieces a generation may produce ahead of its reader.
 OUTBOX = 16
@@ -75,13 +76,13 @@ END = _End()
 
 
 class Generation(Work):
-    def __init__(self, host: Any, tokens: list[int], s: dict[str, Any], stop_event: threading.Event):
+    def __init__(self, host: Any, tokens: list[int], s: GenerationSettings, stop_event: threading.Event):
         super().__init__(list(tokens))
         self.h = host
-        self.max_new = int(s["max_new_tokens"])
-        self.top = s.get("logprobs")
-        special = not s["skip_special_tokens"]
-        constrained = bool(s.get("grammar_string"))
+        self.max_new = s.max_new_tokens
+        self.top = s.logprobs
+        special = not s.samplers.get("skip_special_tokens", True)
+        constrained = bool(s.grammar)
         self.sampler = host._sampler(s, bias=not constrained)
         try:
             self.guide = Constrained(host, s, self.sampler, special) if constrained else None

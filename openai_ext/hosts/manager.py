@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 from pathlib import Path
-from typing import Any, Callable, Iterator, NoReturn, Protocol
+from typing import Any, Callable, NoReturn, Protocol
 
 from ..core.config import Settings
 from ..core.errors import (
@@ -21,7 +22,8 @@ from ..core.errors import (
     ServerError,
     ServiceUnavailableError,
 )
-from .base import ChatPrompt, Host, HostAbilities, Prompt
+from .base import ChatPrompt, Host, HostAbilities, Pieces, Prompt
+from .request import NO_CHAT_OPTIONS, ChatOptions, GenerationSettings
 
 log = logging.getLogger(__name__)
 
@@ -75,10 +77,10 @@ class NoModel(Host):
 
     context_length = tokenize = detokenize = _refuse
 
-    def chat_prompt(self, messages, settings) -> ChatPrompt:
+    def chat_prompt(self, messages: list[dict[str, Any]], options: ChatOptions = NO_CHAT_OPTIONS) -> ChatPrompt:
         self._refuse()
 
-    def generate(self, prompt: Prompt, settings, stop_event) -> Iterator:
+    def generate(self, prompt: Prompt, settings: GenerationSettings, stop_event: threading.Event) -> Pieces:
         self._refuse()
 
     def describe(self) -> dict[str, Any]:

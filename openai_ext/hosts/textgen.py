@@ -10,7 +10,6 @@ model's instruction template. Stop strings are the exception: the server applies
 from __future__ import annotations
 
 import contextlib
-import copy
 import functools
 import importlib
 import logging
@@ -23,9 +22,11 @@ from ..core.errors import InvalidRequestError, ServiceUnavailableError
 from . import textgen_images
 from . import textgen_scores as scores
 from . import textgen_server as model_server
-from .base import HOST_SAMPLERS, ChatPrompt, Host, HostAbilities, Piece, Prompt, TokenLogprob
+from .base import HOST_SAMPLERS, ChatPrompt, Host, HostAbilities, Piece, Pieces, Prompt, TokenLogprob
+from .request import NO_CHAT_OPTIONS, ChatOptions, GenerationSettings
 from .textgen_chat import messages_to_history, resolve_chat, resolve_preset
 from .textgen_replies import Follower, Turns, chat_reply, host_failures
+from .textgen_state import request_state
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +82,7 @@ class TextgenHost(Host):
         self._turns = Turns()
 
     @property
-    def abilities(self) -> HostAbilities:
+    def abilities(self) -> HostAbilities:  # type: ignore[override]  # (read per request, never set)
         """Read for each request: the user may load another model, with another loader, in the
         web UI while the server runs."""
         loader = getattr(getattr(self.m.shared, "args", None), "loader", None)
@@ -112,11 +113,11 @@ class TextgenHost(Host):
         return frozenset(names)
 
     @property
-    def chat_template(self) -> str | None:
+    def chat_template(self) -> str | None:  # type: ignore[override]  # (the model the web UI has now)
         return self.m.shared.settings.get("instruction_template_str")
 
     @property
-    def model_id(self) -> str:
+    def model_id(self) -> str:  # type: ignore[override]  # (the model the web UI has now)
         return str(self.m.shared.model_name)
 
     @property
@@ -168,38 +169,28 @@ class TextgenHost(Host):
         with model_server.guarded(self.m.shared.model):
             return self.m.text_generation.decode([int(t) for t in tokens], skip_special_tokens=False)
 
-    def _state(self, settings: dict[str, Any]) -> dict[str, Any]:
-        # Missing keys make the host's loaders fail silently, so start from all of its settings;
-        # a preset's samplers come next, then the request's own.
-        state = copy.deepcopy(self.m.shared.settings)
-        if settings.get("preset"):
-            state.update(resolve_preset(self.m, settings["preset"]))
-        state.update(settings)
-        state["mode"] = settings.get("mode", "instruct")   # the API's default, whatever the UI's is
-        return state
+    def check_settings(self, settings: GenerationSettings) -> None:
+        if settings.preset:
+            resolve_preset(self.m, settings.preset)
 
-    def check_settings(self, settings: dict[str, Any]) -> None:
-        if settings.get("preset"):
-            resolve_preset(self.m, settings["preset"])
-
-    def chat_prompt(self, messages: list[dict[str, Any]], settings: dict[str, Any]) -> ChatPrompt:
+    def chat_prompt(self, messages: list[dict[str, Any]], options: ChatOptions = NO_CHAT_OPTIONS) -> ChatPrompt:
         self._require_model()   # the prompt builder may count tokens
         user_input, system, history = messages_to_history(messages)
-        state = self._state(settings)
+        state = request_state(self.m, options=options)
         state.update(history=history, custom_system_message=system, truncation_length=_NO_TRUNCATION,
                      max_new_tokens=0)
-        state.update(resolve_chat(self.m, settings))
+        state.update(resolve_chat(self.m, options))
         try:
             # (the web UI's prompt builder counts tokens with llama-server's /tokenize)
             with model_server.guarded(self.m.shared.model):
-                text = self.m.chat.generate_chat_prompt(user_input, state, _continue=bool(settings.get("continue_")))
+                text = self.m.chat.generate_chat_prompt(user_input, state, _continue=options.continue_)
         except ServiceUnavailableError:
             raise
         except Exception as e:
             raise InvalidRequestError(f"The chat template could not render these messages ({e}).",
                                       param="messages") from None
         # the web UI's chatbot_wrapper strips the start of a chat-mode reply (not a continued one)
-        trim = state["mode"] in ("chat", "chat-instruct") and not settings.get("continue_")
+        trim = state["mode"] in ("chat", "chat-instruct") and not options.continue_
         return ChatPrompt(text, list(self.m.chat.get_stopping_strings(state)), trim)
 
     def split_reasoning(self, text: str) -> tuple[str | None, str]:
@@ -209,7 +200,7 @@ class TextgenHost(Host):
         except ImportError:
             return super().split_reasoning(text)
 
-    def generate(self, prompt: Prompt, settings: dict[str, Any], stop_event: threading.Event) -> Iterator[Piece]:
+    def generate(self, prompt: Prompt, settings: GenerationSettings, stop_event: threading.Event) -> Pieces:
         """The host's reply as pieces, each with the tokens it took, the last with the finish reason.
 
         The host is given no stop strings: the server applies them to this text (holding back
@@ -221,7 +212,7 @@ class TextgenHost(Host):
         self._require_model()
         # The llama.cpp and ExLlamaV3 loaders keep the log-probabilities of "the" generation in
         # one attribute of the model: a generation that reads them runs alone.
-        alone = settings.get("logprobs") is not None and self._slots() > 1
+        alone = settings.logprobs is not None and self._slots() > 1
         with self._turns.take(alone, stop_event) as turn:
             if turn:
                 pieces = self._generate(prompt, settings, stop_event)
@@ -229,8 +220,9 @@ class TextgenHost(Host):
                     pieces = chat_reply(pieces)
                 yield from pieces
 
-    def _generate(self, prompt: Prompt, settings: dict[str, Any], stop_event: threading.Event) -> Iterator[Piece]:
-        state = self._state(settings)
+    def _generate(self, prompt: Prompt, settings: GenerationSettings,
+                  stop_event: threading.Event) -> Pieces:
+        state = request_state(self.m, settings)
         # stream: without it the host generates the whole reply before it yields anything, and
         # the server could not stop it at a stop string.
         state.update(stop_event=stop_event, custom_stopping_strings=[], stream=True)
@@ -240,7 +232,7 @@ class TextgenHost(Host):
             # first, so none may be left in the state)
             state.pop("image_attachments", None)
             state["raw_images"] = list(prompt.images)
-        source, aligner = self._scores(state, settings.get("logprobs"))
+        source, aligner = self._scores(state, settings.logprobs)
         follow = Follower()
         reported = 0
         # guarded: the web UI catches a dead server's error while generating, but then counts the
@@ -267,7 +259,7 @@ class TextgenHost(Host):
             model_server.check(self.m.shared.model, " while generating this reply")
             raise RuntimeError(f"the web UI's generation failed: {failures.error}") from failures.error
         tail = follow.finish()
-        limit = int(settings.get("max_new_tokens", 0))
+        limit = settings.max_new_tokens
         if aligner is not None:
             aligner.add_text(tail)
             yield from self._last_scored(source, aligner)
@@ -340,7 +332,10 @@ class TextgenHost(Host):
                 raise InvalidRequestError(NO_PROMPT_SCORES, param="echo")
         else:
             scored = scores.hf_prompt_scores(model, ids, top, self._decode_output, self.m.shared.tokenizer)
-        return [s.entry for s in scored[-len(visible):]] if visible else []
+        entries = [s.entry for s in scored[-len(visible):] if s.entry is not None] if visible else []
+        if len(entries) != len(visible):
+            raise RuntimeError("the web UI's loader left some of the prompt's tokens unscored")
+        return entries
 
     def document_start(self) -> list[int]:
         """The start-of-text token: BOS, as the tokenizer adds it, or the one the model names
@@ -367,12 +362,12 @@ class TextgenHost(Host):
         counted = len(self.tokenize(follow.text, add_bos=False)) if follow.text else 0
         return max(follow.steps, counted)
 
-    def next_token_probabilities(self, prompt: str, settings: dict[str, Any], use_samplers: bool,
+    def next_token_probabilities(self, prompt: str, settings: GenerationSettings, use_samplers: bool,
                                  top: int) -> dict[str, float]:
         """The web UI's own get_next_logits, as its /v1/internal/logits calls it: it takes the
         generation lock itself (without samplers) or generates one token (with them)."""
         self._require_model()
-        state = self._state(settings)
+        state = request_state(self.m, settings)
         state.update(stream=True, max_new_tokens=1, auto_max_new_tokens=False, custom_stopping_strings=[])
         with host_failures() as failures:
             result = importlib.import_module("modules.logits").get_next_logits(

@@ -7,6 +7,7 @@ import copy
 from typing import Any
 
 from ..core.errors import InvalidRequestError
+from .request import ChatOptions
 
 
 def messages_to_history(messages: list[dict[str, Any]]) -> tuple[str, str, dict[str, Any]]:
@@ -67,7 +68,7 @@ def resolve_preset(m: Any, name: str) -> dict[str, Any]:
     return dict(importlib.import_module("modules.presets").load_preset_memoized(name))
 
 
-def resolve_chat(m: Any, settings: dict[str, Any]) -> dict[str, Any]:
+def resolve_chat(m: Any, options: ChatOptions) -> dict[str, Any]:
     """The state keys of the request's chat mode, character and templates, as the web UI's own
     API fills them (modules/api/completions.py): a named instruction template or one given
     inline; in chat modes the character (the web UI's default one unless named), with the
@@ -75,25 +76,24 @@ def resolve_chat(m: Any, settings: dict[str, Any]) -> dict[str, Any]:
     shared = m.shared
     defaults = getattr(shared, "default_settings", shared.settings)
     out: dict[str, Any] = {}
-    if settings.get("instruction_template_str"):
-        out["instruction_template_str"] = settings["instruction_template_str"]
-    elif settings.get("instruction_template"):
-        _available(m, "instruction_templates", settings["instruction_template"], "instruction_template")
-        out["instruction_template_str"] = m.chat.load_instruction_template_memoized(settings["instruction_template"])
-    mode = settings.get("mode", "instruct")
-    if mode != "instruct" or settings.get("character"):
-        character = settings.get("character") or defaults.get("character") or "Assistant"
-        if settings.get("character"):
+    if options.instruction_template_str:
+        out["instruction_template_str"] = options.instruction_template_str
+    elif options.instruction_template:
+        _available(m, "instruction_templates", options.instruction_template, "instruction_template")
+        out["instruction_template_str"] = m.chat.load_instruction_template_memoized(options.instruction_template)
+    if options.mode != "instruct" or options.character:
+        character = options.character or defaults.get("character") or "Assistant"
+        if options.character:
             _available(m, "characters", character, "character")
-        name1 = settings.get("name1") or defaults.get("name1", "You")
+        name1 = options.name1 or defaults.get("name1", "You")
         name1, name2, _, greeting, context = m.chat.load_character_memoized(character, name1, "")
-        out.update(name1=name1, name2=settings.get("name2") or name2, context=settings.get("context") or context,
-                   greeting=settings.get("greeting") or greeting, character=character)
+        out.update(name1=name1, name2=options.name2 or name2, context=options.context or context,
+                   greeting=options.greeting or greeting, character=character)
     for key in ("name1", "name2", "context", "greeting", "user_bio"):
-        if settings.get(key) and key not in out:
-            out[key] = settings[key]
-    out["chat_template_str"] = settings.get("chat_template_str") or defaults.get("chat_template_str", "")
-    command = settings.get("chat_instruct_command") or defaults.get("chat-instruct_command")
+        if getattr(options, key) and key not in out:
+            out[key] = getattr(options, key)
+    out["chat_template_str"] = options.chat_template_str or defaults.get("chat_template_str", "")
+    command = options.chat_instruct_command or defaults.get("chat-instruct_command")
     if command:
         out["chat-instruct_command"] = command
     return out

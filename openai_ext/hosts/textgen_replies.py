@@ -9,9 +9,9 @@ import logging
 import os
 import threading
 from dataclasses import replace
-from typing import Generator, Iterator
+from typing import Iterator
 
-from .base import Piece
+from .base import Pieces
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +146,7 @@ class Turns:
                 self._cond.notify_all()
 
 
-def chat_reply(pieces: Generator[Piece, None, None]) -> Iterator[Piece]:
+def chat_reply(pieces: Pieces) -> Pieces:
     """The reply as the web UI's chat and chat-instruct modes show it: without the space the
     model writes after "Name:" (its chatbot_wrapper strips the reply's start, unless it continues
     a message). Pieces of only that space still count their tokens."""

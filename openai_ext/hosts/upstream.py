@@ -27,7 +27,8 @@ import requests
 from requests.adapters import HTTPAdapter
 
 from ..core.errors import InvalidRequestError, OpenAIError, ServiceUnavailableError, UpstreamError
-from .base import ChatPrompt, Host, HostAbilities, Piece, Prompt, TokenLogprob
+from .base import ChatPrompt, Host, HostAbilities, Piece, Pieces, Prompt, TokenLogprob
+from .request import NO_CHAT_OPTIONS, ChatOptions, GenerationSettings
 from .upstream_dialects import Dialect, detect, error_of
 
 log = logging.getLogger(__name__)
@@ -181,36 +182,38 @@ class UpstreamHost(Host):
     def detokenize(self, tokens: list[int]) -> str:
         return self._known.detokenize(self._call, self.model_id, tokens)
 
-    def chat_prompt(self, messages: list[dict[str, Any]], settings: dict[str, Any]) -> ChatPrompt:
+    def chat_prompt(self, messages: list[dict[str, Any]], options: ChatOptions = NO_CHAT_OPTIONS) -> ChatPrompt:
         return ChatPrompt(self._known.chat_prompt(self._call, self.model_id, messages))
 
-    def _body(self, prompt: Prompt, s: dict[str, Any]) -> dict[str, Any]:
+    def _body(self, prompt: Prompt, s: GenerationSettings) -> dict[str, Any]:
+        """The engine's /v1/completions body. Temperature 0 is greedy on every engine; a sampler
+        left to a web UI preset (None) is the engine's default, as there is no preset here."""
         dialect = self._known
-        greedy = not s.get("do_sample", True) or float(s.get("temperature", 1.0)) <= 0
         body: dict[str, Any] = {
             "model": self.model_id, "prompt": prompt.tokens if dialect.exact_tokens else prompt.text,
-            "max_tokens": int(s["max_new_tokens"]), "temperature": 0.0 if greedy else float(s.get("temperature", 1.0)),
-            "top_p": float(s.get("top_p", 1.0)), "stream": True}
-        for name in ("frequency_penalty", "presence_penalty"):
-            if s.get(name):
-                body[name] = s[name]
-        if s.get("seed") is not None and int(s["seed"]) >= 0:
-            body["seed"] = int(s["seed"])
-        if s.get("logprobs") is not None:
-            body["logprobs"] = max(1, int(s["logprobs"]))   # one at least, so every token comes with its own
+            "max_tokens": s.max_new_tokens, "temperature": 1.0 if s.temperature is None else s.temperature,
+            "top_p": 1.0 if s.top_p is None else s.top_p, "stream": True}
+        if s.frequency_penalty:
+            body["frequency_penalty"] = s.frequency_penalty
+        if s.presence_penalty:
+            body["presence_penalty"] = s.presence_penalty
+        if s.seed is not None and s.seed >= 0:
+            body["seed"] = s.seed
+        if s.logprobs is not None:
+            body["logprobs"] = max(1, s.logprobs)   # one at least, so every token comes with its own
         for ours, theirs in SAMPLERS.get(dialect.name, {}).items():
-            if ours in s:
-                body[theirs] = s[ours]
-        if s.get("grammar_string") and dialect.grammar:
-            body.update(dialect.grammar_fields(s["grammar_string"], list(s.get("grammar_triggers") or [])))
+            if ours in s.samplers:
+                body[theirs] = s.samplers[ours]
+        if s.grammar and dialect.grammar:
+            body.update(dialect.grammar_fields(s.grammar, list(s.grammar_triggers)))
         return body
 
-    def generate(self, prompt: Prompt, settings: dict[str, Any], stop_event: threading.Event) -> Iterator[Piece]:
-        if int(settings.get("max_new_tokens", 0)) <= 0:
+    def generate(self, prompt: Prompt, settings: GenerationSettings, stop_event: threading.Event) -> Pieces:
+        if settings.max_new_tokens <= 0:
             yield Piece("", tokens=0, finish_reason="length")
             return
         body = self._body(prompt, settings)
-        top = int(settings["logprobs"]) if settings.get("logprobs") is not None else None
+        top = settings.logprobs
         try:
             r = self.session.post(self.root + "/v1/completions", json=body, headers=self.headers,
                                   timeout=self.timeouts, stream=True)

@@ -17,6 +17,7 @@ from typing import Any, AsyncGenerator
 
 from ..core.admission import Place
 from ..core.errors import InvalidRequestError
+from ..core.streaming import Framing
 from ..text import chat, tools
 from ..text.generation import ChoiceResult, Job, run_job
 from ..text.output import OutputParser
@@ -26,7 +27,7 @@ from . import context, render, translate
 from .protocol import CountTokensRequest, MessagesRequest
 from .stream import PING, AnthropicFraming, Blocks
 
-framing = AnthropicFraming()
+framing: Framing | None = AnthropicFraming()
 
 
 @dataclass
@@ -46,7 +47,7 @@ class Turn:
     @property
     def clamped(self) -> bool:
         """The context left less room than max_tokens."""
-        return int(self.plan.settings.get("max_new_tokens", 0)) < self.max_tokens
+        return self.plan.settings.max_new_tokens < self.max_tokens
 
     def stop_reason(self, result: ChoiceResult, blocks: Blocks) -> tuple[str, str | None]:
         return render.stop_reason(result.finish_reason, result.stop, stops=self.stops, called=blocks.called,
@@ -68,7 +69,7 @@ def _tokens(text: TextService, req: CountTokensRequest) -> int:
     tr = translate.to_chat(req, allow_unknown=text.settings.allow_unknown_fields)
     host = text.host
     try:
-        rendered = host.chat_prompt(*chat.template_input(host, tr.chat, tools.parse(tr.chat)))
+        rendered = chat.template_input(host, tr.chat, tools.parse(tr.chat)).render(host)
     except InvalidRequestError as e:
         raise translate.chat_error(e, tr.names) from None
     return len(host.tokenize(rendered.text + tr.prefill))

@@ -14,10 +14,10 @@ the stream began as ``event: error``, no ``[DONE]``, and keep-alive pings as rea
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from ..core.errors import OpenAIError, internal_error
-from ..core.streaming import PING_SECONDS, dumps
+from ..core.streaming import PING_SECONDS, Framing, dumps
 from ..text import tools
 from ..text.output import OutputParser, Thinking
 from . import errors, render
@@ -85,12 +85,10 @@ def event(obj: dict[str, Any]) -> bytes:
     return b"event: " + obj["type"].encode() + b"\ndata: " + dumps(obj) + b"\n\n"
 
 
-class AnthropicFraming:
-    """The framing of core.streaming.event_stream for Anthropic's streams."""
-
-    @property
-    def ping_seconds(self) -> float:
-        return PING_INTERVAL
+class AnthropicFraming(Framing):
+    """The framing of core.streaming.event_stream for Anthropic's streams: named events, and
+    Anthropic's own ping event."""
+    ping_seconds = PING_INTERVAL
 
     def frame(self, chunk: dict[str, Any]) -> bytes:
         return event(chunk)
@@ -101,5 +99,5 @@ class AnthropicFraming:
     def end(self) -> bytes:
         return b""
 
-    def ping(self) -> bytes:
-        return event(PING)
+    def keepalive(self) -> Callable[[], bytes]:
+        return lambda: event(PING)

@@ -163,7 +163,7 @@ class ResponsesService:
                                      status="queued" if background else "in_progress")
         turn = Turn(job, state, stream=bool(body.stream), max_tool_calls=body.max_tool_calls,
                     want_logprobs=job.plan.logprobs is not None, tools=tool_map,
-                    extra={"owner": owner, "conversation": cid, "input": new, "store": store},
+                    record=stream.Record(owner, cid, new, store),
                     compaction=plan, answer=not forced)
         if plan is not None:
             turn.rebuild = lambda compacted: convert.prepare(
@@ -204,12 +204,14 @@ class ResponsesService:
     def _settle(self, turn: Turn) -> None:
         """Stores a response as it ended, and appends a finished turn to its conversation."""
         body = turn.state.snapshot()
-        cid = turn.extra["conversation"]
+        record = turn.record
+        assert record is not None   # (set with settle_work)
+        cid = record.conversation
         conversation = None
         if cid and body["status"] in ("completed", "incomplete"):
-            conversation = (cid, [*turn.extra["input"], *body["output"]])
+            conversation = (cid, [*record.input, *body["output"]])
         try:
-            if turn.extra["store"]:
+            if record.store:
                 self.store.save_response(body, conversation=conversation)
             elif conversation is not None:
                 self.store.add_conversation_items(cid, None, conversation[1])
@@ -284,7 +286,7 @@ class ResponsesService:
     # stored responses --------------------------------------------------------------------------
     def _live(self, response_id: str, owner: str) -> Any:
         run = self.background.get(response_id)
-        if run is None or (self.private and run.turn.extra["owner"] != owner):
+        if run is None or (self.private and (run.turn.record is None or run.turn.record.owner != owner)):
             return None
         return run
 

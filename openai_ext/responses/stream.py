@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any, AsyncGenerator, Callable
 
 import anyio
 
+from ..core import streaming
 from ..core.admission import Place
 from ..core.errors import OpenAIError, internal_error
 from ..core.streaming import dumps
@@ -35,6 +36,17 @@ from .items import new_id
 from .tools import ToolMap
 
 
+@dataclass(frozen=True)
+class Record:
+    """Where a response goes once it is over: who asked for it (only they may see it, on a server
+    with several keys), its conversation, the input items it adds there, and whether the response
+    itself is stored."""
+    owner: str
+    conversation: str | None
+    input: list[dict[str, Any]]
+    store: bool
+
+
 @dataclass
 class Turn:
     """One prepared response: the chat job that generates it, the state that becomes the Response
@@ -46,7 +58,7 @@ class Turn:
     want_logprobs: bool = False
     tools: ToolMap | None = None                           # the way back from the names the model calls
     settle_work: Callable[["Turn"], None] | None = None   # blocking; runs once, on a worker thread
-    extra: dict[str, Any] = field(default_factory=dict)    # what the service keeps for settle_work
+    record: Record | None = None                           # what settle_work stores, and for whom
     compaction: compaction_.Plan | None = None            # a compaction to run before the answer
     answer: bool = True                                    # false: the compaction alone (compaction_trigger)
     rebuild: Callable[[list[dict[str, Any]]], Job] | None = None   # the job again, from the compacted context
@@ -167,6 +179,7 @@ class _Output:
         if self.message is None:
             out += self._open_message()
         lps, self.pending_lp = self.pending_lp, []
+        assert self.message is not None   # (opened above)
         part = self.message["content"][0]
         part["text"] += text
         if lps:
@@ -260,7 +273,7 @@ class _Output:
         return out
 
 
-async def events(text: TextService, turn: Turn, place: Place) -> AsyncIterator[dict[str, Any]]:
+async def events(text: TextService, turn: Turn, place: Place) -> AsyncGenerator[dict[str, Any], None]:
     """The response's events, from ``response.created`` to its end; leaving early (a client gone,
     a cancel) stops the generation, and the response is stored as it ended, either way."""
     state = turn.state
@@ -298,6 +311,7 @@ async def _compact(text: TextService, turn: Turn) -> list[dict[str, Any]]:
     """The compaction ahead of the answer: the summary written in this turn, the compaction item
     as the first output item, and the answer's job made again from the compacted context."""
     plan = turn.compaction
+    assert plan is not None, "a compaction pass for a turn that needs none"
     summary = await compaction_.summarize(text, plan)
     item = compaction_.item(summary, plan.kept)
     state = turn.state
@@ -324,7 +338,7 @@ def frame(event: dict[str, Any]) -> bytes:
     return b"event: " + event["type"].encode() + b"\ndata: " + dumps(event) + b"\n\n"
 
 
-class Framing:
+class Framing(streaming.Framing):
     """The framing of a Responses stream for core.streaming.event_stream: named events, an error
     as ``error`` plus ``response.failed``, and no ``[DONE]`` (OpenAI sends none here)."""
 

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 from typing import Any, AsyncGenerator
 
 from ..core.admission import Place
 from ..core.errors import InvalidRequestError
-from ..hosts.base import Host, Prompt, TokenLogprob
+from ..core.streaming import Framing
+from ..hosts.base import ChatPrompt, Host, Prompt, TokenLogprob
+from ..hosts.request import ChatOptions
 from . import images as image_parts
 from . import params, render, tools, webui_fields
 from .assembly import usage
@@ -15,6 +18,9 @@ from .generation import ChoiceResult, Job, bound_text, fit_prompt, new_job, run_
 from .output import Event, OutputParser, Thinking
 from .protocol import ChatCompletionRequest, ChatMessage
 from .service import TextService
+
+# This endpoint streams in OpenAI's framing (text.service.TextEndpoint).
+framing: Framing | None = None
 
 
 def _text_of(message: ChatMessage, i: int, images: list[Any] | None, web_ui: bool) -> str:
@@ -87,20 +93,28 @@ def normalize_messages(req: ChatCompletionRequest, images: list[Any] | None = No
     return out
 
 
-def template_input(host: Host, req: ChatCompletionRequest,
-                   toolset: tools.ToolSet | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The messages and settings the host's chat template renders for this request."""
+@dataclass
+class TemplateInput:
+    """What the host's chat template renders for a request, and the images its prompt carries
+    (one per <__media__> placeholder of the rendered text)."""
+    messages: list[dict[str, Any]]
+    options: ChatOptions
+    images: list[Any]
+
+    def render(self, host: Host) -> ChatPrompt:
+        return host.chat_prompt(self.messages, self.options)
+
+
+def template_input(host: Host, req: ChatCompletionRequest, toolset: tools.ToolSet | None) -> TemplateInput:
+    """The messages and options the host's chat template renders for this request."""
     native = tools.template_is_native(host.chat_template)
     images: list[Any] | None = [] if host.abilities.vision else None
     messages = normalize_messages(req, images, web_ui=host.abilities.web_ui)
     messages, tools_arg = tools.for_template(messages, toolset, native=native)
-    settings: dict[str, Any] = {"tools": tools_arg} if tools_arg else {}
-    if images:
-        settings["raw_images"] = images   # (taken off again by prepare: they go with the prompt)
     # the web UI's chat modes, characters, templates and reasoning switches (extension mode)
-    settings.update(webui_fields.template_settings(req.model_extra or {}, host.abilities, chat=True,
-                                                   reasoning_effort=req.reasoning_effort))
-    return messages, settings
+    web_ui = webui_fields.template_settings(req.model_extra or {}, host.abilities, chat=True,
+                                            reasoning_effort=req.reasoning_effort)
+    return TemplateInput(messages, ChatOptions(tools=tools_arg or None, **web_ui), images or [])
 
 
 def _content_chars(req: ChatCompletionRequest) -> int:
@@ -128,19 +142,18 @@ def prepare(text: TextService, req: ChatCompletionRequest, *, prefill: str = "",
     toolset = tools.parse(req)
     if toolset is not None and toolset.calling and not prefill and host.abilities.grammar:
         toolset.prefill = tools.named_call_prefill(toolset)
-    messages, settings = template_input(host, req, toolset)
-    images = settings.pop("raw_images", [])
-    rendered = host.chat_prompt(messages, settings)
+    given = template_input(host, req, toolset)
+    rendered = given.render(host)
     prefill += toolset.prefill if toolset is not None else ""
     prompt_text = bound_text(host, rendered.text + prefill, truncate=truncate, param="messages")
-    prompt = Prompt(prompt_text, host.tokenize(prompt_text), rendered.stops, rendered.trim_start, images)
+    prompt = Prompt(prompt_text, host.tokenize(prompt_text), rendered.stops, rendered.trim_start, given.images)
     requested = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     prompt = fit_prompt(host, prompt, requested=requested, truncate=truncate, param="messages")
     plan = params.plan(req, abilities=host.abilities, room=host.context_length() - len(prompt.tokens),
                        max_n=text.settings.max_n, toolset=toolset,
                        allow_unknown=text.settings.allow_unknown_fields,
                        default_max_tokens=text.settings.default_max_tokens)
-    _check_grammar(host, plan.settings.get("grammar_string"), toolset,
+    _check_grammar(host, plan.settings.grammar, toolset,
                    sent=bool((req.model_extra or {}).get("grammar_string")))
     host.check_settings(plan.settings)
     job = new_job("chatcmpl", [prompt], plan, host)
@@ -179,7 +192,7 @@ class _Choice:
             return "function_call" if self.legacy else "tool_calls"
         return reason
 
-    def delta(self, event: tools.Content | tools.CallDelta | None) -> dict[str, Any]:
+    def delta(self, event: tools.Content | tools.CallDelta | Thinking | None) -> dict[str, Any]:
         """The delta for ``event`` (None: no event); the first delta of a choice carries its role,
         with content null when the answer starts with a call, as OpenAI sends it."""
         out = self._delta(event)

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Any, AsyncGenerator
+from typing import Any, AsyncGenerator, cast
 
 from ..core.admission import Place
 from ..core.errors import InvalidRequestError
+from ..core.streaming import Framing
 from ..hosts.base import Host, Prompt, TokenLogprob
 from . import params, render
 from .assembly import usage
 from .generation import ChoiceResult, Job, best_of, bound_text, fit_prompt, new_job, run_job
 from .protocol import CompletionRequest
 from .service import TextService
+
+# This endpoint streams in OpenAI's framing (text.service.TextEndpoint).
+framing: Framing | None = None
 
 
 def _prompts(host: Host, req: CompletionRequest, truncate: bool) -> list[Prompt]:
@@ -22,7 +26,8 @@ def _prompts(host: Host, req: CompletionRequest, truncate: bool) -> list[Prompt]
     elif raw and isinstance(raw[0], int):
         items = [raw]  # one prompt given as token ids
     else:
-        items = list(raw)
+        # strings or token-id lists (a list of ints is one prompt, above)
+        items = list(cast("list[str | list[int]]", raw))
     if not items:
         raise InvalidRequestError("prompt is an empty list; send at least one prompt.", param="prompt")
     vocab = host.abilities.vocab_size
@@ -66,7 +71,7 @@ def prepare(text: TextService, req: CompletionRequest) -> Job:
 async def complete(text: TextService, job: Job, place: Place) -> dict[str, Any]:
     plan = job.plan
     results: list[ChoiceResult] = []
-    prompt_lp: dict[int, list[TokenLogprob | None]] = {}
+    prompt_lp: dict[int, list[TokenLogprob]] = {}
     async with contextlib.aclosing(run_job(text, job, place)) as events:
         async for ev in events:
             if ev.prompt_logprobs is not None:

@@ -18,7 +18,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, AsyncGenerator, Callable
+from typing import Any, AsyncGenerator, Callable, overload
 
 import anyio
 import janus
@@ -26,6 +26,7 @@ import janus
 from ..core.admission import Place
 from ..core.errors import ContextLengthExceeded, OpenAIError, ServerError, ServiceUnavailableError
 from ..hosts.base import Host, Piece, Prompt, TokenLogprob
+from ..hosts.request import GenerationSettings
 from .assembly import ChoiceAssembler, Delta
 from .params import Plan
 from .service import TextService
@@ -48,7 +49,7 @@ class _Failure:
     error: BaseException
 
 
-async def host_pieces(host: Host, prompt: Prompt, settings: dict[str, Any],
+async def host_pieces(host: Host, prompt: Prompt, settings: GenerationSettings,
                       run: Runner) -> AsyncGenerator[Piece, None]:
     """The host's pieces, generated on the generation thread. Leaving the iteration stops the host."""
     stop_event = threading.Event()
@@ -98,12 +99,12 @@ class ChoiceResult:
     stop: str | None = None     # the stop string that ended it (the request's or the template's)
 
 
-async def run_choice(host: Host, prompt: Prompt, settings: dict[str, Any], stops: list[str], *,
+async def run_choice(host: Host, prompt: Prompt, settings: GenerationSettings, stops: list[str], *,
                      want_logprobs: bool, result: ChoiceResult, run: Runner) -> AsyncGenerator[Delta, None]:
     """Generates one choice, yielding the deltas a client may see; fills ``result`` at the end."""
     asm = ChoiceAssembler(stops, want_logprobs=want_logprobs)
     host_reason: str | None = None
-    if int(settings.get("max_new_tokens", 0)) <= 0:
+    if settings.max_new_tokens <= 0:
         host_reason = "length"
     else:
         async with contextlib.aclosing(host_pieces(host, prompt, settings, run)) as pieces:
@@ -129,6 +130,10 @@ async def run_choice(host: Host, prompt: Prompt, settings: dict[str, Any], stops
     result.logprobs = asm.logprobs
 
 
+@overload
+def bound_text(host: Host, text: str, *, truncate: bool, param: str) -> str: ...
+@overload
+def bound_text(host: Host, text: int, *, truncate: bool, param: str) -> None: ...
 def bound_text(host: Host, text: str | int, *, truncate: bool, param: str) -> str | None:
     """Refuses text that cannot fit the context whatever its tokens, before it is rendered or
     tokenized: a token stands for at most ``host.max_token_bytes`` bytes and a character takes at
@@ -177,9 +182,9 @@ class Job:
     model: str
     id: str
     created: int
+    host: Host               # the host the prompts were tokenized for
     echo: list[str] = field(default_factory=list)
     tools: Any = None        # the ToolSet when the model may call functions (chat only)
-    host: Host | None = None  # the host the prompts were tokenized for
 
     @property
     def prompt_tokens(self) -> int:

@@ -42,7 +42,7 @@ class OutputParser:
         grammar guarantees them (every grammar of a job with tools covers its calls), unless
         ``incremental`` says otherwise (a whole answer is parsed at once)."""
         if incremental is None:
-            incremental = bool(job.tools and job.plan.settings.get("grammar_string"))
+            incremental = bool(job.tools and job.plan.settings.grammar)
         split = job.host.split_reasoning if job.host is not None else None
         return cls(job.tools, incremental=incremental, split=split)
 

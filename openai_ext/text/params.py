@@ -1,10 +1,11 @@
 """The one place where OpenAI request parameters become host generation settings.
 
 ``plan()`` is a pure function of the request, the host's abilities and the room left in the
-context. Its output speaks the host's vocabulary: the generation-settings dict of the web UI
-(``max_new_tokens``, ``custom_stopping_strings``, ``top_k`` ...), which the embedded llama.cpp
-host understands as well. ``RULES`` says, for every parameter, whether it is mapped, handled by
-the server itself, ignored by design, or rejected; the README's table is generated from it.
+context. Its output is the hosts' typed request (``hosts.request.GenerationSettings``), which
+each host translates into its own vocabulary; the "Host setting" column of ``RULES`` names the
+web UI's setting a parameter ends up in. ``RULES`` says, for every parameter, whether it is
+mapped, handled by the server itself, ignored by design, or rejected; the README's table is
+generated from it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any, Literal
 
 from ..core.errors import InvalidRequestError, unrecognized
 from ..hosts.base import HOST_SAMPLERS, HostAbilities
+from ..hosts.request import GenerationSettings
 from . import grammar, tools, webui_fields
 from .protocol import ChatCompletionRequest, CompletionRequest
 from .tools import ToolSet
@@ -107,22 +109,22 @@ _RULES_BY_NAME = {r.name: r for r in RULES}
 @dataclass
 class Plan:
     """The host settings for one request, plus what the server does around the host."""
-    settings: dict[str, Any]
+    settings: GenerationSettings
     n: int = 1
     best_of: int = 1                 # candidates to generate per prompt (>= n)
     stream: bool = False
     include_usage: bool = False
-    logprobs: int | None = None      # alternatives per token; None: no log-probabilities
+    logprobs: int | None = None      # alternatives per token the client sees; None: none
     echo: bool = False
-    stops: list[str] = field(default_factory=list)
-    seed: int | None = None
+    stops: list[str] = field(default_factory=list)   # applied by the server (generation.py)
     ignored: list[str] = field(default_factory=list)
 
-    def settings_for_choice(self, index: int) -> dict[str, Any]:
+    def settings_for_choice(self, index: int) -> GenerationSettings:
         """Choice ``index`` of a seeded request gets its own seed, so choices differ but repeat."""
-        if self.seed is None or index == 0:
+        seed = self.settings.seed
+        if seed is None or index == 0:
             return self.settings
-        return {**self.settings, "seed": self.seed + index}
+        return self.settings.replace(seed=seed + index)
 
 
 def _reject(param: str, message: str) -> InvalidRequestError:
@@ -142,39 +144,30 @@ def plan(req: CompletionRequest | ChatCompletionRequest, *, abilities: HostAbili
     """
     chat = isinstance(req, ChatCompletionRequest)
     sent = req.model_fields_set
-    settings: dict[str, Any] = {"auto_max_new_tokens": False, "stream": True}
-
     # --- length -------------------------------------------------------------------------
-    wanted = req.max_completion_tokens if chat and req.max_completion_tokens is not None else req.max_tokens
+    wanted = req.max_tokens
+    if isinstance(req, ChatCompletionRequest) and req.max_completion_tokens is not None:
+        wanted = req.max_completion_tokens
     if wanted is None:
         wanted = (min(room, default_max_tokens) if default_max_tokens > 0 else room) if chat else 16
-    settings["max_new_tokens"] = max(0, min(wanted, room))
+    max_new_tokens = max(0, min(wanted, room))
 
     # --- sampling -----------------------------------------------------------------------
-    temperature = 1.0 if req.temperature is None else float(req.temperature)
-    settings["temperature"] = temperature
-    settings["do_sample"] = temperature > 0
-    if temperature == 0:
-        settings["top_k"] = 1
-    settings["top_p"] = 1.0 if req.top_p is None else float(req.top_p)
-    settings["presence_penalty"] = float(req.presence_penalty or 0.0)
-    settings["frequency_penalty"] = float(req.frequency_penalty or 0.0)
-    settings["seed"] = -1 if req.seed is None else int(req.seed)
     extra = req.model_extra or {}
     web_ui = webui_fields.generation_settings(extra, abilities)
-    if "preset" in web_ui:
-        # The preset's samplers apply; only the ones the request names override them.
-        for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty"):
-            if name not in sent:
-                settings.pop(name)
-        if "temperature" not in sent:
-            settings.pop("do_sample")
-    settings.update(web_ui)
+
+    def sampler(name: str, value: float | None, default: float) -> float | None:
+        # A preset's samplers apply; only the ones the request names override them.
+        if "preset" in web_ui and name not in sent:
+            return None
+        return default if value is None else float(value)
+    grammar_string: str | None = web_ui.get("grammar_string")
+    triggers: tuple[str, ...] = ()
 
     stops = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
     stops = [s for s in stops if s]
-    settings["custom_stopping_strings"] = stops
 
+    bias: dict[int, float] = {}
     if req.logit_bias:
         if not abilities.logit_bias:
             raise _reject("logit_bias", "logit_bias is not supported by the loaded model's backend; remove it.")
@@ -183,11 +176,12 @@ def plan(req: CompletionRequest | ChatCompletionRequest, *, abilities: HostAbili
                     abilities.vocab_size is not None and int(key) >= abilities.vocab_size):
                 limit = f" 0..{abilities.vocab_size - 1}" if abilities.vocab_size else ""
                 raise _reject("logit_bias", f"logit_bias key {key!r} is not a token id of the loaded model{limit}.")
-        settings["logit_bias"] = {str(int(k)): float(v) for k, v in req.logit_bias.items()}
+        bias = {int(k): float(v) for k, v in req.logit_bias.items()}
 
     # --- log-probabilities --------------------------------------------------------------
     logprobs: int | None = None
-    if chat:
+    host_logprobs: int | None = None   # what the host computes: also for best_of's ranking
+    if isinstance(req, ChatCompletionRequest):
         if req.top_logprobs is not None and not req.logprobs:
             raise _reject("top_logprobs", "top_logprobs needs logprobs: true.")
         if req.logprobs:
@@ -197,7 +191,7 @@ def plan(req: CompletionRequest | ChatCompletionRequest, *, abilities: HostAbili
     if logprobs is not None:
         if not abilities.logprobs:
             raise _reject("logprobs", "The loaded model's backend cannot report log-probabilities; remove logprobs.")
-        settings["logprobs"] = logprobs
+        host_logprobs = logprobs
         if getattr(req, "echo", False) and not abilities.scores_prompts:
             raise _reject("echo", "The loaded model's backend reports log-probabilities while generating but cannot "
                                   "score a prompt; remove echo or logprobs.")
@@ -208,7 +202,7 @@ def plan(req: CompletionRequest | ChatCompletionRequest, *, abilities: HostAbili
         raise _reject("n", f"n is {n}, above this server's limit of {max_n} (the max_n setting).")
     best_of = n  # candidates generated; only completions may ask for more than it returns
     stream = bool(req.stream)
-    if not chat:
+    if isinstance(req, CompletionRequest):
         best_of = req.best_of if req.best_of else n
         if best_of < n:
             raise _reject("best_of", f"best_of ({best_of}) must be at least n ({n}).")
@@ -222,7 +216,7 @@ def plan(req: CompletionRequest | ChatCompletionRequest, *, abilities: HostAbili
             # Candidates are ranked by their log-probabilities, so the host must compute them
             # even when the client did not ask to see them (plan.logprobs stays None then).
             if logprobs is None:
-                settings["logprobs"] = 0
+                host_logprobs = 0
         if req.suffix and not abilities.fim:
             raise _reject("suffix", "The loaded model has no fill-in-the-middle tokens, so suffix cannot be used; remove it.")
 
@@ -233,27 +227,30 @@ def plan(req: CompletionRequest | ChatCompletionRequest, *, abilities: HostAbili
         include_usage = True
 
     # --- chat-only switches, structured output and tools ---------------------------------
-    if chat:
+    if isinstance(req, ChatCompletionRequest):
         _check_chat_switches(req)
-        settings.update(_constraints(req, toolset, abilities))
-        if "grammar_string" in web_ui and settings.get("grammar_string") != web_ui["grammar_string"]:
+        constrained = _constraints(req, toolset, abilities)
+        if "grammar_string" in web_ui and constrained is not None:
             raise _reject("grammar_string", "grammar_string cannot be combined with response_format or tools that "
                                             "constrain the output; send one or the other.")
+        if constrained is not None:
+            grammar_string, triggers = constrained
 
     # --- the host's own samplers, sent as extra fields ----------------------------------
     endpoint = CHAT if chat else COMPLETIONS
     ignored = [name for name in sent if _RULES_BY_NAME.get(name) and _RULES_BY_NAME[name].action == "ignored"]
     if chat and "reasoning_effort" in sent and not abilities.web_ui:
         ignored.append("reasoning_effort")   # only the web UI's templates take it
+    samplers: dict[str, Any] = {}
     for name, value in extra.items():
         if name in HOST_SAMPLERS:
             if name not in abilities.samplers:
                 raise _reject(name, f"{name} is not a sampler of the loaded model's backend; remove it.")
             if name == "sampler_priority" and isinstance(value, list) and all(isinstance(v, str) for v in value):
                 value = "\n".join(value)   # the web UI takes a list or one name a line
-            settings[name] = _coerce(name, value, HOST_SAMPLERS[name])
+            samplers[name] = _coerce(name, value, HOST_SAMPLERS[name])
             if name == "custom_token_bans":
-                settings[name] = _token_bans(value, abilities)
+                samplers[name] = _token_bans(value, abilities)
         elif name in ignored:
             pass  # an OpenAI parameter that only has a rule, already listed
         elif name in webui_fields.IGNORED or allow_unknown:
@@ -278,9 +275,16 @@ def plan(req: CompletionRequest | ChatCompletionRequest, *, abilities: HostAbili
     if ignored:
         log.debug("ignored request fields: %s", ", ".join(sorted(ignored)))
 
-    return Plan(settings=settings, n=n, best_of=best_of, stream=stream, include_usage=include_usage,
-                logprobs=logprobs, echo=bool(getattr(req, "echo", False)), stops=stops,
-                seed=req.seed, ignored=sorted(ignored))
+    settings = GenerationSettings(
+        max_new_tokens=max_new_tokens, temperature=sampler("temperature", req.temperature, 1.0),
+        top_p=sampler("top_p", req.top_p, 1.0), presence_penalty=sampler("presence_penalty", req.presence_penalty, 0.0),
+        frequency_penalty=sampler("frequency_penalty", req.frequency_penalty, 0.0),
+        seed=None if req.seed is None else int(req.seed),
+        logit_bias=bias, logprobs=host_logprobs, grammar=grammar_string, grammar_triggers=triggers,
+        samplers=samplers, preset=web_ui.get("preset"), max_tokens_second=web_ui.get("max_tokens_second"))
+    return Plan(settings=settings, n=n, best_of=best_of, stream=stream,
+                include_usage=include_usage, logprobs=logprobs, echo=bool(getattr(req, "echo", False)), stops=stops,
+                ignored=sorted(ignored))
 
 
 def _check_chat_switches(req: ChatCompletionRequest) -> None:
@@ -311,37 +315,41 @@ def _response_schema(rf: dict[str, Any] | None) -> Any | None:
                                           "json_schema.")
 
 
-def _constraints(req: ChatCompletionRequest, ts: ToolSet | None, abilities: HostAbilities) -> dict[str, Any]:
-    """Grammar settings for response_format and tool_choice."""
+def _constraints(req: ChatCompletionRequest, ts: ToolSet | None,
+                 abilities: HostAbilities) -> tuple[str, tuple[str, ...]] | None:
+    """The grammar response_format and tool_choice ask for, with its triggers (lazy: none
+    applies before one of them), or None."""
+    rf = req.response_format or {}
     schema = _response_schema(req.response_format)
-    named = schema is not None and req.response_format.get("type") == "json_schema"
+    named = schema is not None and rf.get("type") == "json_schema"
     where = "response_format.json_schema.schema" if named else "response_format"
     # strict: true keeps every keyword the grammar cannot enforce a 400, as OpenAI refuses them;
     # a non-strict schema is enforced as far as the grammar can
-    strict = named and req.response_format["json_schema"].get("strict") is True
-    calling = ts is not None and ts.calling
-    if calling and ts.forced:
+    strict = named and rf["json_schema"].get("strict") is True
+    if ts is None or not ts.calling:
+        ts = None
+    if ts is not None and ts.forced:
         if not abilities.grammar:
             raise _reject("tool_choice", "The loaded model's backend cannot constrain output with a grammar, "
                                          "so tool_choice 'required' or a named function cannot be guaranteed.")
-        return {"grammar_string": tools.call_grammar(ts, prefilled=bool(ts.prefill))}
-    if calling and schema is not None:
+        return tools.call_grammar(ts, prefilled=bool(ts.prefill)), ()
+    if ts is not None and schema is not None:
         # auto with a response format: one grammar allows either calls or the JSON answer
         if not abilities.grammar:
             raise _reject("response_format", "The loaded model's backend cannot constrain output with a grammar, "
                                              "so JSON output cannot be guaranteed; remove response_format.")
-        return {"grammar_string": tools.call_grammar(ts, response=(schema, where, strict))}
-    if calling:
+        return tools.call_grammar(ts, response=(schema, where, strict)), ()
+    if ts is not None:
         if not abilities.lazy_grammar:
-            return {}
+            return None
         # The host writes freely until the model opens a call, then follows the grammar.
-        return {"grammar_string": tools.call_grammar(ts, lazy=True), "grammar_triggers": [tools.CALL_OPEN]}
+        return tools.call_grammar(ts, lazy=True), (tools.CALL_OPEN,)
     if schema is not None:
         if not abilities.grammar:
             raise _reject("response_format", "The loaded model's backend cannot constrain output with a grammar, "
                                              "so JSON output cannot be guaranteed; remove response_format.")
-        return {"grammar_string": grammar.schema_to_gbnf(schema, where=where, strict=strict)}
-    return {}
+        return grammar.schema_to_gbnf(schema, where=where, strict=strict), ()
+    return None
 
 
 def _token_bans(value: str, abilities: HostAbilities) -> str:

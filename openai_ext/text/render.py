@@ -43,7 +43,8 @@ def chat_completion(job: Job, fingerprint: str, choices: list[dict[str, Any]], p
             "usage": usage(prompt_tokens, completion_tokens)}
 
 
-def chat_choice(index: int, text: str, finish_reason: str, logprobs: list[TokenLogprob] | None) -> dict[str, Any]:
+def chat_choice(index: int, text: str | None, finish_reason: str,
+                logprobs: list[TokenLogprob] | None) -> dict[str, Any]:
     return {"index": index,
             "message": {"role": "assistant", "content": text, "refusal": None, "annotations": []},
             "logprobs": chat_logprobs(logprobs) if logprobs is not None else None,

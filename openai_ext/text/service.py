@@ -30,7 +30,7 @@ from ..core.admission import Admission, Place
 from ..core.catalog import card
 from ..core.config import Settings
 from ..core.errors import ServiceUnavailableError
-from ..core.streaming import event_stream, until_disconnect
+from ..core.streaming import Framing, event_stream, until_disconnect
 from ..hosts.base import Host
 from ..hosts.manager import ModelChangeFailed, NoModel
 
@@ -57,7 +57,7 @@ class TextService:
     def follow_host(self) -> None:
         """Runs as many generations at once as the host serves now (the user may load another
         model, or the same one with another number of slots, at any time)."""
-        slots = max(1, int(getattr(self.host.abilities, "parallel", 1) or 1))
+        slots = max(1, self.host.abilities.parallel)
         if slots == self.queue.capacity or self._exclusive:
             return
         self.queue.resize(slots)
@@ -141,7 +141,8 @@ class TextService:
 class TextEndpoint(Protocol):
     """What an endpoint module (chat, completions) offers: ``prepare`` validates a body into a
     job, on a worker thread; ``complete`` and ``stream`` run it. An endpoint of another API may
-    also have a ``framing`` for its event stream (see core.streaming; OpenAI's by default)."""
+    has its stream's ``framing`` (None: OpenAI's; see core.streaming)."""
+    framing: Framing | None
 
     def prepare(self, text: TextService, body: Any) -> Any: ...
 
@@ -172,7 +173,7 @@ async def generate(text: TextService, request: Request, endpoint: TextEndpoint, 
     job, place = await admit(text, endpoint.prepare, text, body)
     if job.plan.stream:
         return event_stream(endpoint.stream(text, job, place), send_timeout=text.settings.stream_send_timeout,
-                            on_close=place.release, framing=getattr(endpoint, "framing", None))
+                            on_close=place.release, framing=endpoint.framing)
     try:
         return await until_disconnect(request, endpoint.complete(text, job, place))
     finally:

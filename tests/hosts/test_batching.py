@@ -18,12 +18,12 @@ from support.servers import openai_client
 from support.spec import assert_valid
 
 from openai_ext.hosts.base import Prompt
+from openai_ext.hosts.request import GenerationSettings
 
 pytestmark = pytest.mark.slow
 
 LONG = "Write a very long story about a dragon and a baker."
-GREEDY = {"temperature": 0.0, "do_sample": False, "top_p": 1.0, "presence_penalty": 0.0,
-          "frequency_penalty": 0.0, "seed": -1}
+GREEDY = GenerationSettings(max_new_tokens=16, temperature=0.0)
 
 
 @pytest.fixture(scope="module")
@@ -51,11 +51,11 @@ def until(condition, what: str, timeout: float = 60.0) -> None:
 
 
 def prompt(host, text: str) -> Prompt:
-    rendered = host.chat_prompt([{"role": "user", "content": text}], {}).text
+    rendered = host.chat_prompt([{"role": "user", "content": text}]).text
     return Prompt(rendered, host.tokenize(rendered))
 
 
-def generate(host, text: str, settings: dict, stop: threading.Event | None = None) -> list:
+def generate(host, text: str, settings: GenerationSettings, stop: threading.Event | None = None) -> list:
     return list(host.generate(prompt(host, text), settings, stop or threading.Event()))
 
 
@@ -147,10 +147,10 @@ def test_health_counts_the_requests_that_run_together(batched, batch_host):
 def test_a_seeded_request_gives_the_same_text_again_on_one_sequence(llama_host):
     """With one sequence (parallel 1) the cache holds nothing but that sequence's own cells, laid
     out as they were the first time: a seeded request is reproducible, even after other requests."""
-    seeded = {**GREEDY, "temperature": 0.9, "do_sample": True, "top_p": 0.95, "seed": 1234, "max_new_tokens": 40}
+    seeded = GREEDY.replace(temperature=0.9, top_p=0.95, seed=1234, max_new_tokens=40)
     question = "Describe a walk in the forest."
     first = "".join(p.text for p in generate(llama_host, question, seeded))
-    generate(llama_host, f"{LONG} Chapter 1.", {**GREEDY, "max_new_tokens": 60})
+    generate(llama_host, f"{LONG} Chapter 1.", GREEDY.replace(max_new_tokens=60))
     assert "".join(p.text for p in generate(llama_host, question, seeded)) == first
 
 
@@ -172,7 +172,7 @@ def assert_same_greedy_answer(alone: list, other: list, tie: float = 0.5) -> Non
 
 
 def test_company_changes_a_greedy_answer_only_in_its_last_bits(batch_host):
-    settings = {**GREEDY, "max_new_tokens": 30, "logprobs": 2, "ban_eos_token": True}
+    settings = GREEDY.replace(max_new_tokens=30, logprobs=2, samplers={"ban_eos_token": True})
     alone = [generate(batch_host, f"List animals, number {i}.", settings) for i in range(4)]
     together = [in_thread(generate, batch_host, f"List animals, number {i}.", settings) for i in range(4)]
     for a, t in zip(alone, together):
@@ -183,7 +183,7 @@ def test_sequences_in_one_cache_never_see_each_others_tokens(batch_host):
     """Each prompt is a list of one word, which the model continues; eight of them at once, each
     with its own word. A sequence that saw another's cells would write the other's word."""
     words = ["apple", "river", "candle", "pencil", "garden", "rocket", "violin", "button"]
-    settings = {**GREEDY, "max_new_tokens": 6}
+    settings = GREEDY.replace(max_new_tokens=6)
 
     def complete(word):
         text = f"- {word}\n" * 30
@@ -247,7 +247,7 @@ def test_a_reader_that_leaves_frees_its_sequence_within_a_token_and_the_others_f
             super().__init__(*args, **kwargs)
             works.append(self)
     monkeypatch.setattr(llamacpp, "Generation", Recorded)
-    long = {**GREEDY, "max_new_tokens": 150, "ban_eos_token": True}
+    long = GREEDY.replace(max_new_tokens=150, samplers={"ban_eos_token": True})
     others = [in_thread(generate, batch_host, f"{LONG} Part {i}.", long) for i in range(2)]
     until(lambda: running(batch_host) == 2, "two others running")
     stop = threading.Event()
@@ -301,7 +301,7 @@ def test_n_choices_run_together_beside_another_client_and_share_the_prompts_cell
     assert log.index("n3", "done") < log.index("other", "done")
     # the prompt was read once; the two other choices copied its cells
     prompt_len = len(batch_host.tokenize(batch_host.chat_prompt(
-        [{"role": "system", "content": system}, {"role": "user", "content": "A short poem."}], {}).text))
+        [{"role": "system", "content": system}, {"role": "user", "content": "A short poem."}]).text))
     assert after["copies"] - before["copies"] == 2
     assert after["reused_tokens"] - before["reused_tokens"] >= 2 * (prompt_len - 1)
 
@@ -311,14 +311,14 @@ def test_the_next_turn_of_a_chat_is_not_read_again(batch_host):
     turn1 = [system, {"role": "user", "content": "What is the capital of France?"}]
     p1 = prompt_of(batch_host, turn1)
     before = batch_host.batch_stats()
-    answer = "".join(p.text for p in batch_host.generate(p1, {**GREEDY, "max_new_tokens": 12}, threading.Event()))
+    answer = "".join(p.text for p in batch_host.generate(p1, GREEDY.replace(max_new_tokens=12), threading.Event()))
     middle = batch_host.batch_stats()
     # every prompt token is read or found in the cache (a new session: at most its first few are)
     assert middle["prompt_tokens"] - before["prompt_tokens"] + middle["reused_tokens"] - before["reused_tokens"] \
         == len(p1.tokens)
     p2 = prompt_of(batch_host, turn1 + [{"role": "assistant", "content": answer},
                                         {"role": "user", "content": "And of Italy?"}])
-    list(batch_host.generate(p2, {**GREEDY, "max_new_tokens": 4}, threading.Event()))
+    list(batch_host.generate(p2, GREEDY.replace(max_new_tokens=4), threading.Event()))
     after = batch_host.batch_stats()
     read, reused = after["prompt_tokens"] - middle["prompt_tokens"], after["reused_tokens"] - middle["reused_tokens"]
     assert read + reused == len(p2.tokens)
@@ -326,7 +326,7 @@ def test_the_next_turn_of_a_chat_is_not_read_again(batch_host):
 
 
 def prompt_of(host, messages) -> Prompt:
-    rendered = host.chat_prompt(messages, {}).text
+    rendered = host.chat_prompt(messages).text
     return Prompt(rendered, host.tokenize(rendered))
 
 

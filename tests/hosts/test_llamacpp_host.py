@@ -7,6 +7,7 @@ import threading
 import pytest
 
 from openai_ext.hosts.base import Prompt
+from openai_ext.hosts.request import GenerationSettings
 
 TEXT = "Dragons 🐉 say naïve things in 日本語 🙂!"
 
@@ -31,10 +32,9 @@ def _incomplete_utf8(raw: bytes) -> bool:
 
 
 def test_greedy_generation_is_deterministic_and_counts_tokens(llama_host):
-    prompt = llama_host.chat_prompt([{"role": "user", "content": "Count to five."}], {})
+    prompt = llama_host.chat_prompt([{"role": "user", "content": "Count to five."}])
     p = Prompt(prompt.text, llama_host.tokenize(prompt.text))
-    settings = {"max_new_tokens": 9, "temperature": 0.0, "do_sample": False, "top_p": 1.0,
-                "presence_penalty": 0.0, "frequency_penalty": 0.0, "seed": -1}
+    settings = GenerationSettings(max_new_tokens=9, temperature=0.0)
     runs = [list(llama_host.generate(p, settings, threading.Event())) for _ in range(2)]
     assert [x.text for x in runs[0]] == [x.text for x in runs[1]]
     assert sum(x.tokens for x in runs[0]) == 9 and runs[0][-1].finish_reason == "length"
@@ -43,8 +43,7 @@ def test_greedy_generation_is_deterministic_and_counts_tokens(llama_host):
 def test_stop_event_stops_before_the_next_token(llama_host):
     prompt = llama_host.tokenize("Once upon a time")
     stop = threading.Event()
-    settings = {"max_new_tokens": 500, "temperature": 0.0, "do_sample": False, "top_p": 1.0,
-                "presence_penalty": 0.0, "frequency_penalty": 0.0, "seed": -1}
+    settings = GenerationSettings(max_new_tokens=500, temperature=0.0)
     got = []
     for piece in llama_host.generate(Prompt("Once upon a time", prompt), settings, stop):
         got.append(piece)
@@ -56,7 +55,7 @@ def test_stop_event_stops_before_the_next_token(llama_host):
 
 def test_chat_template_comes_from_the_gguf(llama_host):
     assert llama_host.has_chat_template
-    text = llama_host.chat_prompt([{"role": "user", "content": "hi"}], {}).text
+    text = llama_host.chat_prompt([{"role": "user", "content": "hi"}]).text
     assert "<|im_start|>user\nhi<|im_end|>" in text
 
 

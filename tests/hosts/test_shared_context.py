@@ -113,7 +113,7 @@ def test_a_prompt_longer_than_the_whole_context_is_refused_not_cut(default_host,
 
 def test_a_request_that_does_not_fit_beside_the_running_one_waits_for_room(small_host):
     log = Log()
-    running = {**GREEDY, "max_new_tokens": 300, "ban_eos_token": True}
+    running = GREEDY.replace(max_new_tokens=300, samplers={"ban_eos_token": True})
 
     def run(who, text, settings):
         pieces = []
@@ -127,7 +127,7 @@ def test_a_request_that_does_not_fit_beside_the_running_one_waits_for_room(small
     big = long_text(small_host, 850)
     # once the first holds ~240 cells, 850 more do not fit in 1,024
     until(lambda: log.events.count(("first", "token")) >= 200, "the first one 200 tokens on")
-    second = in_thread(run, "second", big, {**GREEDY, "max_new_tokens": 8})
+    second = in_thread(run, "second", big, GREEDY.replace(max_new_tokens=8))
     first_pieces, second_pieces = first.result(), second.result()
     assert sum(p.tokens for p in first_pieces) == 300 and first_pieces[-1].finish_reason == "length"
     assert second_pieces[-1].finish_reason in ("stop", "length") and second_pieces
@@ -139,7 +139,7 @@ def test_a_request_that_does_not_fit_beside_the_running_one_waits_for_room(small
 
 def test_when_the_running_sequences_outgrow_the_cache_the_youngest_pauses_and_finishes_whole(small_host):
     log = Log()
-    settings = {**GREEDY, "max_new_tokens": 600, "ban_eos_token": True, "logprobs": 2}
+    settings = GREEDY.replace(max_new_tokens=600, samplers={"ban_eos_token": True}, logprobs=2)
     before = small_host.batch_stats()
 
     def run(who, text):

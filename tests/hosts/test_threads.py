@@ -98,7 +98,7 @@ def test_the_real_host_gives_busy_cpus_to_their_processes(llama_host):
     stop = threading.Event()
     try:
         for _ in llama_host.generate(prompt(llama_host, "Write a long story."),
-                                     {**GREEDY, "max_new_tokens": 100_000, "ban_eos_token": True}, stop):
+                                     GREEDY.replace(max_new_tokens=100_000, samplers={"ban_eos_token": True}), stop):
             if llama_host.threads.batch == 1:
                 stop.set()
         assert llama_host.threads.batch == llama_host.threads.gen == 1

@@ -29,7 +29,7 @@ def stream_events(live, **body):
 
 
 def prompt_tokens(host, messages):
-    return len(host.tokenize(host.chat_prompt(messages, {}).text))
+    return len(host.tokenize(host.chat_prompt(messages).text))
 
 
 def test_create_is_real_and_conformant(claude, llama_host):
@@ -153,7 +153,7 @@ def test_prefill_is_continued(claude, llama_host):
              {"role": "assistant", "content": "The capital of France is"}]
     msg, _ = create(claude, messages=turns, max_tokens=8, extra_body=GREEDY)
     assert not msg.content[0].text.startswith("The capital")   # the prefill itself is not repeated
-    rendered = llama_host.chat_prompt(turns[:1], {}).text + turns[1]["content"]
+    rendered = llama_host.chat_prompt(turns[:1]).text + turns[1]["content"]
     assert msg.usage.input_tokens == len(llama_host.tokenize(rendered))
 
 

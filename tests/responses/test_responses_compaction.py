@@ -46,7 +46,7 @@ def compact(rclient, **kw):
 
 
 def prompt_of(llama_host, turns: list[dict]) -> int:
-    return len(llama_host.tokenize(llama_host.chat_prompt(turns, {}).text))
+    return len(llama_host.tokenize(llama_host.chat_prompt(turns).text))
 
 
 def test_compact_a_ten_turn_history_and_continue_from_it(rclient, llama_host):

@@ -60,7 +60,7 @@ def test_responses_continue_and_extend_a_conversation(rclient, llama_host):
     assert body["conversation"] == {"id": conv.id}
     turns = [{"role": "user", "content": "My name is Ada."}, {"role": "assistant", "content": "Hello Ada!"},
              {"role": "user", "content": "What is my name?"}]
-    assert resp.usage.input_tokens == len(llama_host.tokenize(llama_host.chat_prompt(turns, {}).text))
+    assert resp.usage.input_tokens == len(llama_host.tokenize(llama_host.chat_prompt(turns).text))
     items = list(rclient.conversations.items.list(conv.id, order="asc"))
     assert [i.role for i in items] == ["user", "assistant", "user", "assistant"]
     assert items[-1].id == resp.output[0].id and items[-1].content[0].text == resp.output_text

@@ -15,7 +15,7 @@ Q = "Name three colours of the rainbow."
 
 
 def prompt_tokens(host, messages):
-    return len(host.tokenize(host.chat_prompt(messages, {}).text))
+    return len(host.tokenize(host.chat_prompt(messages).text))
 
 
 def test_a_response_is_real_and_conformant(rclient, llama_host):
@@ -70,7 +70,7 @@ def test_instructions_and_every_input_shape_reach_the_prompt(rclient, llama_host
 
     messages = normalize_messages(ChatCompletionRequest(messages=expected))
     assert resp.usage.input_tokens == prompt_tokens(llama_host, messages)
-    text = llama_host.chat_prompt(messages, {}).text
+    text = llama_host.chat_prompt(messages).text
     assert all(marker in text for marker in ("BE-BRIEF", "DEV-RULE", "SYS-RULE", "part one\npart two", "EARLIER-ANSWER"))
 
 

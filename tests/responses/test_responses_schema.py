@@ -197,6 +197,6 @@ def test_an_unversioned_folder_goes_on_working_through_the_api(llama_host, make_
     assert body["previous_response_id"] == "resp_old"
     turns = [{"role": "user", "content": "My name is Ada."}, {"role": "assistant", "content": "Hello Ada."},
              {"role": "user", "content": "What is my name?"}]
-    assert follow.usage.input_tokens == len(llama_host.tokenize(llama_host.chat_prompt(turns, {}).text))
+    assert follow.usage.input_tokens == len(llama_host.tokenize(llama_host.chat_prompt(turns).text))
     items = client.conversations.items.list("conv_old")
     assert [i.id for i in items.data] == ["msg_old_conv"]

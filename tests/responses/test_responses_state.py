@@ -22,9 +22,9 @@ def test_a_chain_of_previous_responses_carries_the_conversation(rclient, llama_h
              {"role": "user", "content": "My name is Ada."}, {"role": "assistant", "content": first.output_text},
              {"role": "user", "content": "What is my name?"}, {"role": "assistant", "content": second.output_text},
              {"role": "user", "content": "And again?"}]
-    assert third.usage.input_tokens == len(llama_host.tokenize(llama_host.chat_prompt(turns, {}).text))
+    assert third.usage.input_tokens == len(llama_host.tokenize(llama_host.chat_prompt(turns).text))
     second_turns = [t for t in turns[1:4]]
-    assert second.usage.input_tokens == len(llama_host.tokenize(llama_host.chat_prompt(second_turns, {}).text))
+    assert second.usage.input_tokens == len(llama_host.tokenize(llama_host.chat_prompt(second_turns).text))
     # input_items lists a response's own input, newest first by default
     items = rclient.responses.input_items.list(third.id)
     assert [i.content[0].text for i in items.data] == ["And again?"]

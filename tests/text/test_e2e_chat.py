@@ -34,7 +34,7 @@ def test_chat_completion_is_real_and_conformant(client, llama_host):
     assert body["choices"][0]["message"]["refusal"] is None and body["choices"][0]["logprobs"] is None
     assert resp.system_fingerprint.startswith("fp_")
     # exact usage, counted with the model's own tokenizer
-    prompt = llama_host.chat_prompt(Q, {})
+    prompt = llama_host.chat_prompt(Q)
     assert resp.usage.prompt_tokens == len(llama_host.tokenize(prompt.text))
     assert resp.usage.total_tokens == resp.usage.prompt_tokens + resp.usage.completion_tokens
 
@@ -48,7 +48,7 @@ def test_system_and_developer_messages_reach_the_prompt(llama_host):
         {"role": "developer", "content": "DEV-RULE"},
         {"role": "user", "content": [{"type": "text", "text": "part one"}, {"type": "text", "text": "part two"}]},
     ])
-    text = llama_host.chat_prompt(normalize_messages(req), {}).text
+    text = llama_host.chat_prompt(normalize_messages(req)).text
     assert "SYSTEM-RULE" in text and "DEV-RULE" in text and "part one\npart two" in text
     assert text.endswith("<|im_start|>assistant\n")
 
@@ -281,7 +281,7 @@ def test_prompt_longer_than_context_is_context_length_exceeded(client, llama_hos
 
 @pytest.mark.slow
 def test_max_tokens_is_clamped_to_the_context(client, llama_host):
-    prompt_len = len(llama_host.tokenize(llama_host.chat_prompt(Q, {}).text))
+    prompt_len = len(llama_host.tokenize(llama_host.chat_prompt(Q).text))
     room = llama_host.context_length() - prompt_len
     resp, _ = raw_chat(client, messages=Q, temperature=0, max_tokens=room + 1000)
     assert resp.usage.completion_tokens <= room

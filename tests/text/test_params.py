@@ -35,44 +35,45 @@ def comp(**kw):
 def test_openai_defaults():
     p = plan(chat(), abilities=FULL, room=500, max_n=4)
     s = p.settings
-    assert s["max_new_tokens"] == 500            # chat: the rest of the context
-    assert s["auto_max_new_tokens"] is False      # the host must not stretch it
-    assert (s["temperature"], s["top_p"], s["do_sample"]) == (1.0, 1.0, True)
-    assert (s["presence_penalty"], s["frequency_penalty"], s["seed"]) == (0.0, 0.0, -1)
-    assert s["custom_stopping_strings"] == [] and "logprobs" not in s and "top_k" not in s
+    assert s.max_new_tokens == 500            # chat: the rest of the context
+    assert (s.temperature, s.top_p, s.greedy) == (1.0, 1.0, False)
+    assert (s.presence_penalty, s.frequency_penalty, s.seed) == (0.0, 0.0, None)
+    assert p.stops == [] and s.logprobs is None and s.samplers == {} and s.grammar is None
     assert (p.n, p.best_of, p.stream, p.include_usage, p.logprobs) == (1, 1, False, False, None)
-    assert plan(comp(), abilities=FULL, room=500, max_n=4).settings["max_new_tokens"] == 16
+    assert plan(comp(), abilities=FULL, room=500, max_n=4).settings.max_new_tokens == 16
 
 
 def test_max_tokens_is_clamped_to_room():
-    assert plan(chat(max_tokens=900), abilities=FULL, room=100, max_n=1).settings["max_new_tokens"] == 100
+    assert plan(chat(max_tokens=900), abilities=FULL, room=100, max_n=1).settings.max_new_tokens == 100
     assert plan(chat(max_tokens=900, max_completion_tokens=7), abilities=FULL, room=100,
-                max_n=1).settings["max_new_tokens"] == 7
-    assert plan(comp(max_tokens=0), abilities=FULL, room=100, max_n=1).settings["max_new_tokens"] == 0
+                max_n=1).settings.max_new_tokens == 7
+    assert plan(comp(max_tokens=0), abilities=FULL, room=100, max_n=1).settings.max_new_tokens == 0
 
 
 def test_temperature_zero_is_greedy():
     s = plan(chat(temperature=0), abilities=FULL, room=10, max_n=1).settings
-    assert s["do_sample"] is False and s["top_k"] == 1 and s["temperature"] == 0
+    assert s.greedy and s.temperature == 0
 
 
 def test_stop_string_or_list():
     assert plan(chat(stop="\n"), abilities=FULL, room=10, max_n=1).stops == ["\n"]
     p = plan(chat(stop=["a", "", "b"]), abilities=FULL, room=10, max_n=1)
-    assert p.stops == ["a", "b"] and p.settings["custom_stopping_strings"] == ["a", "b"]
+    assert p.stops == ["a", "b"]
+    # the server applies them (holding back what may become one): the host is not given them
+    assert p.settings == plan(chat(), abilities=FULL, room=10, max_n=1).settings
 
 
 def test_seed_per_choice():
     p = plan(chat(seed=10, n=3), abilities=FULL, room=10, max_n=4)
-    assert [p.settings_for_choice(i)["seed"] for i in range(3)] == [10, 11, 12]
+    assert [p.settings_for_choice(i).seed for i in range(3)] == [10, 11, 12]
     unseeded = plan(chat(n=2), abilities=FULL, room=10, max_n=4)
-    assert unseeded.settings_for_choice(1)["seed"] == -1
+    assert unseeded.settings_for_choice(1).seed is None
 
 
 def test_logprobs_mapping():
     assert plan(chat(logprobs=True), abilities=FULL, room=10, max_n=1).logprobs == 0
     p = plan(chat(logprobs=True, top_logprobs=5), abilities=FULL, room=10, max_n=1)
-    assert p.logprobs == 5 and p.settings["logprobs"] == 5
+    assert p.logprobs == 5 and p.settings.logprobs == 5
     assert plan(comp(logprobs=3), abilities=FULL, room=10, max_n=1).logprobs == 3
     with pytest.raises(InvalidRequestError) as e:
         plan(chat(logprobs=True), abilities=BARE, room=10, max_n=1)
@@ -81,7 +82,7 @@ def test_logprobs_mapping():
 
 def test_logit_bias_is_checked_and_kept_as_token_id_strings():
     p = plan(chat(logit_bias={"5": -100, "7": 3}), abilities=FULL, room=10, max_n=1)
-    assert p.settings["logit_bias"] == {"5": -100.0, "7": 3.0}
+    assert p.settings.logit_bias == {5: -100.0, 7: 3.0}
     for bad in ({"x": 1}, {"1000": 1}, {"-1": 1}):
         with pytest.raises(InvalidRequestError):
             plan(chat(logit_bias=bad), abilities=FULL, room=10, max_n=1)
@@ -92,7 +93,7 @@ def test_logit_bias_is_checked_and_kept_as_token_id_strings():
 def test_host_samplers_as_extra_fields():
     p = plan(ChatCompletionRequest(messages=MSG, top_k=40, min_p=0.1, mode="instruct"),
              abilities=FULL, room=10, max_n=1)
-    assert p.settings["top_k"] == 40 and p.settings["min_p"] == 0.1
+    assert p.settings.samplers == {"top_k": 40, "min_p": 0.1}
     assert p.ignored == []   # mode is the web UI's chat mode, which chat.template_input reads
     with pytest.raises(InvalidRequestError) as e:
         plan(ChatCompletionRequest(messages=MSG, min_p=0.1), abilities=BARE, room=10, max_n=1)
@@ -111,14 +112,14 @@ def test_custom_token_bans_are_token_ids(bans, ok):
             plan(req, abilities=FULL, room=10, max_n=1)
         assert e.value.param == "custom_token_bans" and "0..999" in e.value.message
     else:
-        assert plan(req, abilities=FULL, room=10, max_n=1).settings["custom_token_bans"] == ok
+        assert plan(req, abilities=FULL, room=10, max_n=1).settings.samplers["custom_token_bans"] == ok
 
 
 def test_ignored_parameters_are_reported_not_applied():
     p = plan(chat(user="u", store=True, metadata={"a": "b"}, reasoning_effort="low", service_tier="auto"),
              abilities=FULL, room=10, max_n=1)
     assert p.ignored == ["metadata", "reasoning_effort", "service_tier", "store", "user"]
-    assert not {"user", "store", "metadata"} & set(p.settings)
+    assert p.settings == plan(chat(), abilities=FULL, room=10, max_n=1).settings
 
 
 @pytest.mark.parametrize("req, param", [
@@ -144,13 +145,13 @@ def test_rejections_name_the_parameter(req, param):
 
 def test_response_format_becomes_a_grammar():
     s = plan(chat(response_format={"type": "json_object"}), abilities=GRAMMAR, room=10, max_n=1).settings
-    assert "root ::= j-object" in s["grammar_string"]
+    assert "root ::= j-object" in s.grammar
     schema = {"type": "object", "properties": {"a": {"type": "boolean"}}, "required": ["a"]}
     s = plan(chat(response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}),
              abilities=GRAMMAR, room=10, max_n=1).settings
-    assert '"\\"a\\""' in s["grammar_string"] and "grammar_triggers" not in s
-    assert "grammar_string" not in plan(chat(response_format={"type": "text"}), abilities=GRAMMAR, room=10,
-                                        max_n=1).settings
+    assert '"\\"a\\""' in s.grammar and s.grammar_triggers == ()
+    assert plan(chat(response_format={"type": "text"}), abilities=GRAMMAR, room=10,
+                max_n=1).settings.grammar is None
 
 
 def test_tool_choice_becomes_a_grammar_lazy_only_for_auto():
@@ -160,11 +161,11 @@ def test_tool_choice_becomes_a_grammar_lazy_only_for_auto():
     for choice, lazy in (("required", False), ("auto", True)):
         req = chat(tools=[fn], tool_choice=choice)
         s = plan(req, abilities=GRAMMAR, room=10, max_n=1, toolset=tools.parse(req)).settings
-        assert "tool-call-block" in s["grammar_string"]
-        assert ("grammar_triggers" in s) == lazy
+        assert "tool-call-block" in s.grammar
+        assert bool(s.grammar_triggers) == lazy
     # a host without lazy grammars leaves auto unconstrained, and cannot promise required
     req = chat(tools=[fn])
-    assert "grammar_string" not in plan(req, abilities=BARE, room=10, max_n=1, toolset=tools.parse(req)).settings
+    assert plan(req, abilities=BARE, room=10, max_n=1, toolset=tools.parse(req)).settings.grammar is None
     req = chat(tools=[fn], tool_choice="required")
     with pytest.raises(InvalidRequestError) as e:
         plan(req, abilities=BARE, room=10, max_n=1, toolset=tools.parse(req))
@@ -172,7 +173,7 @@ def test_tool_choice_becomes_a_grammar_lazy_only_for_auto():
     # response_format with auto: one grammar, from the start, allows calls or the JSON answer
     req = chat(tools=[fn], response_format={"type": "json_object"})
     s = plan(req, abilities=GRAMMAR, room=10, max_n=1, toolset=tools.parse(req)).settings
-    assert "| response" in s["grammar_string"] and "grammar_triggers" not in s
+    assert "| response" in s.grammar and s.grammar_triggers == ()
     with pytest.raises(InvalidRequestError) as e:
         plan(req, abilities=BARE, room=10, max_n=1, toolset=tools.parse(req))
     assert e.value.param == "response_format"
@@ -183,7 +184,7 @@ def test_accepted_no_op_switches():
     switched = plan(chat(tool_choice="none", function_call="none", modalities=["text"],
                          response_format={"type": "text"}), abilities=FULL, room=10, max_n=1)
     plain = plan(chat(), abilities=FULL, room=10, max_n=1)
-    assert switched.settings == plain.settings and "grammar_string" not in switched.settings
+    assert switched.settings == plain.settings and switched.settings.grammar is None
     assert (switched.n, switched.stream, switched.logprobs, switched.stops) == (plain.n, plain.stream, plain.logprobs,
                                                                                 plain.stops)
 
@@ -191,8 +192,8 @@ def test_accepted_no_op_switches():
 def test_best_of_needs_logprobs_from_the_host():
     p = plan(comp(best_of=3), abilities=FULL, room=10, max_n=4)
     # the host computes log-probabilities to rank the candidates; the client sees none
-    assert p.best_of == 3 and p.settings["logprobs"] == 0 and p.logprobs is None
-    assert "logprobs" not in plan(comp(best_of=2, n=2), abilities=FULL, room=10, max_n=4).settings
+    assert p.best_of == 3 and p.settings.logprobs == 0 and p.logprobs is None
+    assert plan(comp(best_of=2, n=2), abilities=FULL, room=10, max_n=4).settings.logprobs is None
     with pytest.raises(InvalidRequestError):
         plan(comp(best_of=3), abilities=BARE, room=10, max_n=4)
 
@@ -216,14 +217,15 @@ def test_web_ui_fields_map_on_the_web_ui_and_the_setting_allows_unknown_fields()
     web_ui = dataclasses.replace(FULL, web_ui=True)
     p = plan(chat(mode="instruct", character="Assistant", preset="simple-1", truncation_length=9),
              abilities=web_ui, room=10, max_n=1)
-    assert p.ignored == ["truncation_length"] and p.settings["preset"] == "simple-1"
-    assert "temperature" not in p.settings   # the preset's, unless the request names it
-    assert not {"mode", "character"} & set(p.settings)   # the prompt's: chat.template_input reads them
+    assert p.ignored == ["truncation_length"] and p.settings.preset == "simple-1"
+    # the preset's samplers, unless the request names them
+    assert (p.settings.temperature, p.settings.top_p) == (None, None)
+    assert plan(chat(preset="simple-1", temperature=0.5), abilities=web_ui, room=10, max_n=1).settings.temperature == 0.5
     with pytest.raises(InvalidRequestError) as e:   # a host without the web UI has no presets
         plan(chat(preset="simple-1"), abilities=FULL, room=10, max_n=1)
     assert e.value.param == "preset"
     p = plan(chat(frobnicate=True), abilities=FULL, room=10, max_n=1, allow_unknown=True)
-    assert p.ignored == ["frobnicate"] and "frobnicate" not in p.settings
+    assert p.ignored == ["frobnicate"] and p.settings == plan(chat(), abilities=FULL, room=10, max_n=1).settings
 
 
 @pytest.mark.parametrize("schema, request_class", [

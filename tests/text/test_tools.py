@@ -9,6 +9,7 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from openai_ext.core.errors import InvalidRequestError
+from openai_ext.hosts.request import GenerationSettings
 from openai_ext.text import grammar, tools
 from openai_ext.text.protocol import ChatCompletionRequest
 
@@ -302,8 +303,7 @@ def test_functions_with_definitions_of_the_same_name_keep_them_apart():
 
 # --- the grammar on the real model ------------------------------------------------------------
 
-GREEDY = {"max_new_tokens": 60, "temperature": 0.0, "do_sample": False, "top_p": 1.0, "top_k": 1,
-          "presence_penalty": 0.0, "frequency_penalty": 0.0, "seed": 1}
+GREEDY = GenerationSettings(max_new_tokens=60, temperature=0.0, seed=1)
 PATTERNS = ["^\\d{5}$", "^[^@ ]{1,12}@x\\.com$", "^(?:ab|cd)+$", "^a$|^b\\.$", "[\\w.-]{2,8}", "^\\D\\W\\S$", "^[^\\d\\s]{3}$",
             "^x{2,4}(y|z)?$", "^\\\\\\\"q$", "^\\n\\t$", "^[^a-z]{1,6}$", "^.{1,10}$", "^é{1,3}ü?$", "^(?P<n>a)b{,2}$"]
 
@@ -321,11 +321,10 @@ def test_patterns_give_json_strings_that_match(llama_host, pattern):
 
     g = grammar.schema_to_gbnf({"type": "string", "pattern": pattern}, where="p")
     assert llama_host.check_grammar(g)
-    prompt = llama_host.chat_prompt([{"role": "user", "content": "Write something."}], {}).text
+    prompt = llama_host.chat_prompt([{"role": "user", "content": "Write something."}]).text
     finished = 0
     for seed in (1, 2, 3):
-        pieces = generate(llama_host, prompt, {**GREEDY, "temperature": 1.0, "do_sample": True, "top_k": 0,
-                                               "seed": seed, "grammar_string": g})
+        pieces = generate(llama_host, prompt, GREEDY.replace(temperature=1.0, seed=seed, grammar=g))
         if pieces[-1].finish_reason == "length":
             continue
         finished += 1
@@ -344,10 +343,10 @@ def test_a_trigger_that_ends_inside_a_token_does_not_crash(llama_host):
     carries text its grammar rejects: here the model writes "<tool_call" and then the token "><"."""
     ts = tools.parse(ChatCompletionRequest(messages=MSG, tools=[WEATHER], parallel_tool_calls=False))
     prompt = "x<tool_call>< " * 6 + "x"
-    free = "".join(p.text for p in generate(llama_host, prompt, {**GREEDY, "max_new_tokens": 5}))
+    free = "".join(p.text for p in generate(llama_host, prompt, GREEDY.replace(max_new_tokens=5)))
     assert free.startswith("<tool_call><")          # what the model writes unconstrained
-    pieces = generate(llama_host, prompt, {**GREEDY, "max_new_tokens": 120, "grammar_string": tools.call_grammar(
-        ts, lazy=True), "grammar_triggers": [tools.CALL_OPEN]})
+    pieces = generate(llama_host, prompt, GREEDY.replace(
+        max_new_tokens=120, grammar=tools.call_grammar(ts, lazy=True), grammar_triggers=(tools.CALL_OPEN,)))
     text = "".join(p.text for p in pieces)
     assert text.startswith("<tool_call>") and pieces[-1].finish_reason == "stop"
     stream = tools.ToolCallStream(ts, incremental=True)
@@ -357,20 +356,19 @@ def test_a_trigger_that_ends_inside_a_token_does_not_crash(llama_host):
 
 
 def test_a_trigger_inside_a_word_replaces_the_rest_of_the_token(llama_host):
-    prompt = llama_host.chat_prompt([{"role": "user", "content": "Hi!"}], {}).text
-    assert generate(llama_host, prompt, {**GREEDY, "max_new_tokens": 1})[0].text == "Hello"
-    pieces = generate(llama_host, prompt, {**GREEDY, "logprobs": 1, "grammar_string": 'root ::= "p!"',
-                                           "grammar_triggers": ["Hel"]})
+    prompt = llama_host.chat_prompt([{"role": "user", "content": "Hi!"}]).text
+    assert generate(llama_host, prompt, GREEDY.replace(max_new_tokens=1))[0].text == "Hello"
+    pieces = generate(llama_host, prompt, GREEDY.replace(logprobs=1, grammar='root ::= "p!"', grammar_triggers=("Hel",)))
     assert "".join(p.text for p in pieces) == "Help!" and pieces[0].text == "Hel"
     assert pieces[0].logprob.token == "Hel"       # the log-probability is that of the token put in
 
 
 def test_a_grammar_with_no_token_left_ends_the_answer(llama_host):
     """The grammar allows only the end of text, which ban_eos_token bans: llama.cpp would throw."""
-    prompt = llama_host.chat_prompt([{"role": "user", "content": "Hi!"}], {}).text
+    prompt = llama_host.chat_prompt([{"role": "user", "content": "Hi!"}]).text
     for temperature in (0.0, 1.0):
-        pieces = generate(llama_host, prompt, {**GREEDY, "temperature": temperature, "do_sample": temperature > 0,
-                                               "top_k": 0, "grammar_string": 'root ::= "a"', "ban_eos_token": True})
+        pieces = generate(llama_host, prompt, GREEDY.replace(temperature=temperature, grammar='root ::= "a"',
+                                                             samplers={"ban_eos_token": True}))
         assert "".join(p.text for p in pieces) == "a" and pieces[-1].finish_reason == "stop"
 
 

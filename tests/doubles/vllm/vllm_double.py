@@ -55,7 +55,7 @@ def app(host: Any, inner_url: str, *, context: int = 2048) -> FastAPI:
         if body.get("model") != MODEL:
             return _error(404, f"The model `{body.get('model')}` does not exist.", "model")
         if "messages" in body:
-            text = host.chat_prompt(body["messages"], {}).text
+            text = host.chat_prompt(body["messages"]).text
             tokens = host.tokenize(text, add_bos=bool(body.get("add_special_tokens", False)))
         else:
             tokens = host.tokenize(body["prompt"], add_bos=bool(body.get("add_special_tokens", True)))
