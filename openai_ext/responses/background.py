@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import AsyncGenerator
 from typing import Any, AsyncIterator
 
 import anyio
@@ -107,7 +108,9 @@ class Background:
     async def _drive(self, run: Run) -> None:
         turn = run.turn
         try:
-            async with contextlib.aclosing(stream.events(self.text, turn, run.place)) as events:
+            events = stream.events(self.text, turn, run.place)
+            assert isinstance(events, AsyncGenerator), "events() is an async generator function: it has aclose()"
+            async with contextlib.aclosing(events):
                 async for event in events:
                     run.append(event)
                     if event["type"] == "response.in_progress":
