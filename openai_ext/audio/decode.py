@@ -62,12 +62,13 @@ def decode(data: bytes, *, rate: int = SAMPLE_RATE, max_seconds: float = DEFAULT
         if not container.streams.audio:
             raise _bad_file("it has no audio track")
         stream = container.streams.audio[0]
-        resampler, source = None, None
+        resampler: av.AudioResampler | None = None
+        source: tuple[str, str, int] | None = None
         limit = int(max_seconds * rate)
         chunks: list[np.ndarray] = []
         total = bad = 0
 
-        def keep(frames) -> None:
+        def keep(frames: list[av.AudioFrame]) -> None:
             nonlocal total
             for frame in frames:
                 samples = frame.to_ndarray().reshape(-1)
@@ -90,12 +91,13 @@ def decode(data: bytes, *, rate: int = SAMPLE_RATE, max_seconds: float = DEFAULT
                     continue
                 for frame in frames:
                     shape = (frame.format.name, frame.layout.name, frame.sample_rate)
-                    if shape != source:
+                    if resampler is None or shape != source:
                         # A track may change its rate or channels midway; a resampler serves one
                         # input shape, so the old one is drained and a new one takes over.
                         if resampler is not None:
                             keep(resampler.resample(None))
-                        resampler, source = av.AudioResampler(format="flt", layout="mono", rate=rate), shape
+                        resampler = av.AudioResampler(format="flt", layout="mono", rate=rate)
+                        source = shape
                     keep(resampler.resample(frame))
             if resampler is not None:
                 keep(resampler.resample(None))

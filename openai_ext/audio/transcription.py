@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from typing import Any, AsyncGenerator
+from typing import Any, AsyncGenerator, Iterator
 
 import anyio
 from fastapi import Request
@@ -123,8 +123,10 @@ class TranscriptionService:
         async with read_form(request, hint="the audio in a 'file' field") as form:
             job = parse(form, task, allow_unknown=settings.allow_unknown_fields)
             self.check_model(job.model)
-            _, data = await form.file("file", required=True, limit=int(settings.max_upload_mb * 2 ** 20),
-                                      example="speech.mp3")
+            upload = await form.file("file", required=True, limit=int(settings.max_upload_mb * 2 ** 20),
+                                     example="speech.mp3")
+            assert upload is not None, "a required file is there or file() raised"
+            _, data = upload
         place = self.line.admit()             # a full line is a 429 before anything starts
         try:
             audio = await anyio.to_thread.run_sync(
@@ -192,7 +194,6 @@ async def _transcribing(place: Place, engine: stt.SpeechToText, audio: Any,
                 close()
 
 
-async def _pull(segments) -> AsyncGenerator[stt.Segment, None]:
-    end = object()
-    while (segment := await anyio.to_thread.run_sync(next, segments, end)) is not end:
+async def _pull(segments: Iterator[stt.Segment]) -> AsyncGenerator[stt.Segment, None]:
+    while (segment := await anyio.to_thread.run_sync(next, segments, None)) is not None:
         yield segment

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.errors import InvalidRequestError, unrecognized
-from ..core.multipart import Form, form_schema
+from ..core.multipart import Form, JsonForm, form_schema
 from . import stt
 
 log = logging.getLogger(__name__)
@@ -86,7 +86,7 @@ def _language(value: str, param: str) -> str:
     return code
 
 
-def parse(form: Form, task: str, allow_unknown: bool = False) -> Job:
+def parse(form: Form | JsonForm, task: str, allow_unknown: bool = False) -> Job:
     """Every check of the request's fields: a bad one raises a 400 naming it."""
     unknown = sorted(form.names() - KNOWN_FIELDS)
     if unknown and not allow_unknown:

@@ -112,7 +112,7 @@ def piper_voice_table(settings: Settings) -> dict[str, PiperVoiceFiles]:
 
 class PiperEngine:
     name = "piper"
-    model_names = ("piper", "piper-tts")
+    model_names: tuple[str, ...] = ("piper", "piper-tts")
 
     def __init__(self, table: dict[str, PiperVoiceFiles], default_voice: str):
         self._table = table
@@ -207,7 +207,7 @@ def _wav_samples(data: bytes) -> tuple[np.ndarray, int]:
 
 class EspeakEngine:
     name = "espeak"
-    model_names = ("espeak", "espeak-ng")
+    model_names: tuple[str, ...] = ("espeak", "espeak-ng")
     default_voice = "en-us"
 
     def __init__(self, program: str, voices: list[str]):

@@ -51,7 +51,42 @@ async def read_form(request: Request, *, hint: str, max_files: int = 4, max_fiel
         await form.close()
 
 
-class Form:
+class _Fields:
+    """The questions both forms answer alike, from a field's text."""
+
+    def text(self, name: str) -> str | None:
+        raise NotImplementedError
+
+    def integer(self, name: str, low: int, high: int, default: int) -> int:
+        raw = self.text(name)
+        if raw in (None, ""):
+            return default
+        try:
+            value = int(raw)
+        except ValueError:
+            raise InvalidRequestError(f"{name} must be an integer.", param=name) from None
+        if not low <= value <= high:
+            raise InvalidRequestError(f"{name} must be from {low} to {high}.", param=name)
+        return value
+
+    def choice(self, name: str, choices: tuple[str, ...]) -> str | None:
+        value = self.text(name)
+        if value in (None, ""):
+            return None
+        if value not in choices:
+            raise InvalidRequestError(f"{name} must be one of {', '.join(choices)}.", param=name)
+        return value
+
+    def flag(self, name: str) -> bool:
+        value = self.text(name)
+        if value is None or value.strip().lower() in ("", "false", "0", "no", "off"):
+            return False
+        if value.strip().lower() in ("true", "1", "yes", "on"):
+            return True
+        raise InvalidRequestError(f"Invalid value for '{name}': {value!r}. Use true or false.", param=name)
+
+
+class Form(_Fields):
     """Fields of a multipart form: lists as repeated ``name[]`` fields (or a JSON array), objects
     as ``name[key]`` fields (or a JSON object)."""
 
@@ -112,34 +147,6 @@ class Form:
             return parsed
         return value
 
-    def integer(self, name: str, low: int, high: int, default: int) -> int:
-        raw = self.text(name)
-        if raw in (None, ""):
-            return default
-        try:
-            value = int(raw)
-        except ValueError:
-            raise InvalidRequestError(f"{name} must be an integer.", param=name) from None
-        if not low <= value <= high:
-            raise InvalidRequestError(f"{name} must be from {low} to {high}.", param=name)
-        return value
-
-    def choice(self, name: str, choices: tuple[str, ...]) -> str | None:
-        value = self.text(name)
-        if value in (None, ""):
-            return None
-        if value not in choices:
-            raise InvalidRequestError(f"{name} must be one of {', '.join(choices)}.", param=name)
-        return value
-
-    def flag(self, name: str) -> bool:
-        value = self.text(name)
-        if value is None or value.strip().lower() in ("", "false", "0", "no", "off"):
-            return False
-        if value.strip().lower() in ("true", "1", "yes", "on"):
-            return True
-        raise InvalidRequestError(f"Invalid value for '{name}': {value!r}. Use true or false.", param=name)
-
     async def file(self, name: str, *, required: bool, limit: int | None = None,
                    example: str = "file.bin") -> tuple[str | None, bytes] | None:
         """(filename, bytes) of the one file in field ``name`` (or ``name[]``). A file over
@@ -164,7 +171,7 @@ class Form:
         return upload.filename, await upload.read()
 
 
-class JsonForm:
+class JsonForm(_Fields):
     """The same questions as Form, asked of OpenAI's JSON body form of a route that takes files:
     a file is a reference, ``{"image_url": "data:image/png;base64,..."}`` (or a list of them), and
     only data URLs can be read here: this server fetches no URL and has no Files API."""
@@ -200,10 +207,6 @@ class JsonForm:
         if value is not None and not isinstance(value, (dict, str)):
             raise InvalidRequestError(f"'{name}' must be a JSON object or a string.", param=name)
         return value
-
-    integer = Form.integer
-    choice = Form.choice
-    flag = Form.flag
 
     async def file(self, name: str, *, required: bool, limit: int | None = None,
                    example: str = "file.bin") -> tuple[str | None, bytes] | None:

@@ -13,7 +13,7 @@ import base64
 import io
 import re
 import time
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Literal, overload
 
 import anyio
 from fastapi import Request
@@ -52,6 +52,14 @@ class ImageGenerationRequest(BaseModel):
     stream: bool | None = None
     partial_images: int | None = None
     user: str | None = None
+
+
+@overload
+def parse_size(size: str | None, default: tuple[int, int], step: int = 8) -> tuple[int, int]: ...
+
+
+@overload
+def parse_size(size: str | None, default: None, step: int = 8) -> tuple[int, int] | None: ...
 
 
 def parse_size(size: str | None, default: tuple[int, int] | None, step: int = 8) -> tuple[int, int] | None:
@@ -115,7 +123,7 @@ def _png(image: Any) -> str:
 
 
 class ImagesService:
-    def __init__(self, settings: Settings, host: Callable[[], Host] | None = None):
+    def __init__(self, settings: Settings, host: Callable[[], Host | None] | None = None):
         self.settings = settings
         self.sd = SdClient(settings)
         self.host = host or (lambda: None)   # the text host that serves now (its image model, if any)
@@ -184,6 +192,7 @@ class ImagesService:
         quality = form.choice("quality", tuple(STEPS))
         model = form.text("model")
         image = await form.file("image", required=True, example="picture.png")
+        assert image is not None, "a required file is there or file() raised"
         mask = await form.file("mask", required=False, example="mask.png")
         init, image_size, sd_mask = await anyio.to_thread.run_sync(prepare_images, image, mask,
                                                                    limiter=self.decoding)

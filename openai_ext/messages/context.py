@@ -100,7 +100,7 @@ def _clear_tool_uses(out: Edited, edit: ClearToolUsesEdit, count: Count) -> None
     req = out.request
     uses = [_Use(i, j, b) for i, m in enumerate(req.messages) if m.role == "assistant" and isinstance(m.content, list)
             for j, b in enumerate(m.content) if isinstance(b, ToolUseBlock)]
-    results = {b.tool_use_id: (i, j) for i, m in enumerate(req.messages) if m.role == "user"
+    results = {b.tool_use_id: (i, j, b) for i, m in enumerate(req.messages) if m.role == "user"
                and isinstance(m.content, list) for j, b in enumerate(m.content) if isinstance(b, ToolResultBlock)}
     trigger = edit.trigger or InputTokens(type="input_tokens", value=DEFAULT_TRIGGER)
     if trigger.type == "tool_uses":
@@ -120,8 +120,7 @@ def _clear_tool_uses(out: Edited, edit: ClearToolUsesEdit, count: Count) -> None
             continue
         hit = False
         if u.use.id in results:
-            i, j = results[u.use.id]
-            result = req.messages[i].content[j]
+            i, j, result = results[u.use.id]
             changed[(i, j)] = result.model_copy(update={"content": CLEARED, "is_error": None})
             hit = True
         if u.use.input and (inputs is True or (isinstance(inputs, list) and u.use.name in inputs)):

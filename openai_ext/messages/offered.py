@@ -57,7 +57,9 @@ def _offered(req: CountTokensRequest) -> list[dict[str, Any]] | None:
                 continue
             where = f"messages[{i}].content[{j}].tool"
             tool = (b.model_extra or {}).get("tool")
-            kind = tool.get("type") if isinstance(tool, dict) else None
+            if not isinstance(tool, dict):
+                tool = {}     # no object: no kind, refused below
+            kind = tool.get("type")
             if kind == "tool_reference" and isinstance(tool.get("name"), str):
                 name = tool["name"]
                 if name not in known:

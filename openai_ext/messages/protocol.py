@@ -13,7 +13,7 @@ to say why they are refused.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args
 
 from pydantic import (
     BaseModel,
@@ -143,7 +143,7 @@ class OutputConfig(_Open):
 def _by_type(*models: type[_Open]) -> Any:
     """A union of ``models`` chosen by their ``type`` (tagged ``type-<type>``: ``parse`` leaves
     the tags out of error paths, so that a path names the fields a client sent)."""
-    kinds = {m.model_fields["type"].annotation.__args__[0]: m for m in models}
+    kinds = {get_args(m.model_fields["type"].annotation)[0]: m for m in models}
 
     def kind(value: Any) -> str | None:
         t = _type_of(value)
@@ -172,14 +172,22 @@ class AllThinkingTurns(_Open):
     type: Literal["all"]
 
 
+if TYPE_CHECKING:   # the same unions as mypy sees them: a call cannot stand in a static type
+    TurnsKept = Union[ThinkingTurns, AllThinkingTurns]
+    Trigger = Union[InputTokens, ToolUses]
+else:
+    TurnsKept = _by_type(ThinkingTurns, AllThinkingTurns)
+    Trigger = _by_type(InputTokens, ToolUses)
+
+
 class ClearThinkingEdit(_Open):
     type: Literal["clear_thinking_20251015"]
-    keep: Union[Literal["all"], _by_type(ThinkingTurns, AllThinkingTurns), None] = None
+    keep: Union[Literal["all"], TurnsKept, None] = None
 
 
 class ClearToolUsesEdit(_Open):
     type: Literal["clear_tool_uses_20250919"]
-    trigger: Union[_by_type(InputTokens, ToolUses), None] = None
+    trigger: Union[Trigger, None] = None
     keep: ToolUses | None = None
     clear_at_least: InputTokens | None = None
     clear_tool_inputs: Union[StrictBool, list[StrictStr], None] = None

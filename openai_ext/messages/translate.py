@@ -104,12 +104,11 @@ class Translation:
 def to_chat(req: CountTokensRequest, *, allow_unknown: bool = False) -> Translation:
     """The chat request that renders and samples as ``req`` asks (a MessagesRequest, or a
     CountTokensRequest, which only shapes the prompt)."""
-    full = isinstance(req, MessagesRequest)
     _check_fields(req, allow_unknown)
     names: dict[str, tuple[str, str]] = {}
     messages, prefill = _history(req, names)
     body: dict[str, Any] = {"model": req.model, "messages": messages}
-    if full:
+    if isinstance(req, MessagesRequest):
         body.update(max_tokens=req.max_tokens, temperature=req.temperature, top_p=req.top_p, stream=req.stream)
         if req.top_k is not None:
             body["top_k"] = req.top_k     # a host sampler: params.plan checks the host has it
@@ -128,13 +127,13 @@ def to_chat(req: CountTokensRequest, *, allow_unknown: bool = False) -> Translat
     try:
         chat = ChatCompletionRequest.model_validate(body)
     except ValidationError as e:   # ranges are checked on the Messages model already; a safety net
-        raise from_validation_errors(e.errors()) from None
-    stops = list(req.stop_sequences or []) if full else []
+        raise from_validation_errors([dict(x) for x in e.errors()]) from None
+    stops = list(req.stop_sequences or []) if isinstance(req, MessagesRequest) else []
     chat.stop = stops or None   # any number: chat's limit of 4 is OpenAI's, not Anthropic's
     if prefill and chat.tool_choice not in (None, "auto", "none"):
         raise _bad("A prefilled assistant turn cannot be combined with tool_choice any or tool; drop one of "
                    "them.", "tool_choice")
-    return Translation(chat, prefill, stops, req.max_tokens if full else 0, names)
+    return Translation(chat, prefill, stops, req.max_tokens if isinstance(req, MessagesRequest) else 0, names)
 
 
 def _check_fields(req: CountTokensRequest, allow_unknown: bool) -> None:
@@ -267,6 +266,7 @@ def _system_text(m: InputMessage, where: str) -> str:
 def _assistant(m: InputMessage, where: str) -> tuple[str, list[dict[str, Any]]]:
     if isinstance(m.content, str):
         return m.content, []
+    assert m.content is not None, "_check_message refuses a turn without content"
     texts, tool_calls = [], []
     for j, b in enumerate(m.content):
         if isinstance(b, TextBlock):
@@ -286,6 +286,7 @@ def _user(m: InputMessage, where: str, calls: set[str], names: dict[str, tuple[s
     """A user turn as chat messages (``base``: how many come before them in the chat request)."""
     if isinstance(m.content, str):
         return [{"role": "user", "content": m.content}]
+    assert m.content is not None, "_check_message refuses a turn without content"
     out: list[dict[str, Any]] = []
     parts: list[Part] = []
 

@@ -19,7 +19,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import Any, AsyncIterator
+from collections.abc import AsyncGenerator
+from typing import Any
 
 import anyio
 
@@ -55,7 +56,7 @@ class Run:
         self.done = True
         self._changed.set()
 
-    async def follow(self, after: int = -1) -> AsyncIterator[dict[str, Any]]:
+    async def follow(self, after: int = -1) -> AsyncGenerator[dict[str, Any], None]:
         """Its events with a sequence_number above ``after``, then the rest as they come."""
         i = next((k for k, e in enumerate(self.log) if e["sequence_number"] > after), len(self.log))
         while True:
@@ -107,7 +108,8 @@ class Background:
     async def _drive(self, run: Run) -> None:
         turn = run.turn
         try:
-            async with contextlib.aclosing(stream.events(self.text, turn, run.place)) as events:
+            events = stream.events(self.text, turn, run.place)
+            async with contextlib.aclosing(events):
                 async for event in events:
                     run.append(event)
                     if event["type"] == "response.in_progress":

@@ -134,7 +134,7 @@ def _validate(model: type[_Item], raw: dict[str, Any], loc: tuple[Any, ...]) -> 
     try:
         return model.model_validate(raw)
     except ValidationError as e:
-        errors = [{**err, "loc": ("body", *loc, *err["loc"])} for err in e.errors()]
+        errors: list[dict[str, Any]] = [{**err, "loc": ("body", *loc, *err["loc"])} for err in e.errors()]
         first = errors[0]
         if first["type"] == "extra_forbidden":
             name = _path(first["loc"][1:])

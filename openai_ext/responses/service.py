@@ -214,7 +214,7 @@ class ResponsesService:
             if record.store:
                 self.store.save_response(body, conversation=conversation)
             elif conversation is not None:
-                self.store.add_conversation_items(cid, None, conversation[1])
+                self.store.add_conversation_items(conversation[0], None, conversation[1])
         except RuntimeError:
             log.warning("response %s ended after the store was closed; it is not kept", body["id"])
         except OpenAIError as e:

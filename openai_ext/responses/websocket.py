@@ -24,7 +24,7 @@ import json
 import logging
 import math
 import re
-from typing import Any
+from typing import Any, Mapping
 
 import anyio
 from anyio.abc import TaskGroup
@@ -83,7 +83,7 @@ def _body(fields: dict[str, Any]) -> CreateResponse:
     try:
         body = CreateResponse.model_validate(fields)
     except ValidationError as e:
-        raise from_validation_errors(list(e.errors())) from None
+        raise from_validation_errors([dict(x) for x in e.errors()]) from None
     if body.background:
         raise InvalidRequestError("background is not available over a WebSocket: the response streams on this "
                                   "connection. Send background responses with POST /v1/responses.",
@@ -134,7 +134,7 @@ class _Connection:
             self._gone()
             await anyio.lowlevel.checkpoint()   # the cancellation ends this lane here
 
-    async def take(self, message: dict[str, Any]) -> None:
+    async def take(self, message: Mapping[str, Any]) -> None:
         """One client message: a response.create for its lane, or an error event."""
         raw = message.get("text")
         if raw is None:
@@ -197,7 +197,8 @@ class _Connection:
             await self.send(_error_event(internal_error(e), stream_id))
             return
         try:
-            async with contextlib.aclosing(stream.events(self.service.text, turn, place)) as events:
+            events = stream.events(self.service.text, turn, place)
+            async with contextlib.aclosing(events):
                 async for event in events:
                     await self.send(event, stream_id)
         except Exception as e:  # noqa: BLE001 - the response ends as failed, the connection serves on

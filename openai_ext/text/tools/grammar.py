@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from .. import grammar
-from .spec import CALL_CLOSE, CALL_OPEN, ToolSet
+from .spec import CALL_CLOSE, CALL_OPEN, Tool, ToolSet
 
 
 def named_call_prefill(ts: ToolSet) -> str:
@@ -37,7 +37,7 @@ def call_grammar(ts: ToolSet, *, response: tuple[Any, str, bool] | None = None, 
     """
     g = grammar.Grammar()
     allowed = [(i, t) for i, t in enumerate(ts.tools) if t.name in ts.allowed]
-    jobs = [(t.strict, f"fn{i}-arguments", t) for i, t in allowed]
+    jobs: list[tuple[bool, str, Tool | tuple[Any, str, bool]]] = [(t.strict, f"fn{i}-arguments", t) for i, t in allowed]
     if response is not None:
         jobs.append((response[2], "response", response))
     for strict, name, job in sorted(jobs, key=lambda j: not j[0]):   # strict schemas first

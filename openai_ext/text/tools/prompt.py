@@ -12,7 +12,7 @@ from .spec import CALL_CLOSE, CALL_OPEN, ToolSet
 def template_is_native(template: str | None) -> bool:
     """A template that renders tools and writes calls in the <tool_call> format itself. Templates
     with a tool format of their own are not recognised: they get the fallback."""
-    return bool(template) and "tools" in template and CALL_OPEN in template
+    return bool(template and "tools" in template and CALL_OPEN in template)
 
 
 def _call_text(name: str, arguments: Any) -> str:
@@ -38,8 +38,8 @@ def for_template(messages: list[dict[str, Any]], ts: ToolSet | None, *, native: 
     has_tool_turns = any(m.get("tool_calls") or m["role"] == "tool" for m in messages)
     if ts is None and not has_tool_turns:
         return messages, None
+    out: list[dict[str, Any]] = []
     if native:
-        out = []
         for m in messages:
             m = dict(m)
             if m.get("tool_calls"):
@@ -50,7 +50,6 @@ def for_template(messages: list[dict[str, Any]], ts: ToolSet | None, *, native: 
         tools = [t.as_openai() for t in ts.tools if t.name in ts.allowed] if ts and ts.calling else None
         return out, tools
 
-    out: list[dict[str, Any]] = []
     for m in messages:
         if m.get("tool_calls"):
             calls = "\n".join(_call_text(tc["function"]["name"], tc["function"]["arguments"]) for tc in m["tool_calls"])

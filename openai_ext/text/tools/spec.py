@@ -90,7 +90,7 @@ def parse(req) -> ToolSet | None:
             raise _bad(choice_param, f"{choice_param} is only allowed when {tools_param} are given.")
         return None
 
-    tools = []
+    tools: list[Tool] = []
     room = MAX_SCHEMA_NODES     # objects and lists all the functions' parameters may hold together
     for i, item in enumerate(raw_tools):
         where = f"{tools_param}[{i}]" if not legacy else f"functions[{i}]"
@@ -129,11 +129,11 @@ def parse(req) -> ToolSet | None:
         spec = choice_raw.get("allowed_tools") or {}
         mode = spec.get("mode", "auto")
         picked = [(t.get("function") or {}).get("name") for t in spec.get("tools") or [] if isinstance(t, dict)]
-        unknown = [p for p in picked if p not in names]
-        if mode not in ("auto", "required") or not picked or unknown:
+        known = [p for p in picked if isinstance(p, str) and p in names]
+        if mode not in ("auto", "required") or not picked or len(known) < len(picked):
             raise _bad(choice_param, "allowed_tools needs mode 'auto' or 'required' and a non-empty list of "
                                      "functions that are among the tools.")
-        choice, allowed = mode, picked
+        choice, allowed = mode, known
     else:
         raise _bad(choice_param, f"{choice_param} must be 'none', 'auto', 'required' or "
                                  "{\"type\": \"function\", \"function\": {\"name\": ...}}.")
