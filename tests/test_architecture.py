@@ -1,5 +1,6 @@
 """The package's shape: no import cycle, families that never import the app back, a core that
-knows no family, and modules of one concept (under about 400 lines, data modules apart)."""
+knows no family, modules of one concept (under about 400 lines, data modules apart), and no
+module reaching into another module's private fields."""
 
 from __future__ import annotations
 
@@ -14,6 +15,21 @@ COMPOSITION = {"openai_ext.app", "openai_ext.state", "openai_ext.__main__", "ope
 # Pure data (sentences, tables): long by nature, no logic to read.
 DATA_MODULES = {"openai_ext.moderations.prototypes"}
 MAX_LINES = 400
+# Private names of other modules' objects that a module may still use, each with its reason:
+# (module, name) -> why.
+FOREIGN_PRIVATE = {
+    # another library's functions, not this package's fields
+    ("openai_ext.core.tunnel", "_run_cloudflared"):
+        "flask-cloudflared's function that starts the tunnel and returns its address (the public "
+        "start_cloudflared prints the address instead)",
+    ("openai_ext.core.tunnel", "_cleanup_existing_cloudflared"):
+        "flask-cloudflared's function that ends its cloudflared process, whose exit handler never runs under "
+        "uvicorn (see tunnel.stop)",
+    ("openai_ext.messages.threads", "_ticket"):
+        "a pydantic private attribute of MessagesRequest (messages.protocol): an underscore keeps it out of "
+        "the request's schema; threads.py sets it",
+    ("openai_ext.messages.endpoint", "_ticket"): "the same attribute, read where the reply is handed to it",
+}
 
 
 def modules() -> dict[str, Path]:
@@ -139,3 +155,69 @@ def test_test_modules_have_unique_basenames():
             continue   # scratch virtual environments of the install tests
         assert path.name not in seen, f"{path} and {seen[path.name]} share a basename"
         seen[path.name] = path
+
+
+def own_private_names(tree: ast.AST) -> set[str]:
+    """Private names a module defines for its own objects: the methods and class attributes of
+    its classes, and the fields its code assigns to ``self``/``cls``."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    names.add(item.name)
+                targets = item.targets if isinstance(item, ast.Assign) else \
+                    [item.target] if isinstance(item, ast.AnnAssign) else []
+                names.update(t.id for t in targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and _on_self(node):
+            names.add(node.attr)
+    return {n for n in names if _private(n)}
+
+
+def foreign_private_uses(source: str) -> list[tuple[int, str]]:
+    """(line, expression) of each private attribute used on something other than ``self`` or
+    ``cls`` whose name the module does not define itself: a field of another module's object (or
+    of another library's). A name is told apart by where it is defined, so an object of another
+    module whose private field happens to share a name with one of this module's goes unseen."""
+    tree = ast.parse(source)
+    own = own_private_names(tree)
+    return [(node.lineno, ast.unparse(node)) for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and _private(node.attr) and not _on_self(node)
+            and node.attr not in own]
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _on_self(node: ast.Attribute) -> bool:
+    return isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
+
+
+def test_the_private_walk_tells_own_fields_from_another_modules():
+    source = """
+class Line:
+    def __init__(self):
+        self._waiting = 0
+    def _pass_on(self): ...
+class Place:
+    def release(self, line: Line, host):
+        line._pass_on()
+        line._waiting -= 1
+        self._line = line
+        host._ctx.close()
+"""
+    assert foreign_private_uses(source) == [(11, "host._ctx")]
+
+
+def test_no_module_reaches_into_another_modules_private_fields():
+    found, allowed = {}, set()
+    for name, path in modules().items():
+        for line, expr in foreign_private_uses(path.read_text()):
+            key = (name, expr.rpartition(".")[2])
+            if key in FOREIGN_PRIVATE:
+                allowed.add(key)
+            else:
+                found[f"{name}:{line}"] = expr
+    assert not found, found
+    assert allowed == set(FOREIGN_PRIVATE), f"no longer needed: {set(FOREIGN_PRIVATE) - allowed}"

@@ -14,7 +14,6 @@ types (weight repacking, AMX), which crash on some CPUs.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import re
@@ -22,13 +21,11 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from . import llamacpp_probe as probe
 from .base import ChatPrompt, Host, HostAbilities, Piece, Pieces, Prompt, TokenLogprob
 from .llamacpp_batch import Closed, Scheduler
-from .llamacpp_context import PREFILL_CHUNK, lazy_llama, load_context, load_model, uses_flash_attn
-from .llamacpp_sampling import SAMPLERS, Detokenizer, sampler_chain
+from .llamacpp_context import PREFILL_CHUNK, Runtime, uses_flash_attn
+from .llamacpp_sampling import SAMPLERS, Detokenizer
 from .llamacpp_threads import Threads
 from .llamacpp_work import END, OUTBOX, Generation, NextToken, Scoring, Work
 from .request import NO_CHAT_OPTIONS, ChatOptions, GenerationSettings
@@ -73,8 +70,6 @@ class LlamaCppHost(Host):
     def __init__(self, model_path: str | os.PathLike, *, alias: str | None = None, n_ctx: int = 0,
                  n_threads: int | None = None, n_gpu_layers: int = 0, parallel: int = 1, repack: str = "auto",
                  flash_attn: str = "auto"):
-        L = lazy_llama()
-        self._L = L
         path = Path(model_path)
         if not path.is_file():
             raise FileNotFoundError(f"No GGUF file at {path}")
@@ -82,69 +77,59 @@ class LlamaCppHost(Host):
             raise ValueError("parallel must be at least 1")
         self.buffers = probe.choose(path, repack, n_threads=n_threads, n_gpu_layers=n_gpu_layers)
         log.info("%s", self.buffers.line())
-        self._model = load_model(path, extra_buffers=self.buffers.extra_buffers, n_gpu_layers=n_gpu_layers)
-        try:
-            self._context = load_context(self._model, n_ctx=n_ctx, parallel=parallel, n_threads=n_threads,
-                                         flash_attn=flash_attn)
-        except BaseException:
-            self._model.close()
-            raise
+        # The model and its context: what the works of the batch are handed, freed by close().
+        self.runtime = rt = Runtime(path, extra_buffers=self.buffers.extra_buffers, n_gpu_layers=n_gpu_layers,
+                                    n_ctx=n_ctx, parallel=parallel, n_threads=n_threads, flash_attn=flash_attn)
+        L, v = rt.L, rt.vocab
         self.path = path
         self.model_id = alias or path.name.removesuffix(".gguf")
         self.created = int(path.stat().st_mtime)
-        self.metadata = self._model.metadata()
-        self._vocab = self._model.vocab
-        self._n_vocab = L.llama_vocab_n_tokens(self._vocab)
-        self._ctx = self._context.ctx
+        self.metadata = rt.model.metadata()
         self.parallel = parallel
         self.flash_attn = uses_flash_attn(flash_attn, parallel)
-        self._piece_cache: dict[tuple[int, bool], bytes] = {}
         self._grammar_ok: dict[str, bool] = {}
-        self._add_bos = bool(L.llama_vocab_get_add_bos(self._vocab))
-        self._bos = L.llama_vocab_bos(self._vocab)
-        self._eog = np.array([L.llama_vocab_is_eog(self._vocab, t) for t in range(self._n_vocab)], dtype=bool)
-        v = self._vocab
         fim = [L.llama_vocab_fim_pre(v), L.llama_vocab_fim_suf(v), L.llama_vocab_fim_mid(v)]
         self._fim = fim if all(t != L.LLAMA_TOKEN_NULL for t in fim) else None
         self._init_chat_template()
         self._init_specials()
         self.abilities = HostAbilities(samplers=SAMPLERS, logprobs=True, logit_bias=True,
-                                       fim=self._fim is not None, vocab_size=self._n_vocab,
+                                       fim=self._fim is not None, vocab_size=rt.n_vocab,
                                        grammar=True, lazy_grammar=True, parallel=parallel)
-        self.threads = Threads(lambda gen, batch: L.llama_set_n_threads(self._ctx, gen, batch), fixed=n_threads)
-        self._sched = Scheduler(L, self._ctx, slots=parallel, n_batch=L.llama_n_batch(self._ctx),
-                                cells=L.llama_n_ctx(self._ctx), prefill_chunk=PREFILL_CHUNK,
+        self.threads = Threads(lambda gen, batch: L.llama_set_n_threads(rt.ctx, gen, batch), fixed=n_threads)
+        self._sched = Scheduler(L, rt.ctx, slots=parallel, n_batch=L.llama_n_batch(rt.ctx),
+                                cells=L.llama_n_ctx(rt.ctx), prefill_chunk=PREFILL_CHUNK,
                                 before_step=self.threads.before_step)
 
     # --- prompts ------------------------------------------------------------------------------
     def _token_text(self, token: int) -> str:
         if token < 0:
             return ""
-        return self._L.llama_vocab_get_text(self._vocab, token).decode("utf-8", errors="replace")
+        return self.runtime.L.llama_vocab_get_text(self.runtime.vocab, token).decode("utf-8", errors="replace")
 
     def _init_chat_template(self) -> None:
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
         template = self.metadata.get("tokenizer.chat_template")
         self.chat_template = template
-        eos = self._token_text(self._L.llama_vocab_eos(self._vocab))
-        bos = self._token_text(self._bos)
+        eos = self._token_text(self.runtime.L.llama_vocab_eos(self.runtime.vocab))
+        bos = self._token_text(self.runtime.bos)
         self.has_chat_template = bool(template)
         self._formatter = Jinja2ChatFormatter(template or FALLBACK_TEMPLATE, eos_token=eos, bos_token=bos)
         self._template_stops = [eos] if template and eos else list(FALLBACK_STOPS)
 
     def context_length(self) -> int:
         """Tokens one request can see: the whole context (its sequences share the cells)."""
-        return self._L.llama_n_ctx_seq(self._ctx)
+        return self.runtime.context_length
 
     def _init_specials(self) -> None:
         """What tokenize() needs to cut a long text where the cut changes no token: right after a
         special token, which llama.cpp's tokenizer treats as a fragment of its own. Tokens that
         strip the whitespace after them are left out (the strip would cross the cut)."""
-        L, v = self._L, self._vocab
+        rt = self.runtime
+        L, v = rt.L, rt.vocab
         texts, longest = set(), 1
-        for t in range(self._n_vocab):
-            longest = max(longest, len(self._piece(t, True)))
+        for t in range(rt.n_vocab):
+            longest = max(longest, len(rt.piece(t, True)))
             attr = L.llama_vocab_get_attr(v, t)
             if attr & (L.LLAMA_TOKEN_ATTR_CONTROL | L.LLAMA_TOKEN_ATTR_USER_DEFINED) and \
                     not attr & L.LLAMA_TOKEN_ATTR_RSTRIP:
@@ -160,12 +145,13 @@ class LlamaCppHost(Host):
         # llama.cpp's tokenizer takes time quadratic in the number of special tokens in one call
         # (40,000 of them: seconds), so a long text goes in pieces cut after special tokens, which
         # gives the same tokens in linear time.
+        rt = self.runtime
         tokens: list[int] = []
         for i, piece in enumerate(self._pieces(text)):
-            tokens += self._model.tokenize(piece.encode("utf-8"), add_bos=add_bos and self._add_bos and i == 0,
-                                           special=True)
+            tokens += rt.model.tokenize(piece.encode("utf-8"), add_bos=add_bos and rt.add_bos and i == 0,
+                                        special=True)
         # A template that writes the BOS text itself must not end up with two of them.
-        if len(tokens) > 1 and tokens[0] == self._bos and tokens[1] == self._bos:
+        if len(tokens) > 1 and tokens[0] == rt.bos and tokens[1] == rt.bos:
             tokens = tokens[1:]
         return tokens
 
@@ -183,7 +169,8 @@ class LlamaCppHost(Host):
         return pieces
 
     def detokenize(self, tokens: list[int]) -> str:
-        return b"".join(self._piece(t, False) for t in tokens).decode("utf-8", errors="replace")
+        piece = self.runtime.piece
+        return b"".join(piece(t, False) for t in tokens).decode("utf-8", errors="replace")
 
     def chat_prompt(self, messages: list[dict[str, Any]], options: ChatOptions = NO_CHAT_OPTIONS) -> ChatPrompt:
         try:
@@ -198,50 +185,20 @@ class LlamaCppHost(Host):
     def document_start(self) -> list[int]:
         """What an empty prompt becomes: the start-of-text token, or the end-of-text token that
         separates documents in training (as OpenAI's <|endoftext|> does)."""
-        L = self._L
-        return [self._bos if self._bos != L.LLAMA_TOKEN_NULL else L.llama_vocab_eos(self._vocab)]
+        rt = self.runtime
+        return [rt.bos if rt.bos != rt.L.LLAMA_TOKEN_NULL else rt.L.llama_vocab_eos(rt.vocab)]
 
     def fim_prompt(self, prefix: str, suffix: str) -> list[int]:
         if self._fim is None:   # (abilities.fim is off: params.plan refuses suffix before this)
             raise NotImplementedError("the loaded model has no fill-in-the-middle tokens")
         pre, suf, mid = self._fim
-        return ([self._bos] if self._add_bos else []) + [pre] + self.tokenize(prefix, add_bos=False) + \
+        rt = self.runtime
+        return ([rt.bos] if rt.add_bos else []) + [pre] + self.tokenize(prefix, add_bos=False) + \
             [suf] + self.tokenize(suffix, add_bos=False) + [mid]
 
     # --- generation ---------------------------------------------------------------------------
-    def _piece(self, token: int, special: bool) -> bytes:
-        key = (token, special)
-        piece = self._piece_cache.get(key)
-        if piece is None:
-            buf = ctypes.create_string_buffer(256)
-            n = self._L.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, special)
-            piece = buf.raw[:max(n, 0)]
-            self._piece_cache[key] = piece
-        return piece
-
     def detokenizer(self, special: bool = False) -> "Detokenizer":
-        return Detokenizer(lambda t: self._piece(t, special))
-
-    def _bias(self, s: GenerationSettings) -> dict[int, float]:
-        """Token id -> logit bias, from logit_bias, custom_token_bans and ban_eos_token."""
-        bias: dict[int, float] = dict(s.logit_bias)
-        for tok in filter(None, (t.strip() for t in str(s.samplers.get("custom_token_bans") or "").split(","))):
-            bias[int(tok)] = float("-inf")
-        if s.samplers.get("ban_eos_token"):
-            for eog in np.flatnonzero(self._eog):
-                bias[int(eog)] = float("-inf")
-        return {tok: float("-inf") if b <= -100 else b for tok, b in bias.items()}
-
-    def _sampler(self, s: GenerationSettings, *, bias: bool = True):
-        """llama.cpp's sampler chain for these settings, with the bias unless ``bias`` is false."""
-        return sampler_chain(self._L, self._vocab, self._n_vocab, self.context_length(), s,
-                             self._bias(s) if bias else {})
-
-    def _grammar_sampler(self, gbnf: str):
-        smpl = self._L.llama_sampler_init_grammar(self._vocab, gbnf.encode(), b"root")
-        if not smpl:
-            raise ValueError("llama.cpp could not parse the grammar built for this request")
-        return smpl
+        return Detokenizer(lambda t: self.runtime.piece(t, special))
 
     def check_grammar(self, gbnf: str) -> bool:
         """Whether llama.cpp parses ``gbnf``. Asked while the request is prepared, so a grammar it
@@ -249,31 +206,15 @@ class LlamaCppHost(Host):
         ok = self._grammar_ok.get(gbnf)
         if ok is None:
             ok = grammar_shape_ok(gbnf)
-            smpl = self._L.llama_sampler_init_grammar(self._vocab, gbnf.encode(), b"root") if ok else None
-            ok = bool(smpl)
-            if smpl:
-                self._L.llama_sampler_free(smpl)
+            if ok:
+                try:
+                    self.runtime.L.llama_sampler_free(self.runtime.grammar_sampler(gbnf))
+                except ValueError:
+                    ok = False
             if len(self._grammar_ok) >= 64:
                 self._grammar_ok.clear()
             self._grammar_ok[gbnf] = ok
         return ok
-
-    def _logprob(self, output: int, token: int, top: int) -> TokenLogprob:
-        """The log-probability of ``token`` under the logits of decoder output ``output``,
-        with the ``top`` most likely alternatives."""
-        logits = np.ctypeslib.as_array(self._L.llama_get_logits_ith(self._ctx, output), shape=(self._n_vocab,))
-        m = float(logits.max())
-        logz = m + float(np.log(np.exp(logits - m).sum()))
-
-        def item(t: int) -> tuple[str, float, list[int]]:
-            raw = self._piece(t, True)
-            return raw.decode("utf-8", errors="replace"), float(logits[t]) - logz, list(raw)
-
-        entry = TokenLogprob(*item(token))
-        if top > 0:
-            best = np.argpartition(-logits, top)[:top]
-            entry.top = [item(int(t)) for t in best[np.argsort(-logits[best])]]
-        return entry
 
     def generate(self, prompt: Prompt, settings: GenerationSettings, stop_event: threading.Event) -> Pieces:
         """Runs as one sequence of the batch; this generator only hands on what the scheduler's
@@ -289,7 +230,7 @@ class LlamaCppHost(Host):
             raise ValueError(f"a prompt of {len(prompt.tokens)} tokens reached a context of {self.context_length()}")
         # The budget never outgrows the context.
         s = settings.replace(max_new_tokens=min(settings.max_new_tokens, room))
-        work = Generation(self, prompt.tokens, s, stop_event)
+        work = Generation(self.runtime, prompt.tokens, s, stop_event)
         self._submit(work)
         item: Any = None
         try:
@@ -329,13 +270,13 @@ class LlamaCppHost(Host):
         separates documents in training), as a new document would begin. The pass runs as one
         sequence of the batch.
         """
-        if tokens and tokens[0] == self._bos:
+        if tokens and tokens[0] == self.runtime.bos:
             context, scored = tokens, tokens[1:]
         else:
             context, scored = self.document_start() + tokens, tokens
         if not scored:
             return []
-        work = Scoring(self, context, top)
+        work = Scoring(self.runtime, context, top)
         self._submit(work)
         work.finished.wait()
         if work.error is not None:
@@ -350,12 +291,12 @@ class LlamaCppHost(Host):
             from ..core.errors import InvalidRequestError
             raise InvalidRequestError("use_samplers is not supported by the embedded host: it reports the model's "
                                       "own probabilities only. Remove use_samplers.", param="use_samplers")
-        work = NextToken(self, self.tokenize(prompt) or self.document_start(), top)
+        work = NextToken(self.runtime, self.tokenize(prompt) or self.document_start(), top)
         self._submit(work)   # one sequence of the batch, as a scoring pass is
         work.finished.wait()
         if work.error is not None:
             raise work.error
-        return {_escaped(self._piece(t, True).decode("utf-8", errors="replace")): p for t, p in work.best}
+        return {_escaped(self.runtime.piece(t, True).decode("utf-8", errors="replace")): p for t, p in work.best}
 
     def stop_all(self) -> None:
         self._sched.halt_all()
@@ -372,8 +313,7 @@ class LlamaCppHost(Host):
         """Lets what runs finish (a model change waits for it, as it waited for its turn before),
         then frees the context and the model."""
         self._sched.close()
-        self._context.close()
-        self._model.close()
+        self.runtime.close()
 
     def describe(self) -> dict[str, Any]:
         # The web UI's shape (model_name, lora_names, loader), plus what a client may want to know.

@@ -1,11 +1,17 @@
 """Loading a GGUF model and its context for the embedded llama.cpp host (and for the CPU test of
-llamacpp_probe, which must load them exactly as the host does)."""
+llamacpp_probe, which must load them exactly as the host does), and ``Runtime``: the loaded pair
+with the per-token operations that the host, the batch's works and the sampling share."""
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+
+from .base import TokenLogprob
 
 # Tokens decoded in one step at most, and prompt tokens read per step while others generate.
 N_BATCH = 512
@@ -71,3 +77,78 @@ def uses_flash_attn(setting: str, parallel: int) -> bool:
     path gives the same answer to the same request, so "auto" keeps that path for parallel 1.
     "on" means where the device has it (llama.cpp's auto)."""
     return setting == "on" or (setting == "auto" and parallel > 1)
+
+
+class Runtime:
+    """A loaded model and its context: llama.cpp's handles, the vocabulary's facts and the
+    operations on single tokens. The host creates and closes it (so a model change frees both in
+    one place); the works of the batch (llamacpp_work) and the sampling (llamacpp_sampling) are
+    handed it. Its fields are plain attributes because they are read on every token.
+
+    ``L``: the llama_cpp module; ``model``, ``context``: llama-cpp-python's wrappers; ``vocab``,
+    ``ctx``: their C handles; ``n_vocab``; ``context_length``: the cells one sequence may use;
+    ``bos``, ``add_bos``; ``eog``: for each token id, whether it ends a generation."""
+
+    def __init__(self, path: Path, *, extra_buffers: bool, n_gpu_layers: int, n_ctx: int, parallel: int,
+                 n_threads: int | None, flash_attn: str):
+        L = self.L = lazy_llama()
+        self.model = load_model(path, extra_buffers=extra_buffers, n_gpu_layers=n_gpu_layers)
+        try:
+            self.context = load_context(self.model, n_ctx=n_ctx, parallel=parallel, n_threads=n_threads,
+                                        flash_attn=flash_attn)
+        except BaseException:
+            self.model.close()
+            raise
+        self.vocab = self.model.vocab
+        self.ctx = self.context.ctx
+        self.n_vocab: int = L.llama_vocab_n_tokens(self.vocab)
+        self.context_length: int = L.llama_n_ctx_seq(self.ctx)
+        self.bos: int = L.llama_vocab_bos(self.vocab)
+        self.add_bos = bool(L.llama_vocab_get_add_bos(self.vocab))
+        self.eog = np.array([L.llama_vocab_is_eog(self.vocab, t) for t in range(self.n_vocab)], dtype=bool)
+        self._pieces: dict[tuple[int, bool], bytes] = {}
+
+    def piece(self, token: int, special: bool) -> bytes:
+        """The bytes of ``token``; ``special``: control tokens give their text rather than none."""
+        key = (token, special)
+        piece = self._pieces.get(key)
+        if piece is None:
+            buf = ctypes.create_string_buffer(256)
+            n = self.L.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
+            piece = buf.raw[:max(n, 0)]
+            self._pieces[key] = piece
+        return piece
+
+    def logits(self, output: int) -> np.ndarray:
+        """The logits of decoder output ``output`` (its index in the last batch), in place: valid
+        until the next decode."""
+        return np.ctypeslib.as_array(self.L.llama_get_logits_ith(self.ctx, output), shape=(self.n_vocab,))
+
+    def logprob(self, output: int, token: int, top: int) -> TokenLogprob:
+        """The log-probability of ``token`` under the logits of decoder output ``output``,
+        with the ``top`` most likely alternatives."""
+        logits = self.logits(output)
+        m = float(logits.max())
+        logz = m + float(np.log(np.exp(logits - m).sum()))
+
+        def item(t: int) -> tuple[str, float, list[int]]:
+            raw = self.piece(t, True)
+            return raw.decode("utf-8", errors="replace"), float(logits[t]) - logz, list(raw)
+
+        entry = TokenLogprob(*item(token))
+        if top > 0:
+            best = np.argpartition(-logits, top)[:top]
+            entry.top = [item(int(t)) for t in best[np.argsort(-logits[best])]]
+        return entry
+
+    def grammar_sampler(self, gbnf: str) -> Any:
+        """llama.cpp's sampler for the GBNF grammar ``gbnf`` (rule ``root``); the caller frees it
+        (``L.llama_sampler_free``). ValueError when llama.cpp cannot parse it."""
+        smpl = self.L.llama_sampler_init_grammar(self.vocab, gbnf.encode(), b"root")
+        if not smpl:
+            raise ValueError("llama.cpp could not parse the grammar built for this request")
+        return smpl
+
+    def close(self) -> None:
+        self.context.close()
+        self.model.close()

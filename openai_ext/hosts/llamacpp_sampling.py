@@ -1,5 +1,6 @@
 """Sampling on llama.cpp's C API for the embedded host: the samplers a request may name, the
-sampler chain, text from tokens one at a time, and grammar-constrained sampling stepped in Python.
+logit bias and the sampler chain, text from tokens one at a time, and grammar-constrained sampling
+stepped in Python.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .llamacpp_context import Runtime
 from .request import GenerationSettings
 
 SAMPLERS = frozenset({
@@ -49,6 +51,18 @@ class Detokenizer:
         cut off mid-character) are dropped rather than sent as a replacement character."""
         self._utf8.reset()
         return ""
+
+
+def logit_biases(s: GenerationSettings, eog: np.ndarray) -> dict[int, float]:
+    """Token id -> logit bias, from logit_bias, custom_token_bans and ban_eos_token (``eog``:
+    the tokens that end a generation, Runtime.eog)."""
+    bias: dict[int, float] = dict(s.logit_bias)
+    for tok in filter(None, (t.strip() for t in str(s.samplers.get("custom_token_bans") or "").split(","))):
+        bias[int(tok)] = float("-inf")
+    if s.samplers.get("ban_eos_token"):
+        for eog_tok in np.flatnonzero(eog):
+            bias[int(eog_tok)] = float("-inf")
+    return {tok: float("-inf") if b <= -100 else b for tok, b in bias.items()}
 
 
 def sampler_chain(L: Any, vocab: Any, n_vocab: int, context_length: int, g: GenerationSettings,
@@ -123,26 +137,24 @@ class Constrained:
     replacing that token with the tokens of the text up to the marker's end.
     """
 
-    def __init__(self, host: Any, s: GenerationSettings, chain: Any, special: bool):
-        # host: the LlamaCppHost (its llama.cpp handles, pieces and grammar samplers)
+    def __init__(self, rt: Runtime, s: GenerationSettings, chain: Any, special: bool):
         from llama_cpp._internals import LlamaTokenDataArray
 
-        self.h, self.chain, self.special = host, chain, special
+        self.rt, self.chain, self.special = rt, chain, special
         assert s.grammar, "a grammar-constrained generation without a grammar"
         self.gbnf = s.grammar
         self.triggers = [t.encode() for t in s.grammar_triggers]
-        self.grammar = None if self.triggers else host._grammar_sampler(self.gbnf)
-        self.cur = LlamaTokenDataArray(n_vocab=host._n_vocab)
-        bias = host._bias(s)
+        self.grammar = None if self.triggers else rt.grammar_sampler(self.gbnf)
+        self.cur = LlamaTokenDataArray(n_vocab=rt.n_vocab)
+        bias = logit_biases(s, rt.eog)
         self.bias_ids = np.fromiter(bias.keys(), dtype=np.intc, count=len(bias))
         self.bias = np.fromiter(bias.values(), dtype=np.single, count=len(bias))
         self.tail = b""   # the end of the output so far, to find a trigger split across tokens
 
     def sample(self, output: int) -> int | None:
         """The next token, from the logits of decoder output ``output`` (its index in the batch)."""
-        L, cur = self.h._L, self.cur
-        logits = np.ctypeslib.as_array(L.llama_get_logits_ith(self.h._ctx, output), shape=(self.h._n_vocab,))
-        cur.copy_logits(logits)
+        L, cur = self.rt.L, self.cur
+        cur.copy_logits(self.rt.logits(output))
         cur.candidates.data = cur.candidates_data.ctypes.data_as(L.llama_token_data_p)
         if self.bias_ids.size:
             cur.candidates_data.logit[self.bias_ids] += self.bias
@@ -163,23 +175,23 @@ class Constrained:
         the text and tokens that replace the token: the output up to the end of the marker."""
         if self.grammar is not None or not self.triggers:
             return None
-        piece = self.h._piece(token, self.special)
+        piece = self.rt.piece(token, self.special)
         seen = self.tail + piece
         hits = [(seen.find(t), t) for t in self.triggers if t in seen]
         if not hits:
             self.tail = seen[-max(len(t) for t in self.triggers):]
             return None
         at, trigger = min(hits)
-        self.grammar = self.h._grammar_sampler(self.gbnf)
+        self.grammar = self.rt.grammar_sampler(self.gbnf)
         keep = at + len(trigger) - len(self.tail)   # bytes of this token up to the marker's end
         if keep >= len(piece):
             return None
         # The rest of the token starts right after the marker's last (ASCII) character, so a
         # fresh decoder turns it into exactly the end of ``text`` that goes.
         dropped = codecs.getincrementaldecoder("utf-8")(errors="replace").decode(piece[keep:])
-        return text[:len(text) - len(dropped)], self.h._model.tokenize(piece[:keep], add_bos=False, special=False)
+        return text[:len(text) - len(dropped)], self.rt.model.tokenize(piece[:keep], add_bos=False, special=False)
 
     def close(self) -> None:
         if self.grammar is not None:
-            self.h._L.llama_sampler_free(self.grammar)
+            self.rt.L.llama_sampler_free(self.grammar)
             self.grammar = None

@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from .base import Piece, TokenLogprob
-from .llamacpp_sampling import Constrained
+from .llamacpp_context import Runtime
+from .llamacpp_sampling import Constrained, Detokenizer, logit_biases, sampler_chain
 from .request import GenerationSettings
 
 # Pieces a generation may produce ahead of its reader.
@@ -76,20 +77,22 @@ END = _End()
 
 
 class Generation(Work):
-    def __init__(self, host: Any, tokens: list[int], s: GenerationSettings, stop_event: threading.Event):
+    def __init__(self, rt: Runtime, tokens: list[int], s: GenerationSettings, stop_event: threading.Event):
         super().__init__(list(tokens))
-        self.h = host
+        self.rt = rt
         self.max_new = s.max_new_tokens
         self.top = s.logprobs
         special = not s.samplers.get("skip_special_tokens", True)
         constrained = bool(s.grammar)
-        self.sampler = host._sampler(s, bias=not constrained)
+        # (under a grammar the bias is applied to the logits before it, see Constrained)
+        self.sampler = sampler_chain(rt.L, rt.vocab, rt.n_vocab, rt.context_length, s,
+                                     {} if constrained else logit_biases(s, rt.eog))
         try:
-            self.guide = Constrained(host, s, self.sampler, special) if constrained else None
+            self.guide = Constrained(rt, s, self.sampler, special) if constrained else None
         except BaseException:
-            host._L.llama_sampler_free(self.sampler)
+            rt.L.llama_sampler_free(self.sampler)
             raise
-        self.text_of = host.detokenizer(special)
+        self.text_of = Detokenizer(lambda t: rt.piece(t, special))
         self.stop_event = stop_event
         self.produced = 0
         self.forced: deque[int] = deque()   # tokens that replace one cut at a grammar trigger
@@ -120,9 +123,9 @@ class Generation(Work):
             self._emit(self.forced.popleft(), "", at)
             return
         while True:
-            token = self.h._L.llama_sampler_sample(self.sampler, self.h._ctx, at) if self.guide is None \
+            token = self.rt.L.llama_sampler_sample(self.sampler, self.rt.ctx, at) if self.guide is None \
                 else self.guide.sample(at)
-            if token is None or self.h._eog[token]:
+            if token is None or self.rt.eog[token]:
                 # (None: the grammar allows no token that the request did not ban)
                 self.out.put(Piece(self.text_of.flush(), tokens=0, finish_reason="stop"))
                 self.done = True
@@ -141,7 +144,7 @@ class Generation(Work):
         self.forced.extend(tokens[1:])
 
     def _emit(self, token: int, text: str, at: int) -> None:
-        lp = self.h._logprob(at, token, self.top) if self.top is not None else None
+        lp = self.rt.logprob(at, token, self.top) if self.top is not None else None
         self.produced += 1
         if self.produced >= self.max_new:
             self.out.put(Piece(text + self.text_of.flush(), logprob=lp, finish_reason="length"))
@@ -156,7 +159,7 @@ class Generation(Work):
 
     def retire(self) -> None:
         self.out.put(END)
-        self.h._L.llama_sampler_free(self.sampler)
+        self.rt.L.llama_sampler_free(self.sampler)
         if self.guide is not None:
             self.guide.close()
 
@@ -167,9 +170,9 @@ class Scoring(Work):
     every_logit = True
     reuse = False
 
-    def __init__(self, host: Any, tokens: list[int], top: int):
+    def __init__(self, rt: Runtime, tokens: list[int], top: int):
         super().__init__(list(tokens))
-        self.h, self.top = host, top
+        self.rt, self.top = rt, top
         self.scores: list[TokenLogprob] = []
         self.error: BaseException | None = None
         self.finished = threading.Event()
@@ -181,7 +184,7 @@ class Scoring(Work):
         start = self.n_past - count
         del self.scores[start:]   # (read again after a preemption)
         for i in range(count):
-            self.scores.append(self.h._logprob(first + i, self.tokens[start + i + 1], self.top))
+            self.scores.append(self.rt.logprob(first + i, self.tokens[start + i + 1], self.top))
         if self.n_past >= self.end():
             self.done = True
 
@@ -197,16 +200,15 @@ class NextToken(Work):
     """The model's own distribution of the token after ``tokens`` (no sampler touches it): the
     top ``top`` token ids with their probabilities, for /v1/internal/logits."""
 
-    def __init__(self, host: Any, tokens: list[int], top: int):
+    def __init__(self, rt: Runtime, tokens: list[int], top: int):
         super().__init__(list(tokens))
-        self.h, self.top = host, top
+        self.rt, self.top = rt, top
         self.best: list[tuple[int, float]] = []
         self.error: BaseException | None = None
         self.finished = threading.Event()
 
     def produce(self, first: int, count: int) -> None:
-        h = self.h
-        logits = np.ctypeslib.as_array(h._L.llama_get_logits_ith(h._ctx, first + count - 1), shape=(h._n_vocab,))
+        logits = self.rt.logits(first + count - 1)
         probs = np.exp(logits - logits.max())
         probs /= probs.sum()
         self.best = [(int(t), float(probs[t])) for t in np.argsort(-probs)[:self.top]]

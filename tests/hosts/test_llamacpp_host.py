@@ -14,7 +14,7 @@ TEXT = "Dragons 🐉 say naïve things in 日本語 🙂!"
 
 def test_multibyte_characters_are_never_emitted_partially(llama_host):
     tokens = llama_host.tokenize(TEXT, add_bos=False)
-    pieces = [llama_host._piece(t, False) for t in tokens]
+    pieces = [llama_host.runtime.piece(t, False) for t in tokens]
     # the test only means something if some character is split across tokens
     assert any(_incomplete_utf8(p) for p in pieces), "no multi-token character in the sample"
     detok = llama_host.detokenizer()
@@ -75,12 +75,13 @@ def test_a_long_text_is_tokenized_in_pieces_that_give_the_same_tokens(llama_host
     rng = random.Random(7)
     parts = ["<|im_start|>", "<|im_end|>", "hello", " world", "\n", "  ", "<|endoftext|>", "é", "<|im_", "end|>",
              "x" * 3000, "<|im_start|>" * 3, " \n "]
+    rt = llama_host.runtime
     cut = 0
     for _ in range(20):
         text = "".join(rng.choice(parts) for _ in range(rng.randint(1, 2000)))
         for bos in (False, True):
-            whole = llama_host._model.tokenize(text.encode(), add_bos=bos and llama_host._add_bos, special=True)
-            if len(whole) > 1 and whole[0] == whole[1] == llama_host._bos:
+            whole = rt.model.tokenize(text.encode(), add_bos=bos and rt.add_bos, special=True)
+            if len(whole) > 1 and whole[0] == whole[1] == rt.bos:
                 whole = whole[1:]
             assert llama_host.tokenize(text, add_bos=bos) == whole
         cut += len(llama_host._pieces(text)) > 1
@@ -88,7 +89,7 @@ def test_a_long_text_is_tokenized_in_pieces_that_give_the_same_tokens(llama_host
 
 
 def test_the_longest_token_is_known_so_a_text_that_cannot_fit_is_known_before_tokenizing(llama_host):
-    longest = max(len(llama_host._piece(t, True)) for t in range(llama_host.abilities.vocab_size))
+    longest = max(len(llama_host.runtime.piece(t, True)) for t in range(llama_host.abilities.vocab_size))
     assert llama_host.max_token_bytes == longest and 1 < longest < 256
 
 

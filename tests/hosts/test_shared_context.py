@@ -21,8 +21,8 @@ pytestmark = pytest.mark.slow
 
 def assert_cells_follow_llama_cpp(host) -> None:
     """The scheduler's count of each sequence's cells is what llama.cpp holds for it."""
-    sched, L = host._sched, host._L
-    mem = L.llama_get_memory(host._ctx)
+    sched, L = host._sched, host.runtime.L
+    mem = L.llama_get_memory(host.runtime.ctx)
     with sched._cond:
         for slot in sched.slots:
             n = sched.cells.length(slot.id)
