@@ -12,9 +12,11 @@ from __future__ import annotations
 import difflib
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
+from ..core import rules
 from ..core.errors import InvalidRequestError, unrecognized
+from ..core.rules import Rule
 from ..hosts.base import HOST_SAMPLERS, HostAbilities
 from . import grammar, tools, webui_fields
 from .protocol import ChatCompletionRequest, CompletionRequest
@@ -22,18 +24,7 @@ from .tools import ToolSet
 
 log = logging.getLogger(__name__)
 
-Action = Literal["mapped", "server", "ignored", "rejected"]
 BOTH, CHAT, COMPLETIONS = "both", "chat", "completions"
-
-
-@dataclass(frozen=True)
-class Rule:
-    name: str
-    endpoint: str
-    action: Action
-    target: str
-    note: str
-
 
 RULES: tuple[Rule, ...] = (
     Rule("model", BOTH, "server", "-", "Any name is accepted and served by the loaded model; responses report the loaded model's id."),
@@ -368,7 +359,5 @@ def _coerce(name: str, value: Any, kind: type) -> Any:
 
 def markdown_table() -> str:
     """The README's parameter table, generated from RULES."""
-    rows = ["| Parameter | Endpoint | What happens | Host setting | Notes |", "|---|---|---|---|---|"]
-    for r in RULES:
-        rows.append(f"| `{r.name}` | {r.endpoint} | {r.action} | {r.target} | {r.note} |")
-    return "\n".join(rows)
+    return rules.markdown_table(RULES, (("Parameter", "name"), ("Endpoint", "endpoint"), ("What happens", "action"),
+                                        ("Host setting", "target"), ("Notes", "note")))
