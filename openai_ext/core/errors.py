@@ -6,6 +6,8 @@ Every failure the API reports goes through ``OpenAIError.body()``, so clients al
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 
@@ -97,12 +99,27 @@ def unrecognized(name: str, hint: str = "") -> InvalidRequestError:
                                "spelling; README.md lists the parameters.", param=name, code="unknown_parameter")
 
 
+def refuse_unknown(names: Iterable[str], *, known: Iterable[str] = (), allow: bool = False,
+                   elsewhere: Mapping[str, str] | None = None) -> None:
+    """The one unknown-field check of every API: a 400 naming the first of ``names`` (fields of
+    the body that the API does not take), unless the allow_unknown_fields setting (``allow``) is
+    on. OpenAI refuses what it does not know, and so do we: a misspelt parameter (max_token)
+    silently ignored would give the wrong answer. The hint is ``elsewhere[name]`` for a field the
+    API knows to belong to another endpoint, else the closest of ``known``, its own names."""
+    first = next(iter(names), None)
+    if first is None or allow:
+        return
+    if elsewhere and first in elsewhere:
+        hint = f" {elsewhere[first]}"
+    else:
+        close = difflib.get_close_matches(first, list(known), n=1)
+        hint = f" Did you mean '{close[0]}'?" if close else ""
+    raise unrecognized(first, hint)
+
+
 def refuse_unknown_fields(body: Any, allow: bool) -> None:
-    """A 400 for the first field of a request model (pydantic, extra="allow") that it does not
-    declare, unless the allow_unknown_fields setting (``allow``) is on."""
-    extra = sorted(getattr(body, "model_extra", None) or {})
-    if extra and not allow:
-        raise unrecognized(extra[0])
+    """``refuse_unknown`` for a request model (pydantic, extra="allow"): its undeclared fields."""
+    refuse_unknown(sorted(getattr(body, "model_extra", None) or {}), known=type(body).model_fields, allow=allow)
 
 
 def internal_error(exc: BaseException) -> ServerError:

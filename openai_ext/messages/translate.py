@@ -21,7 +21,6 @@ do. ``Translation.names`` keeps where each one was sent, for ``chat_error`` to n
 
 from __future__ import annotations
 
-import difflib
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,7 +28,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..core import rules
-from ..core.errors import InvalidRequestError, from_validation_errors, unrecognized
+from ..core.errors import InvalidRequestError, from_validation_errors, refuse_unknown
 from ..core.rules import Rule
 from ..hosts.base import HOST_SAMPLERS
 from ..text.protocol import ChatCompletionRequest
@@ -138,13 +137,9 @@ def _check_fields(req: CountTokensRequest, allow_unknown: bool) -> None:
             what = {"container": "There is no code execution container on this server",
                     "mcp_servers": "This server does not call MCP servers"}[name]
             raise _bad(f"{what}; remove {name}.", name)
-    extra = [k for k in (req.model_extra or {}) if k not in HOST_SAMPLERS]
-    for name in extra:
-        if name in WEB_UI_FIELDS or allow_unknown:
-            continue
-        known = [*type(req).model_fields, *HOST_SAMPLERS]
-        close = difflib.get_close_matches(name, known, n=1)
-        raise unrecognized(name, f" Did you mean '{close[0]}'?" if close else "")
+    # host samplers and the web UI's fields go on to the chat request, as in chat
+    refuse_unknown([k for k in (req.model_extra or {}) if k not in HOST_SAMPLERS and k not in WEB_UI_FIELDS],
+                   known=[*type(req).model_fields, *HOST_SAMPLERS], allow=allow_unknown)
 
 
 def _check_thinking(req: MessagesRequest) -> None:

@@ -10,11 +10,10 @@ copied. Errors it raises are renamed to the parameters the client sent (``messag
 
 from __future__ import annotations
 
-import difflib
 import re
 from typing import Any
 
-from ..core.errors import ContextLengthExceeded, InvalidRequestError, unrecognized
+from ..core.errors import ContextLengthExceeded, InvalidRequestError, refuse_unknown
 from ..hosts.base import HOST_SAMPLERS
 from ..text import chat
 from ..text.generation import Job
@@ -26,12 +25,14 @@ from . import tools as tools_
 from .protocol import CreateResponse, InputTokensRequest
 
 # Chat parameters a client may send here by mistake, with what /v1/responses takes instead.
-CHAT_ONLY = {"messages": "input", "max_tokens": "max_output_tokens", "max_completion_tokens": "max_output_tokens",
-             "response_format": "text.format", "logprobs": 'include: ["message.output_text.logprobs"]',
-             "functions": "tools", "function_call": "tool_choice", "reasoning_effort": "reasoning.effort",
-             "verbosity": "text.verbosity", "stop": None, "seed": None, "n": None, "presence_penalty": None,
-             "frequency_penalty": None, "logit_bias": None, "modalities": None, "audio": None, "prediction": None,
-             "web_search_options": None, "best_of": None, "echo": None, "suffix": None}
+_INSTEAD = {"messages": "input", "max_tokens": "max_output_tokens", "max_completion_tokens": "max_output_tokens",
+            "response_format": "text.format", "logprobs": 'include: ["message.output_text.logprobs"]',
+            "functions": "tools", "function_call": "tool_choice", "reasoning_effort": "reasoning.effort",
+            "verbosity": "text.verbosity"}
+_NO_COUNTERPART = ("stop", "seed", "n", "presence_penalty", "frequency_penalty", "logit_bias", "modalities", "audio",
+                   "prediction", "web_search_options", "best_of", "echo", "suffix")
+CHAT_ONLY = {**{k: f"It is a parameter of /v1/chat/completions; here, use {v}." for k, v in _INSTEAD.items()},
+             **{k: "It is a parameter of /v1/chat/completions, with no counterpart here." for k in _NO_COUNTERPART}}
 
 LOGPROBS = "message.output_text.logprobs"
 
@@ -103,18 +104,10 @@ def response_format(fmt: dict[str, Any] | None) -> dict[str, Any] | None:
 def host_extras(body: CreateResponse | InputTokensRequest, allow_unknown: bool) -> dict[str, Any]:
     """Unknown fields: host samplers and the web UI's fields go on to params.plan(), as in chat;
     a chat parameter gets a 400 saying what to send instead; anything else a 400 naming it."""
-    out = {}
-    for name, value in (body.model_extra or {}).items():
-        if name in HOST_SAMPLERS or name in WEB_UI_FIELDS:
-            out[name] = value
-        elif name in CHAT_ONLY and not allow_unknown:
-            instead = f" Use {CHAT_ONLY[name]}." if CHAT_ONLY[name] else " /v1/responses has no such parameter."
-            raise InvalidRequestError(f"Unsupported parameter: '{name}' is a parameter of /v1/chat/completions."
-                                      f"{instead}", param=name, code="unknown_parameter")
-        elif not allow_unknown:
-            close = difflib.get_close_matches(name, [*type(body).model_fields, *HOST_SAMPLERS], n=1)
-            raise unrecognized(name, f" Did you mean '{close[0]}'?" if close else "")
-    return out
+    extra = body.model_extra or {}
+    refuse_unknown([k for k in extra if k not in HOST_SAMPLERS and k not in WEB_UI_FIELDS], allow=allow_unknown,
+                   known=[*type(body).model_fields, *HOST_SAMPLERS], elsewhere=CHAT_ONLY)
+    return {k: v for k, v in extra.items() if k in HOST_SAMPLERS or k in WEB_UI_FIELDS}
 
 
 def to_chat(body: CreateResponse | InputTokensRequest, items: list[dict[str, Any]], *, allow_unknown: bool,

@@ -9,13 +9,12 @@ the server itself, ignored by design, or rejected; the README's table is generat
 
 from __future__ import annotations
 
-import difflib
 import logging
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..core import rules
-from ..core.errors import InvalidRequestError, unrecognized
+from ..core.errors import InvalidRequestError, refuse_unknown
 from ..core.rules import Rule
 from ..hosts.base import HOST_SAMPLERS, HostAbilities
 from . import grammar, tools, webui_fields
@@ -93,6 +92,10 @@ RULES: tuple[Rule, ...] = (
 )
 
 _RULES_BY_NAME = {r.name: r for r in RULES}
+# For an unknown field: the parameters of each endpoint, and where a field of the other one belongs.
+_NAMES = {e: [r.name for r in RULES if r.endpoint in (BOTH, e)] for e in (CHAT, COMPLETIONS)}
+_ELSEWHERE = {e: {r.name: f"It is a parameter of /v1/{'completions' if e == CHAT else 'chat/completions'}."
+                  for r in RULES if r.endpoint not in (BOTH, e)} for e in (CHAT, COMPLETIONS)}
 
 
 @dataclass
@@ -254,18 +257,8 @@ def plan(req: CompletionRequest | ChatCompletionRequest, *, abilities: HostAbili
                 continue   # read by webui_fields (prompt fields by chat.template_input)
             ignored.append(name)   # enable_thinking and reasoning_effort of a completion
         else:
-            # OpenAI refuses what it does not know, and so do we: a misspelt parameter
-            # (max_token, top_kk) silently ignored would give the wrong answer.
-            other = next((r for r in RULES if r.name == name and r.endpoint in (CHAT, COMPLETIONS)
-                          and r.endpoint != endpoint), None)
-            if other:
-                hint = f" It is a parameter of /v1/{'chat/completions' if other.endpoint == CHAT else 'completions'}."
-            else:
-                known = [*type(req).model_fields, *HOST_SAMPLERS,
-                         *(r.name for r in RULES if r.endpoint in (BOTH, endpoint))]
-                close = difflib.get_close_matches(name, known, n=1)
-                hint = f" Did you mean '{close[0]}'?" if close else ""
-            raise unrecognized(name, hint)
+            refuse_unknown([name], allow=allow_unknown, elsewhere=_ELSEWHERE[endpoint],
+                           known=[*type(req).model_fields, *HOST_SAMPLERS, *_NAMES[endpoint]])
     if ignored:
         log.debug("ignored request fields: %s", ", ".join(sorted(ignored)))
 
