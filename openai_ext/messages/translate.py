@@ -28,7 +28,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..core import rules
-from ..core.errors import InvalidRequestError, from_validation_errors, refuse_unknown
+from ..core.errors import InvalidRequestError, PathNames, from_validation_errors, refuse_unknown, renamed
 from ..core.rules import Rule
 from ..hosts.base import HOST_SAMPLERS
 from ..text.protocol import ChatCompletionRequest
@@ -311,21 +311,28 @@ def _user(m: InputMessage, where: str, calls: set[str], names: dict[str, tuple[s
     return out
 
 
+# chat's request paths, as this request sent them under Anthropic's names
+CHAT_PATHS = PathNames((r"tools\[(\d+)\]\.function\.parameters", r"tools[\1].input_schema"),
+                       (r"tools\[(\d+)\]\.function\.name", r"tools[\1].name"),
+                       (r"parallel_tool_calls", "tool_choice.disable_parallel_tool_use"),
+                       (r"response_format\.json_schema\.schema", "output_config.format.schema"),
+                       (r"response_format", "output_config.format"))
+# The messages of params.plan's checks of response_format and tool_choice, and of chat's grammar
+# check, spell chat's names out instead of naming them by slots (see core.errors), so for those
+# alone the names are replaced in the text.
+_SPELT_OUT = (("response_format", "output_config.format"), ("'required'", "'any'"))
+
+
 def chat_error(err: InvalidRequestError, names: dict[str, tuple[str, str]] | None = None) -> InvalidRequestError:
-    """An error of the chat machinery, reworded where it names a chat parameter that this request
-    sent under Anthropic's name (tools[0].function.parameters is tools[0].input_schema), or one of
-    its image parts (``names``: the block each came from)."""
-    for chat_name, ours in ((".function.parameters", ".input_schema"), (".function.name", ".name"),
-                            ("parallel_tool_calls", "tool_choice.disable_parallel_tool_use"),
-                            ("'required'", "'any'"),
-                            ("response_format.json_schema.schema", "output_config.format.schema"),
-                            ("response_format", "output_config.format")):
-        err.message = err.message.replace(chat_name, ours)
-        if err.param:
-            err.param = err.param.replace(chat_name, ours)
-    if names:
-        images.rename(err, names)
-    err.args = (err.message,)
+    """An error of the chat machinery, with the paths it names (its param, and those of its
+    message) as this request sent them: under Anthropic's names (tools[0].function.parameters is
+    tools[0].input_schema), and an image part as the block it came from (``names``)."""
+    blocks = images.block_names(names or {})
+    renamed(err, lambda path: CHAT_PATHS(blocks(path)), images.WORDS)
+    if not any(f"{{{k}}}" in err.template for k in ("param", *err.paths, *err.words)):
+        for chat_words, ours in _SPELT_OUT:
+            err.template = err.template.replace(chat_words, ours)
+        err.args = (err.message,)
     return err
 
 
