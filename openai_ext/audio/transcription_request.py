@@ -6,7 +6,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.errors import InvalidRequestError, unrecognized
+from ..core.errors import InvalidRequestError, refuse_unknown
 from ..core.multipart import Form, JsonForm, form_schema
 from . import stt
 
@@ -88,9 +88,8 @@ def _language(value: str, param: str) -> str:
 
 def parse(form: Form | JsonForm, task: str, allow_unknown: bool = False) -> Job:
     """Every check of the request's fields: a bad one raises a 400 naming it."""
-    unknown = sorted(form.names() - KNOWN_FIELDS)
-    if unknown and not allow_unknown:
-        raise unrecognized(unknown[0])
+    extra = sorted(form.names() - KNOWN_FIELDS)
+    refuse_unknown(extra, known=sorted(KNOWN_FIELDS), allow=allow_unknown)
     model = form.text("model")
     if not model:
         raise InvalidRequestError("Missing required parameter: 'model'. Send model=whisper-1, for example.",
@@ -158,8 +157,8 @@ def parse(form: Form | JsonForm, task: str, allow_unknown: bool = False) -> Job:
 
     job.vad = _chunking(form.object("chunking_strategy"))
 
-    if unknown:
-        log.debug("ignoring unknown fields: %s", ", ".join(unknown))
+    if extra:
+        log.debug("ignoring unknown fields: %s", ", ".join(extra))
     return job
 
 

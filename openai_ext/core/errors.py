@@ -6,18 +6,34 @@ Every failure the API reports goes through ``OpenAIError.body()``, so clients al
 
 from __future__ import annotations
 
-from typing import Any
+import difflib
+import re
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
+
+# A message names request paths through slots: {param} is the error's param, {key} a path of its
+# ``paths`` or a phrase of its ``words``. Any other brace is text (a JSON example, a regex).
+PARAM = "{param}"
+_SLOT = re.compile(r"\{(\w+)\}")
 
 
 class OpenAIError(Exception):
+    """An error of the API. Its message may name request paths by slots rather than spell them
+    out, so that a family that serves the chat machinery under its own names (Messages'
+    ``tools[0].input_schema`` for chat's ``tools[0].function.parameters``) renames the paths
+    (``renamed``) and the message follows. ``words`` are phrases a family may say its own way,
+    chosen by their key (how to send an image, a remedy that differs per API)."""
     status = 500
     type = "server_error"
 
     def __init__(self, message: str, *, param: str | None = None, code: str | None = None,
-                 status: int | None = None, headers: dict[str, str] | None = None, retry: bool = True):
-        super().__init__(message)
-        self.message = message
+                 status: int | None = None, headers: dict[str, str] | None = None, retry: bool = True,
+                 paths: Mapping[str, str] | None = None, words: Mapping[str, str] | None = None):
+        self.template = message
         self.param = param
+        self.paths = dict(paths or {})
+        self.words = dict(words or {})
+        super().__init__(self.message)
         self.code = code
         if status is not None:
             self.status = status
@@ -26,6 +42,15 @@ class OpenAIError(Exception):
             # A missing part or a wrong setting of the server: the OpenAI SDKs retry 5xx answers
             # unless told that it will not help.
             self.headers["x-should-retry"] = "false"
+
+    @property
+    def message(self) -> str:
+        def slot(m: re.Match[str]) -> str:
+            key = m.group(1)
+            if key == "param" and self.param is not None:
+                return self.param
+            return self.paths.get(key, self.words.get(key, m.group(0)))
+        return _SLOT.sub(slot, self.template)
 
     def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.type,
@@ -97,12 +122,58 @@ def unrecognized(name: str, hint: str = "") -> InvalidRequestError:
                                "spelling; README.md lists the parameters.", param=name, code="unknown_parameter")
 
 
+E = TypeVar("E", bound=OpenAIError)
+
+
+class PathNames:
+    r"""A family's names for chat's request paths: (regex, replacement) pairs tried in order on a
+    path's start, up to a ``.``, a ``[`` or its end. The first that matches replaces that part and
+    the rest is kept, so ``(r"tools\[(\d+)\]\.function\.parameters", r"tools[\1].input_schema")``
+    names ``tools[0].function.parameters.properties`` as ``tools[0].input_schema.properties``."""
+
+    def __init__(self, *pairs: tuple[str, str]):
+        self.pairs = [(re.compile(p + r"(?=[.\[]|$)"), r) for p, r in pairs]
+
+    def __call__(self, path: str) -> str:
+        for pattern, replacement in self.pairs:
+            m = pattern.match(path)
+            if m:
+                return m.expand(replacement) + path[m.end():]
+        return path
+
+
+def renamed(err: E, name: Callable[[str], str], words: Mapping[str, str] | None = None) -> E:
+    """``err`` as a family shows it: its param and the paths its message names, through ``name``
+    (the family's names for chat's paths), and the phrases of ``words`` it says its own way."""
+    if err.param is not None:
+        err.param = name(err.param)
+    err.paths = {k: name(v) for k, v in err.paths.items()}
+    err.words.update({k: v for k, v in (words or {}).items() if k in err.words})
+    err.args = (err.message,)
+    return err
+
+
+def refuse_unknown(names: Iterable[str], *, known: Iterable[str] = (), allow: bool = False,
+                   elsewhere: Mapping[str, str] | None = None) -> None:
+    """The one unknown-field check of every API: a 400 naming the first of ``names`` (fields of
+    the body that the API does not take), unless the allow_unknown_fields setting (``allow``) is
+    on. OpenAI refuses what it does not know, and so do we: a misspelt parameter (max_token)
+    silently ignored would give the wrong answer. The hint is ``elsewhere[name]`` for a field the
+    API knows to belong to another endpoint, else the closest of ``known``, its own names."""
+    first = next(iter(names), None)
+    if first is None or allow:
+        return
+    if elsewhere and first in elsewhere:
+        hint = f" {elsewhere[first]}"
+    else:
+        close = difflib.get_close_matches(first, list(known), n=1)
+        hint = f" Did you mean '{close[0]}'?" if close else ""
+    raise unrecognized(first, hint)
+
+
 def refuse_unknown_fields(body: Any, allow: bool) -> None:
-    """A 400 for the first field of a request model (pydantic, extra="allow") that it does not
-    declare, unless the allow_unknown_fields setting (``allow``) is on."""
-    extra = sorted(getattr(body, "model_extra", None) or {})
-    if extra and not allow:
-        raise unrecognized(extra[0])
+    """``refuse_unknown`` for a request model (pydantic, extra="allow"): its undeclared fields."""
+    refuse_unknown(sorted(getattr(body, "model_extra", None) or {}), known=type(body).model_fields, allow=allow)
 
 
 def internal_error(exc: BaseException) -> ServerError:

@@ -4,12 +4,13 @@ A base64 source becomes a data URL in an ``image_url`` part, so the image reache
 loaded in the web UI through chat's own code (text/images.py: placeholders in the prompt, PIL
 images in the state's ``raw_images``). A url source is passed on for chat to refuse as it refuses
 http URLs: the server fetches nothing. Chat names a part by its place in the chat request;
-``rename`` puts back the block it came from (``messages[i].content[j]``).
+``block_names`` puts back the block it came from (``messages[i].content[j]``).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from ..core.errors import InvalidRequestError
@@ -62,22 +63,18 @@ def parts_content(parts: list[Part], names: dict[str, tuple[str, str]], k: int) 
     return [p for p, _ in parts]
 
 
-CHAT_PART = re.compile(r"(messages\[\d+\]\.content\[\d+\])(\.image_url\.url)?")
-# chat's advice, as it reads for a Messages image block
-WORDS = (("as a data URL (data:image/png;base64,...)", "as a base64 source"),
-         ("as a base64 data URL", "as a base64 source"))
+CHAT_PART = re.compile(r"(messages\[\d+\]\.content\[\d+\])(\.image_url\.url)?(?=[.\[]|$)")
+# how to send an image, as Anthropic's requests do (text/images.py's image_form phrase)
+WORDS = {"image_form": "a base64 source"}
 
 
-def rename(err: InvalidRequestError, names: dict[str, tuple[str, str]]) -> None:
-    """Names the Messages block of an image part chat refused, in the error's param and message."""
-    def block(m: re.Match[str]) -> str:
-        if m.group(1) not in names:
-            return m.group(0)
+def block_names(names: dict[str, tuple[str, str]]) -> Callable[[str], str]:
+    """Chat's path of an image part (``messages[k].content[n]``, its ``.image_url.url``), as the
+    path of the Messages block it came from (``names``), its url as the source's field."""
+    def name(path: str) -> str:
+        m = CHAT_PART.match(path)
+        if m is None or m.group(1) not in names:
+            return path
         where, source_field = names[m.group(1)]
-        return where + (f".source.{source_field}" if m.group(2) else "")
-
-    if not CHAT_PART.search(err.param or ""):
-        return
-    err.message, err.param = CHAT_PART.sub(block, err.message), CHAT_PART.sub(block, err.param or "")
-    for chat_words, ours in WORDS:
-        err.message = err.message.replace(chat_words, ours)
+        return where + (f".source.{source_field}" if m.group(2) else "") + path[m.end():]
+    return name

@@ -21,14 +21,15 @@ do. ``Translation.names`` keeps where each one was sent, for ``chat_error`` to n
 
 from __future__ import annotations
 
-import difflib
 import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
 
-from ..core.errors import InvalidRequestError, from_validation_errors, unrecognized
+from ..core import rules
+from ..core.errors import InvalidRequestError, PathNames, from_validation_errors, refuse_unknown, renamed
+from ..core.rules import Rule
 from ..hosts.base import HOST_SAMPLERS
 from ..text.protocol import ChatCompletionRequest
 from ..text.webui_fields import ALL as WEB_UI_FIELDS
@@ -48,42 +49,35 @@ from .protocol import (
     ToolUseBlock,
 )
 
-
-@dataclass(frozen=True)
-class Rule:
-    name: str
-    action: str      # mapped, server, ignored, rejected
-    chat: str        # what it becomes in the chat request ("-": nothing)
-    note: str
-
+M = "messages"
 
 RULES: tuple[Rule, ...] = (
-    Rule("model", "server", "model", "Any name is served by the loaded model; the response reports the loaded model's id."),
-    Rule("max_tokens", "mapped", "max_tokens", "Required, at least 1. Clamped to the room left in the context; a reply cut there (not at max_tokens) ends with stop_reason model_context_window_exceeded."),
-    Rule("messages", "mapped", "messages", "Roles user, assistant and system (next row); content a string or blocks: text, image, tool_use, tool_result (string, or text and image blocks; is_error), thinking and redacted_thinking (dropped). A last assistant turn is a prefill the model continues. image blocks (a base64 source; png, jpeg, gif or webp) reach a vision model loaded in the web UI as chat's image parts do; without one, and for url and file sources (the server fetches nothing), a 400 naming the block. document and other blocks get a 400."),
-    Rule("messages (role system)", "mapped", "system messages in place", "Text (a string or text blocks) stays where it stands; clear_at next_user_message leaves it out once a later user turn exists. tool_addition and tool_removal blocks (tool_reference, or an inline tool_definition) change the tools offered to the model. output_config.effort is ignored; clear_at and output_config on other roles get a 400."),
-    Rule("system", "mapped", "messages[0] (system)", "A string or text blocks, joined with newlines."),
-    Rule("stop_sequences", "mapped", "stop", "Any number; the one that ended the reply is returned in stop_sequence (stop_reason stop_sequence)."),
-    Rule("temperature", "mapped", "temperature", "0-1, default 1; 0 is greedy decoding."),
-    Rule("top_p", "mapped", "top_p", "0-1."),
-    Rule("top_k", "mapped", "top_k (host sampler)", "The host's own top_k sampler; 400 if the host has none."),
-    Rule("stream", "mapped", "stream", "Anthropic's named events: message_start, content_block_start/delta/stop, message_delta, message_stop, and ping."),
-    Rule("metadata", "mapped", "user", "metadata.user_id is accepted; nothing is stored."),
-    Rule("tools", "mapped", "tools", "Custom tools (name, description, input_schema) become function tools. Anthropic's server tools (web search, code execution, bash, text editor ...) get a 400 naming them."),
-    Rule("tool_choice", "mapped", "tool_choice, parallel_tool_calls", "auto -> auto; any -> required; tool -> the named function; none -> none. any and tool are enforced by a grammar, so input always validates against input_schema. disable_parallel_tool_use -> parallel_tool_calls false."),
-    Rule("output_config", "mapped", "response_format", "format {type: json_schema, schema} -> response_format json_schema (grammar-enforced); effort is ignored."),
-    Rule("thinking", "mapped", "enable_thinking", "Checked as Anthropic checks it (enabled needs budget_tokens >= 1024 and below max_tokens). enabled and adaptive turn the model's reasoning switch on, disabled off, where its chat template has one (extension mode); budget_tokens is not enforced. A reasoning model's thinking comes back as a thinking block before the answer (streamed as thinking_delta, signature empty); a model without a reasoning mode, such as the embedded SmolLM2, writes none."),
-    Rule("context_management", "server", "-", "clear_tool_uses_20250919 is applied as Anthropic documents it (trigger, keep, clear_at_least, clear_tool_inputs, exclude_tools): old tool results are replaced by a note in what the model is shown, and the response reports context_management.applied_edits. clear_thinking_20251015 is done already (earlier thinking is never shown to the model). compact_20260112 gets a 400."),
-    Rule("thread", "server", "-", "Threads are kept in memory: create keeps the conversation under the reply's id; continue sends only the new messages (without system and tools). An unknown or dropped id is thread_not_found (404), a reply continued twice thread_already_continued; Anthropic's SDK then replays the whole conversation."),
-    Rule("cache_control", "ignored", "-", "On the request or on blocks. No cache is billed; the embedded host reuses the prompt prefix of the previous request by itself. cache_* usage fields are 0."),
-    Rule("service_tier", "ignored", "-", "One local tier; usage.service_tier is standard."),
-    Rule("inference_geo", "ignored", "-", "Local."),
-    Rule("speed", "ignored", "-", "One speed."),
-    Rule("diagnostics", "ignored", "-", "No prompt cache to diagnose."),
-    Rule("user_profile_id, workspace_id", "ignored", "-", "One local user; nothing is stored."),
-    Rule("container", "rejected", "-", "There is no code execution container: 400."),
-    Rule("mcp_servers", "rejected", "-", "The server does not call MCP servers: 400."),
-    Rule("host samplers", "mapped", "same name", "Extra fields named after the host's own samplers (min_p, repetition_penalty ...), as in chat."),
+    Rule("model", M, "server", "model", "Any name is served by the loaded model; the response reports the loaded model's id."),
+    Rule("max_tokens", M, "mapped", "max_tokens", "Required, at least 1. Clamped to the room left in the context; a reply cut there (not at max_tokens) ends with stop_reason model_context_window_exceeded."),
+    Rule("messages", M, "mapped", "messages", "Roles user, assistant and system (next row); content a string or blocks: text, image, tool_use, tool_result (string, or text and image blocks; is_error), thinking and redacted_thinking (dropped). A last assistant turn is a prefill the model continues. image blocks (a base64 source; png, jpeg, gif or webp) reach a vision model loaded in the web UI as chat's image parts do; without one, and for url and file sources (the server fetches nothing), a 400 naming the block. document and other blocks get a 400."),
+    Rule("messages (role system)", M, "mapped", "system messages in place", "Text (a string or text blocks) stays where it stands; clear_at next_user_message leaves it out once a later user turn exists. tool_addition and tool_removal blocks (tool_reference, or an inline tool_definition) change the tools offered to the model. output_config.effort is ignored; clear_at and output_config on other roles get a 400."),
+    Rule("system", M, "mapped", "messages[0] (system)", "A string or text blocks, joined with newlines."),
+    Rule("stop_sequences", M, "mapped", "stop", "Any number; the one that ended the reply is returned in stop_sequence (stop_reason stop_sequence)."),
+    Rule("temperature", M, "mapped", "temperature", "0-1, default 1; 0 is greedy decoding."),
+    Rule("top_p", M, "mapped", "top_p", "0-1."),
+    Rule("top_k", M, "mapped", "top_k (host sampler)", "The host's own top_k sampler; 400 if the host has none."),
+    Rule("stream", M, "mapped", "stream", "Anthropic's named events: message_start, content_block_start/delta/stop, message_delta, message_stop, and ping."),
+    Rule("metadata", M, "mapped", "user", "metadata.user_id is accepted; nothing is stored."),
+    Rule("tools", M, "mapped", "tools", "Custom tools (name, description, input_schema) become function tools. Anthropic's server tools (web search, code execution, bash, text editor ...) get a 400 naming them."),
+    Rule("tool_choice", M, "mapped", "tool_choice, parallel_tool_calls", "auto -> auto; any -> required; tool -> the named function; none -> none. any and tool are enforced by a grammar, so input always validates against input_schema. disable_parallel_tool_use -> parallel_tool_calls false."),
+    Rule("output_config", M, "mapped", "response_format", "format {type: json_schema, schema} -> response_format json_schema (grammar-enforced); effort is ignored."),
+    Rule("thinking", M, "mapped", "enable_thinking", "Checked as Anthropic checks it (enabled needs budget_tokens >= 1024 and below max_tokens). enabled and adaptive turn the model's reasoning switch on, disabled off, where its chat template has one (extension mode); budget_tokens is not enforced. A reasoning model's thinking comes back as a thinking block before the answer (streamed as thinking_delta, signature empty); a model without a reasoning mode, such as the embedded SmolLM2, writes none."),
+    Rule("context_management", M, "server", "-", "clear_tool_uses_20250919 is applied as Anthropic documents it (trigger, keep, clear_at_least, clear_tool_inputs, exclude_tools): old tool results are replaced by a note in what the model is shown, and the response reports context_management.applied_edits. clear_thinking_20251015 is done already (earlier thinking is never shown to the model). compact_20260112 gets a 400."),
+    Rule("thread", M, "server", "-", "Threads are kept in memory: create keeps the conversation under the reply's id; continue sends only the new messages (without system and tools). An unknown or dropped id is thread_not_found (404), a reply continued twice thread_already_continued; Anthropic's SDK then replays the whole conversation."),
+    Rule("cache_control", M, "ignored", "-", "On the request or on blocks. No cache is billed; the embedded host reuses the prompt prefix of the previous request by itself. cache_* usage fields are 0."),
+    Rule("service_tier", M, "ignored", "-", "One local tier; usage.service_tier is standard."),
+    Rule("inference_geo", M, "ignored", "-", "Local."),
+    Rule("speed", M, "ignored", "-", "One speed."),
+    Rule("diagnostics", M, "ignored", "-", "No prompt cache to diagnose."),
+    Rule("user_profile_id, workspace_id", M, "ignored", "-", "One local user; nothing is stored."),
+    Rule("container", M, "rejected", "-", "There is no code execution container: 400."),
+    Rule("mcp_servers", M, "rejected", "-", "The server does not call MCP servers: 400."),
+    Rule("host samplers", M, "mapped", "same name", "Extra fields named after the host's own samplers (min_p, repetition_penalty ...), as in chat."),
 )
 
 
@@ -142,13 +136,9 @@ def _check_fields(req: CountTokensRequest, allow_unknown: bool) -> None:
             what = {"container": "There is no code execution container on this server",
                     "mcp_servers": "This server does not call MCP servers"}[name]
             raise _bad(f"{what}; remove {name}.", name)
-    extra = [k for k in (req.model_extra or {}) if k not in HOST_SAMPLERS]
-    for name in extra:
-        if name in WEB_UI_FIELDS or allow_unknown:
-            continue
-        known = [*type(req).model_fields, *HOST_SAMPLERS]
-        close = difflib.get_close_matches(name, known, n=1)
-        raise unrecognized(name, f" Did you mean '{close[0]}'?" if close else "")
+    # host samplers and the web UI's fields go on to the chat request, as in chat
+    refuse_unknown([k for k in (req.model_extra or {}) if k not in HOST_SAMPLERS and k not in WEB_UI_FIELDS],
+                   known=[*type(req).model_fields, *HOST_SAMPLERS], allow=allow_unknown)
 
 
 def _check_thinking(req: MessagesRequest) -> None:
@@ -322,27 +312,32 @@ def _user(m: InputMessage, where: str, calls: set[str], names: dict[str, tuple[s
     return out
 
 
+# chat's request paths, as this request sent them under Anthropic's names
+CHAT_PATHS = PathNames((r"tools\[(\d+)\]\.function\.parameters", r"tools[\1].input_schema"),
+                       (r"tools\[(\d+)\]\.function\.name", r"tools[\1].name"),
+                       (r"parallel_tool_calls", "tool_choice.disable_parallel_tool_use"),
+                       (r"response_format\.json_schema\.schema", "output_config.format.schema"),
+                       (r"response_format", "output_config.format"))
+# The messages of params.plan's checks of response_format and tool_choice, and of chat's grammar
+# check, spell chat's names out instead of naming them by slots (see core.errors), so for those
+# alone the names are replaced in the text.
+_SPELT_OUT = (("response_format", "output_config.format"), ("'required'", "'any'"))
+
+
 def chat_error(err: InvalidRequestError, names: dict[str, tuple[str, str]] | None = None) -> InvalidRequestError:
-    """An error of the chat machinery, reworded where it names a chat parameter that this request
-    sent under Anthropic's name (tools[0].function.parameters is tools[0].input_schema), or one of
-    its image parts (``names``: the block each came from)."""
-    for chat_name, ours in ((".function.parameters", ".input_schema"), (".function.name", ".name"),
-                            ("parallel_tool_calls", "tool_choice.disable_parallel_tool_use"),
-                            ("'required'", "'any'"),
-                            ("response_format.json_schema.schema", "output_config.format.schema"),
-                            ("response_format", "output_config.format")):
-        err.message = err.message.replace(chat_name, ours)
-        if err.param:
-            err.param = err.param.replace(chat_name, ours)
-    if names:
-        images.rename(err, names)
-    err.args = (err.message,)
+    """An error of the chat machinery, with the paths it names (its param, and those of its
+    message) as this request sent them: under Anthropic's names (tools[0].function.parameters is
+    tools[0].input_schema), and an image part as the block it came from (``names``)."""
+    blocks = images.block_names(names or {})
+    renamed(err, lambda path: CHAT_PATHS(blocks(path)), images.WORDS)
+    if not any(f"{{{k}}}" in err.template for k in ("param", *err.paths, *err.words)):
+        for chat_words, ours in _SPELT_OUT:
+            err.template = err.template.replace(chat_words, ours)
+        err.args = (err.message,)
     return err
 
 
 def markdown_table() -> str:
     """The README's table of Messages parameters, generated from RULES."""
-    rows = ["| Parameter | What happens | Chat parameter | Notes |", "|---|---|---|---|"]
-    for r in RULES:
-        rows.append(f"| `{r.name}` | {r.action} | {r.chat} | {r.note} |")
-    return "\n".join(rows)
+    return rules.markdown_table(RULES, (("Parameter", "name"), ("What happens", "action"),
+                                        ("Chat parameter", "target"), ("Notes", "note")))

@@ -4,17 +4,16 @@ The history (a previous response's items, or a conversation's), the instructions
 items become chat messages; ``text.format``, ``tools``, ``tool_choice`` and the sampling parameters
 become their chat counterparts. ``chat.prepare()`` then renders, tokenizes and plans it exactly as
 for /v1/chat/completions, so templates, tools, grammars and ``params.plan()`` are shared, not
-copied. Errors it raises are renamed to the parameters the client sent (``messages`` -> ``input``,
+copied. The paths its errors name are renamed to those the client sent (``messages`` -> ``input``,
 ``response_format`` -> ``text.format`` ...).
 """
 
 from __future__ import annotations
 
-import difflib
 import re
 from typing import Any
 
-from ..core.errors import ContextLengthExceeded, InvalidRequestError, unrecognized
+from ..core.errors import ContextLengthExceeded, InvalidRequestError, PathNames, refuse_unknown, renamed
 from ..hosts.base import HOST_SAMPLERS
 from ..text import chat
 from ..text.generation import Job
@@ -26,25 +25,32 @@ from . import tools as tools_
 from .protocol import CreateResponse, InputTokensRequest
 
 # Chat parameters a client may send here by mistake, with what /v1/responses takes instead.
-CHAT_ONLY = {"messages": "input", "max_tokens": "max_output_tokens", "max_completion_tokens": "max_output_tokens",
-             "response_format": "text.format", "logprobs": 'include: ["message.output_text.logprobs"]',
-             "functions": "tools", "function_call": "tool_choice", "reasoning_effort": "reasoning.effort",
-             "verbosity": "text.verbosity", "stop": None, "seed": None, "n": None, "presence_penalty": None,
-             "frequency_penalty": None, "logit_bias": None, "modalities": None, "audio": None, "prediction": None,
-             "web_search_options": None, "best_of": None, "echo": None, "suffix": None}
+_INSTEAD = {"messages": "input", "max_tokens": "max_output_tokens", "max_completion_tokens": "max_output_tokens",
+            "response_format": "text.format", "logprobs": 'include: ["message.output_text.logprobs"]',
+            "functions": "tools", "function_call": "tool_choice", "reasoning_effort": "reasoning.effort",
+            "verbosity": "text.verbosity"}
+_NO_COUNTERPART = ("stop", "seed", "n", "presence_penalty", "frequency_penalty", "logit_bias", "modalities", "audio",
+                   "prediction", "web_search_options", "best_of", "echo", "suffix")
+CHAT_ONLY = {**{k: f"It is a parameter of /v1/chat/completions; here, use {v}." for k, v in _INSTEAD.items()},
+             **{k: "It is a parameter of /v1/chat/completions, with no counterpart here." for k in _NO_COUNTERPART}}
 
 LOGPROBS = "message.output_text.logprobs"
 
-# chat's parameter names, as the client sent them here (first match wins)
-_RENAMES = [(re.compile(r"^response_format\.json_schema\.schema"), "text.format.schema"),
-            (re.compile(r"^response_format\.json_schema"), "text.format"),
-            (re.compile(r"^response_format"), "text.format"),
-            (re.compile(r"^max_completion_tokens$"), "max_output_tokens"),
-            (re.compile(r"^messages"), "input"),
-            (re.compile(r"^logprobs$"), "include")]
-_TOOL = re.compile(r"tools\[(\d+)\](?:\.function)?")   # chat's tools[k] or tools[k].function
-_WORDS = [("response_format", "text.format"), ("max_completion_tokens", "max_output_tokens"),
-          ("the messages alone take", "the input alone takes"), ("Shorten the messages", "Shorten the input")]
+# chat's request paths, as the client sent them here (tools[k] is renamed first: see translate)
+CHAT_PATHS = PathNames((r"response_format\.json_schema\.schema", "text.format.schema"),
+                       (r"response_format\.json_schema", "text.format"),
+                       (r"response_format", "text.format"),
+                       (r"max_completion_tokens", "max_output_tokens"),
+                       (r"messages", "input"),
+                       (r"logprobs", "include"))
+_TOOL = re.compile(r"tools\[(\d+)\](?:\.function)?(?=[.\[]|$)")   # chat's tools[k] or tools[k].function
+# Messages that spell chat's names out instead of naming them by slots (see core.errors): those of
+# params.plan's checks and of the context-length check in text/generation.py. For those alone the
+# names are replaced in the text, and the remedy of a context-length error is this API's own.
+_SPELT_OUT = (("response_format", "text.format"), ("max_completion_tokens", "max_output_tokens"),
+              ("the messages alone take", "the input alone takes"), ("Shorten the messages", "Shorten the input"),
+              ("start the server with the truncate_prompt setting to cut the oldest tokens",
+               'send truncation: "auto" to drop the oldest input items'))
 
 
 def _bad(param: str, message: str) -> InvalidRequestError:
@@ -103,18 +109,10 @@ def response_format(fmt: dict[str, Any] | None) -> dict[str, Any] | None:
 def host_extras(body: CreateResponse | InputTokensRequest, allow_unknown: bool) -> dict[str, Any]:
     """Unknown fields: host samplers and the web UI's fields go on to params.plan(), as in chat;
     a chat parameter gets a 400 saying what to send instead; anything else a 400 naming it."""
-    out = {}
-    for name, value in (body.model_extra or {}).items():
-        if name in HOST_SAMPLERS or name in WEB_UI_FIELDS:
-            out[name] = value
-        elif name in CHAT_ONLY and not allow_unknown:
-            instead = f" Use {CHAT_ONLY[name]}." if CHAT_ONLY[name] else " /v1/responses has no such parameter."
-            raise InvalidRequestError(f"Unsupported parameter: '{name}' is a parameter of /v1/chat/completions."
-                                      f"{instead}", param=name, code="unknown_parameter")
-        elif not allow_unknown:
-            close = difflib.get_close_matches(name, [*type(body).model_fields, *HOST_SAMPLERS], n=1)
-            raise unrecognized(name, f" Did you mean '{close[0]}'?" if close else "")
-    return out
+    extra = body.model_extra or {}
+    refuse_unknown([k for k in extra if k not in HOST_SAMPLERS and k not in WEB_UI_FIELDS], allow=allow_unknown,
+                   known=[*type(body).model_fields, *HOST_SAMPLERS], elsewhere=CHAT_ONLY)
+    return {k: v for k, v in extra.items() if k in HOST_SAMPLERS or k in WEB_UI_FIELDS}
 
 
 def to_chat(body: CreateResponse | InputTokensRequest, items: list[dict[str, Any]], *, allow_unknown: bool,
@@ -153,29 +151,23 @@ def to_chat(body: CreateResponse | InputTokensRequest, items: list[dict[str, Any
 
 
 def translate(err: InvalidRequestError, paths: list[str] | None = None) -> InvalidRequestError:
-    """A chat error, renamed to the Responses parameters the client sent. ``paths``: where chat's
-    tools[k] was sent (a namespace's functions are flattened, so the indices differ)."""
+    """A chat error, with the paths it names (its param, and those of its message) as the client
+    sent them here. ``paths``: where chat's tools[k] was sent (a namespace's functions are
+    flattened, so the indices differ)."""
 
-    def tool(m: re.Match[str]) -> str:
+    def name(path: str) -> str:
+        m = _TOOL.match(path)
+        if m is None:
+            return CHAT_PATHS(path)
         k = int(m.group(1))
-        return paths[k] if paths is not None and k < len(paths) else f"tools[{k}]"
+        return (paths[k] if paths is not None and k < len(paths) else f"tools[{k}]") + path[m.end():]
 
-    param = err.param
-    if param and _TOOL.match(param):
-        param = _TOOL.sub(tool, param, count=1)
-    elif param:
-        for pattern, repl in _RENAMES:
-            if pattern.search(param):
-                param = pattern.sub(repl, param, count=1)
-                break
-    message = err.message
-    for old, new in _WORDS:
-        message = message.replace(old, new)
-    message = _TOOL.sub(tool, message)
-    if isinstance(err, ContextLengthExceeded):
-        message = re.sub(r"start the server with the truncate_prompt setting to cut the oldest tokens",
-                         'send truncation: "auto" to drop the oldest input items', message)
-    return InvalidRequestError(message, param=param, code=err.code, status=err.status, headers=err.headers)
+    renamed(err, name)
+    if not any(f"{{{k}}}" in err.template for k in ("param", *err.paths, *err.words)):
+        for chat_words, ours in _SPELT_OUT:
+            err.template = err.template.replace(chat_words, ours)
+        err.args = (err.message,)
+    return err
 
 
 def starts(items: list[dict[str, Any]]) -> list[int]:
@@ -203,8 +195,8 @@ def prepare(text: TextService, body: CreateResponse | InputTokensRequest, histor
         req = to_chat(body, context[start:], allow_unknown=allow_unknown, tools=tools)
         try:
             return chat.prepare(text, req, truncate=False)
-        except ContextLengthExceeded as e:
-            raise translate(e) if body.truncation != "auto" else e from None
+        except ContextLengthExceeded:
+            raise   # the cut moves, or the caller translates it
         except InvalidRequestError as e:
             raise translate(e, tools.paths) from None
 
@@ -212,7 +204,7 @@ def prepare(text: TextService, body: CreateResponse | InputTokensRequest, histor
         return attempt(0)
     except ContextLengthExceeded as first:
         starts_ = starts(context)
-        if len(starts_) == 1:
+        if body.truncation != "auto" or len(starts_) == 1:
             raise translate(first) from None
         # the newest start that still fits is the answer; the last one must fit at all
         lo, hi = 1, len(starts_) - 1   # starts_[0] fails; best is always the attempt at starts_[hi]

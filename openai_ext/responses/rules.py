@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import logging
 
+from ..core import rules
 from ..core.config import Settings
 from ..core.errors import InvalidRequestError
-from ..text.params import Rule
+from ..core.rules import Rule
 from .protocol import CreateResponse
 
 log = logging.getLogger(__name__)
@@ -56,9 +57,6 @@ RULES: tuple[Rule, ...] = (
     Rule("host samplers", R, "mapped", "same name", "Extra fields named after the host's samplers (top_k, min_p, repetition_penalty ...), as in chat. Chat-only parameters (max_tokens, messages, stop, seed ...) get a 400 naming what to send instead."),
 )
 
-_BY_NAME = {r.name: r for r in RULES}
-
-
 def _reject(param: str, message: str) -> InvalidRequestError:
     return InvalidRequestError(message, param=param)
 
@@ -72,11 +70,10 @@ def check(body: CreateResponse, settings: Settings) -> list[str]:
         why = "store is false" if settings.responses_store else "the responses_store setting is off on this server"
         raise _reject("background", f"background responses are stored to be polled, but {why}; remove background "
                                     "or turn storage on.")
-    ignored = [name for name in body.model_fields_set
-               if _BY_NAME.get(name) is not None and _BY_NAME[name].action == "ignored"]
+    ignored = rules.ignored(RULES, body.model_fields_set)
     if ignored:
-        log.debug("ignored response parameters: %s", ", ".join(sorted(ignored)))
-    return sorted(ignored)
+        log.debug("ignored response parameters: %s", ", ".join(ignored))
+    return ignored
 
 
 def body_stores(body: CreateResponse, settings: Settings) -> bool:
@@ -86,7 +83,5 @@ def body_stores(body: CreateResponse, settings: Settings) -> bool:
 
 def markdown_table() -> str:
     """The README's table of /v1/responses parameters, generated from RULES."""
-    rows = ["| Parameter | What happens | Chat parameter | Notes |", "|---|---|---|---|"]
-    for r in RULES:
-        rows.append(f"| `{r.name}` | {r.action} | {r.target} | {r.note} |")
-    return "\n".join(rows)
+    return rules.markdown_table(RULES, (("Parameter", "name"), ("What happens", "action"),
+                                        ("Chat parameter", "target"), ("Notes", "note")))

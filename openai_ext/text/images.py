@@ -14,13 +14,15 @@ import binascii
 import io
 from typing import Any
 
-from ..core.errors import InvalidRequestError
+from ..core.errors import PARAM, InvalidRequestError
 
 MEDIA = "<__media__>"
 # An image this large (decoded) is refused before it is decoded: a vision model sees a few
 # hundred tokens of it whatever its size.
 MAX_IMAGE_BYTES = 20 * 1024 * 1024
 
+# how to send an image, in messages a family may word its own way (the "image_form" phrase)
+IMAGE_FORM = {"image_form": "a data URL (data:image/png;base64,...)"}
 # what to do about an image sent to a model without vision: in the web UI, and standalone
 ADVICE = {True: "Load a vision model in the web UI (a llama.cpp model with its --mmproj file, or an ExLlamaV3 "
                 "vision model), or send text only.",
@@ -30,24 +32,24 @@ ADVICE = {True: "Load a vision model in the web UI (a llama.cpp model with its -
 
 def no_vision(where: str, web_ui: bool, *, what: str = "is an image", param: str | None = None) -> InvalidRequestError:
     """The 400 for an image sent to a model without vision, naming the part."""
-    return InvalidRequestError(f"{where} {what}, and the loaded model has no vision. {ADVICE[web_ui]}",
-                               param=param or f"{where}.type")
+    return InvalidRequestError(f"{{part}} {what}, and the loaded model has no vision. {ADVICE[web_ui]}",
+                               param=param or f"{where}.type", paths={"part": where})
 
 
 def decode(url: Any, where: str) -> Any:
     """A data URL as a PIL image (RGB, as the web UI converts its attachments)."""
     if not isinstance(url, str) or not url:
-        raise InvalidRequestError(f"{where} has no image URL; send the image as data:image/png;base64,...",
-                                  param=where)
+        raise InvalidRequestError(f"{PARAM} has no image URL; send the image as {{image_form}}.", param=where,
+                                  words=IMAGE_FORM)
     if url.startswith(("http://", "https://")):
-        raise InvalidRequestError(f"{where} is an http URL; this server fetches no URL. Send the image itself as a "
-                                  "data URL (data:image/png;base64,...).", param=where)
+        raise InvalidRequestError(f"{PARAM} is an http URL; this server fetches no URL. Send the image itself as "
+                                  "{image_form}.", param=where, words=IMAGE_FORM)
     head, _, data = url.partition(",")
     if not (head.startswith("data:image/") and head.endswith(";base64")) or not data:
-        raise InvalidRequestError(f"{where} is not a base64 data URL of an image; send data:image/png;base64,... "
+        raise InvalidRequestError(f"{PARAM} is not a base64 data URL of an image; send data:image/png;base64,... "
                                   "(or jpeg, webp, gif).", param=where)
     if len(data) * 3 // 4 > MAX_IMAGE_BYTES:
-        raise InvalidRequestError(f"{where} holds more than {MAX_IMAGE_BYTES // (1024 * 1024)} MB; send a smaller "
+        raise InvalidRequestError(f"{PARAM} holds more than {MAX_IMAGE_BYTES // (1024 * 1024)} MB; send a smaller "
                                   "image.", param=where)
     try:
         raw = base64.b64decode(data, validate=True)
@@ -56,8 +58,8 @@ def decode(url: Any, where: str) -> Any:
         image = Image.open(io.BytesIO(raw))
         image.load()
     except (binascii.Error, ValueError, OSError) as e:
-        raise InvalidRequestError(f"{where} could not be read as an image ({type(e).__name__}); send a PNG, JPEG, "
-                                  "WebP or GIF as a base64 data URL.", param=where) from None
+        raise InvalidRequestError(f"{PARAM} could not be read as an image ({type(e).__name__}); send a PNG, JPEG, "
+                                  "WebP or GIF as {image_form}.", param=where, words=IMAGE_FORM) from None
     return image.convert("RGB") if image.mode != "RGB" else image
 
 

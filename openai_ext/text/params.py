@@ -10,12 +10,13 @@ generated from it.
 
 from __future__ import annotations
 
-import difflib
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-from ..core.errors import InvalidRequestError, unrecognized
+from ..core import rules
+from ..core.errors import InvalidRequestError, refuse_unknown
+from ..core.rules import Rule
 from ..hosts.base import HOST_SAMPLERS, HostAbilities
 from ..hosts.request import GenerationSettings
 from . import grammar, tools, webui_fields
@@ -24,18 +25,7 @@ from .tools import ToolSet
 
 log = logging.getLogger(__name__)
 
-Action = Literal["mapped", "server", "ignored", "rejected"]
 BOTH, CHAT, COMPLETIONS = "both", "chat", "completions"
-
-
-@dataclass(frozen=True)
-class Rule:
-    name: str
-    endpoint: str
-    action: Action
-    target: str
-    note: str
-
 
 RULES: tuple[Rule, ...] = (
     Rule("model", BOTH, "server", "-", "Any name is accepted and served by the loaded model; responses report the loaded model's id."),
@@ -104,6 +94,10 @@ RULES: tuple[Rule, ...] = (
 )
 
 _RULES_BY_NAME = {r.name: r for r in RULES}
+# For an unknown field: the parameters of each endpoint, and where a field of the other one belongs.
+_NAMES = {e: [r.name for r in RULES if r.endpoint in (BOTH, e)] for e in (CHAT, COMPLETIONS)}
+_ELSEWHERE = {e: {r.name: f"It is a parameter of /v1/{'completions' if e == CHAT else 'chat/completions'}."
+                  for r in RULES if r.endpoint not in (BOTH, e)} for e in (CHAT, COMPLETIONS)}
 
 
 @dataclass
@@ -260,18 +254,8 @@ def plan(req: CompletionRequest | ChatCompletionRequest, *, abilities: HostAbili
                 continue   # read by webui_fields (prompt fields by chat.template_input)
             ignored.append(name)   # enable_thinking and reasoning_effort of a completion
         else:
-            # OpenAI refuses what it does not know, and so do we: a misspelt parameter
-            # (max_token, top_kk) silently ignored would give the wrong answer.
-            other = next((r for r in RULES if r.name == name and r.endpoint in (CHAT, COMPLETIONS)
-                          and r.endpoint != endpoint), None)
-            if other:
-                hint = f" It is a parameter of /v1/{'chat/completions' if other.endpoint == CHAT else 'completions'}."
-            else:
-                known = [*type(req).model_fields, *HOST_SAMPLERS,
-                         *(r.name for r in RULES if r.endpoint in (BOTH, endpoint))]
-                close = difflib.get_close_matches(name, known, n=1)
-                hint = f" Did you mean '{close[0]}'?" if close else ""
-            raise unrecognized(name, hint)
+            refuse_unknown([name], allow=allow_unknown, elsewhere=_ELSEWHERE[endpoint],
+                           known=[*type(req).model_fields, *HOST_SAMPLERS, *_NAMES[endpoint]])
     if ignored:
         log.debug("ignored request fields: %s", ", ".join(sorted(ignored)))
 
@@ -376,7 +360,5 @@ def _coerce(name: str, value: Any, kind: type) -> Any:
 
 def markdown_table() -> str:
     """The README's parameter table, generated from RULES."""
-    rows = ["| Parameter | Endpoint | What happens | Host setting | Notes |", "|---|---|---|---|---|"]
-    for r in RULES:
-        rows.append(f"| `{r.name}` | {r.endpoint} | {r.action} | {r.target} | {r.note} |")
-    return "\n".join(rows)
+    return rules.markdown_table(RULES, (("Parameter", "name"), ("Endpoint", "endpoint"), ("What happens", "action"),
+                                        ("Host setting", "target"), ("Notes", "note")))

@@ -54,3 +54,18 @@ def test_the_setting_ignores_unknown_fields(llama_host, make_server):
     reply = openai_client(server).chat.completions.create(model="x", messages=CHAT["messages"], max_tokens=2,
                                                           extra_body={"frobnicate": 1})
     assert reply.choices[0].finish_reason in ("length", "stop")
+
+
+def test_one_check_for_every_family():
+    """The same 400 whichever API asks: the first unknown name, with the API's own hint."""
+    from openai_ext.core.errors import InvalidRequestError, refuse_unknown
+
+    refuse_unknown([], known=["max_tokens"])
+    refuse_unknown(["frobnicate"], allow=True)
+    with pytest.raises(InvalidRequestError) as e:
+        refuse_unknown(["max_token", "other"], known=["max_tokens", "model"])
+    assert e.value.param == "max_token" and e.value.code == "unknown_parameter" and e.value.status == 400
+    assert e.value.message.startswith("Unrecognized request argument supplied: max_token. Did you mean 'max_tokens'?")
+    with pytest.raises(InvalidRequestError) as e:
+        refuse_unknown(["stop"], known=["stream"], elsewhere={"stop": "It is a parameter of /v1/chat/completions."})
+    assert "supplied: stop. It is a parameter of /v1/chat/completions." in e.value.message

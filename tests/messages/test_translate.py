@@ -239,3 +239,26 @@ def test_system_message_refusals_name_the_field(messages, param):
     with pytest.raises(InvalidRequestError) as e:
         chat_of(tools=[WEATHER], messages=messages)
     assert e.value.param == param and e.value.message
+
+
+def test_chat_errors_name_what_this_request_sent():
+    """The chat machinery names paths by slots; the Messages names replace chat's in the param and
+    the message alike, and an image part is named as the block it came from."""
+    from openai_ext.text import images
+    from openai_ext.text.grammar.errors import check_schema
+
+    with pytest.raises(InvalidRequestError) as e:
+        check_schema({"type": "object", "properties": 5}, "tools[0].function.parameters")
+    err = translate.chat_error(e.value)
+    assert err.param == "tools[0].input_schema.properties"
+    assert err.message.startswith("tools[0].input_schema.properties is not a valid JSON Schema")
+    assert str(err) == err.message
+    names = {"messages[1].content[0]": ("messages[0].content[2]", "url")}
+    with pytest.raises(InvalidRequestError) as e:
+        images.decode("https://example.com/a.png", "messages[1].content[0].image_url.url")
+    err = translate.chat_error(e.value, names)
+    assert err.param == "messages[0].content[2].source.url"
+    assert err.message == ("messages[0].content[2].source.url is an http URL; this server fetches no URL. Send the "
+                           "image itself as a base64 source.")
+    err = translate.chat_error(images.no_vision("messages[1].content[0]", False), names)
+    assert err.param == "messages[0].content[2].type" and err.message.startswith("messages[0].content[2] is an image")

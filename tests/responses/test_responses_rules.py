@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 from support import ROOT
 
 from openai_ext.core.errors import ContextLengthExceeded, InvalidRequestError
 from openai_ext.responses import convert, items, rules, tools
 from openai_ext.responses.protocol import CreateResponse
+from openai_ext.text.grammar.errors import check_schema
 
 
 def test_every_parameter_has_a_rule_and_the_readme_shows_them():
@@ -135,7 +137,8 @@ def test_a_namespace_is_flattened_and_its_names_map_back():
 
 def test_a_chat_error_on_a_namespaced_function_names_it_where_it_was_sent():
     paths = ["tools[0]", "tools[1].tools[0]"]
-    err = convert.translate(InvalidRequestError("tools[1].function.parameters is not a valid JSON Schema",
-                                                param="tools[1].function.parameters.properties"), paths)
+    with pytest.raises(InvalidRequestError) as e:
+        check_schema({"type": "object", "properties": 5}, "tools[1].function.parameters")
+    err = convert.translate(e.value, paths)
     assert err.param == "tools[1].tools[0].parameters.properties"
-    assert err.message == "tools[1].tools[0].parameters is not a valid JSON Schema"
+    assert err.message.startswith("tools[1].tools[0].parameters.properties is not a valid JSON Schema: 5 is not")

@@ -11,11 +11,18 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
-from ...core.errors import InvalidRequestError
+from ...core.errors import PARAM, InvalidRequestError
 
 
 class SchemaNotSupported(InvalidRequestError):
-    pass
+    """A schema the grammar cannot enforce. Every message of this package starts with the path it
+    names, its param; that start is made the message's {param} slot, so a family that names the
+    schema its own way (Messages' input_schema) renames the param and the message follows."""
+
+    def __init__(self, message: str, *, param: str | None = None, **kw: Any):
+        if param and message.startswith(param):
+            message = PARAM + message[len(param):]
+        super().__init__(message, param=param, **kw)
 
 
 # How deep a schema's JSON may nest (objects and lists). Real schemas stay far below it (ten levels

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
+from ...core.errors import PARAM
 from .errors import SchemaNotSupported, check_depth, check_schema
 from .leaves import ARRAY_KW, MORE_PATTERNS, NUMBER_KW, OBJECT_KW, STRING_KW, Checker, Leaves, Unsatisfiable
 from .limits import MAX_BRANCHES, Budget, OverBudget
@@ -80,9 +81,10 @@ def prepare(schema: Any, where: str, *, prefix: str = "", strict: bool = True, b
         what = "nests too deeply" if isinstance(e, RecursionError) else f"needs {e}"
         here = getattr(e, "path", None) or where
         if strict:
-            at = f" (it ran out at {here})" if here != where else ""
-            raise SchemaNotSupported(f"{where} {what} to be turned into a grammar{at}; this server's limits keep any "
-                                     "schema quick to prepare (see the README).", param=here) from None
+            at = f" (it ran out at {PARAM})" if here != where else ""
+            raise SchemaNotSupported(f"{{schema}} {what} to be turned into a grammar{at}; this server's limits keep "
+                                     "any schema quick to prepare (see the README).", param=here,
+                                     paths={"schema": where}) from None
         return loose(schema, where)
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
-from ...core.errors import InvalidRequestError
+from ...core.errors import PARAM, InvalidRequestError
 from ..grammar.errors import MAX_SCHEMA_NODES, check_depth, check_schema
 from .validation import CallValidator
 
@@ -60,8 +60,9 @@ class ToolSet:
         return "functions" if self.legacy else "tools"
 
 
-def _bad(param: str, message: str) -> InvalidRequestError:
-    return InvalidRequestError(message, param=param)
+def _bad(param: str, message: str, **paths: str) -> InvalidRequestError:
+    """A 400; ``paths`` and {param} name request paths in the message (see core.errors)."""
+    return InvalidRequestError(message, param=param, paths=paths)
 
 
 def parse(req) -> ToolSet | None:
@@ -71,7 +72,7 @@ def parse(req) -> ToolSet | None:
     if legacy and req.tools:
         raise _bad("functions", "Send either tools or the legacy functions, not both.")
     if req.parallel_tool_calls is not None and not req.tools:
-        raise _bad("parallel_tool_calls", "parallel_tool_calls is only allowed when tools are specified.")
+        raise _bad("parallel_tool_calls", f"{PARAM} is only allowed when tools are specified.")
     if legacy and req.tool_choice is not None:
         raise _bad("tool_choice", "tool_choice goes with tools; with the legacy functions, use function_call "
                                   "(or send tools instead of functions).")
@@ -95,17 +96,17 @@ def parse(req) -> ToolSet | None:
     for i, item in enumerate(raw_tools):
         where = f"{tools_param}[{i}]" if not legacy else f"functions[{i}]"
         if not isinstance(item, dict) or item.get("type") != "function" or not isinstance(item.get("function"), dict):
-            raise _bad(where, f"{where} must be {{\"type\": \"function\", \"function\": {{...}}}}; "
+            raise _bad(where, f"{PARAM} must be {{\"type\": \"function\", \"function\": {{...}}}}; "
                               "only function tools are supported.")
         fn = item["function"]
         name = fn.get("name")
         if not isinstance(name, str) or not _NAME.match(name):
             raise _bad(f"{where}.function.name" if not legacy else f"{where}.name",
-                       f"{where} needs a name of 1-64 letters, digits, underscores or dashes.")
+                       "{tool} needs a name of 1-64 letters, digits, underscores or dashes.", tool=where)
         params = fn.get("parameters") or _NO_PARAMETERS
         ppath = f"{where}.function.parameters" if not legacy else f"{where}.parameters"
         if not isinstance(params, dict):
-            raise _bad(ppath, f"{ppath} must be a JSON Schema object.")
+            raise _bad(ppath, f"{PARAM} must be a JSON Schema object.")
         room -= check_depth(params, ppath, room=room)   # before the validator walks it
         check_schema(params, ppath)
         validator = CallValidator(params)
