@@ -63,8 +63,8 @@ class InvalidRequestError(OpenAIError):
 
 
 class ContextLengthExceeded(InvalidRequestError):
-    def __init__(self, message: str, *, param: str = "messages"):
-        super().__init__(message, param=param, code="context_length_exceeded")
+    def __init__(self, message: str, *, param: str = "messages", words: Mapping[str, str] | None = None):
+        super().__init__(message, param=param, code="context_length_exceeded", words=words)
 
 
 class AuthenticationError(OpenAIError):

@@ -318,10 +318,8 @@ CHAT_PATHS = PathNames((r"tools\[(\d+)\]\.function\.parameters", r"tools[\1].inp
                        (r"parallel_tool_calls", "tool_choice.disable_parallel_tool_use"),
                        (r"response_format\.json_schema\.schema", "output_config.format.schema"),
                        (r"response_format", "output_config.format"))
-# The messages of params.plan's checks of response_format and tool_choice, and of chat's grammar
-# check, spell chat's names out instead of naming them by slots (see core.errors), so for those
-# alone the names are replaced in the text.
-_SPELT_OUT = (("response_format", "output_config.format"), ("'required'", "'any'"))
+# Phrases of chat's errors said Anthropic's way: tool_choice's 'required' is 'any' here.
+WORDS = {**images.WORDS, "required": "'any'"}
 
 
 def chat_error(err: InvalidRequestError, names: dict[str, tuple[str, str]] | None = None) -> InvalidRequestError:
@@ -329,12 +327,7 @@ def chat_error(err: InvalidRequestError, names: dict[str, tuple[str, str]] | Non
     message) as this request sent them: under Anthropic's names (tools[0].function.parameters is
     tools[0].input_schema), and an image part as the block it came from (``names``)."""
     blocks = images.block_names(names or {})
-    renamed(err, lambda path: CHAT_PATHS(blocks(path)), images.WORDS)
-    if not any(f"{{{k}}}" in err.template for k in ("param", *err.paths, *err.words)):
-        for chat_words, ours in _SPELT_OUT:
-            err.template = err.template.replace(chat_words, ours)
-        err.args = (err.message,)
-    return err
+    return renamed(err, lambda path: CHAT_PATHS(blocks(path)), WORDS)
 
 
 def markdown_table() -> str:

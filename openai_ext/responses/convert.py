@@ -44,13 +44,8 @@ CHAT_PATHS = PathNames((r"response_format\.json_schema\.schema", "text.format.sc
                        (r"messages", "input"),
                        (r"logprobs", "include"))
 _TOOL = re.compile(r"tools\[(\d+)\](?:\.function)?(?=[.\[]|$)")   # chat's tools[k] or tools[k].function
-# Messages that spell chat's names out instead of naming them by slots (see core.errors): those of
-# params.plan's checks and of the context-length check in text/generation.py. For those alone the
-# names are replaced in the text, and the remedy of a context-length error is this API's own.
-_SPELT_OUT = (("response_format", "text.format"), ("max_completion_tokens", "max_output_tokens"),
-              ("the messages alone take", "the input alone takes"), ("Shorten the messages", "Shorten the input"),
-              ("start the server with the truncate_prompt setting to cut the oldest tokens",
-               'send truncation: "auto" to drop the oldest input items'))
+# A prompt too long for the context is cut when the request asks for it (truncation: auto).
+WORDS = {"remedy": 'send truncation: "auto" to drop the oldest input items'}
 
 
 def _bad(param: str, message: str) -> InvalidRequestError:
@@ -162,12 +157,7 @@ def translate(err: InvalidRequestError, paths: list[str] | None = None) -> Inval
         k = int(m.group(1))
         return (paths[k] if paths is not None and k < len(paths) else f"tools[{k}]") + path[m.end():]
 
-    renamed(err, name)
-    if not any(f"{{{k}}}" in err.template for k in ("param", *err.paths, *err.words)):
-        for chat_words, ours in _SPELT_OUT:
-            err.template = err.template.replace(chat_words, ours)
-        err.args = (err.message,)
-    return err
+    return renamed(err, name, WORDS)
 
 
 def starts(items: list[dict[str, Any]]) -> list[int]:

@@ -170,7 +170,7 @@ def _check_grammar(host: Host, gbnf: str | None, toolset: tools.ToolSet | None, 
         raise InvalidRequestError("grammar_string could not be parsed by llama.cpp as a GBNF grammar; check its "
                                   "rules (a root rule, quoted literals, defined names).", param="grammar_string")
     param = toolset.param if toolset is not None and toolset.calling else "response_format"
-    raise InvalidRequestError(f"The grammar built from {param} could not be parsed by llama.cpp; simplify the "
+    raise InvalidRequestError("The grammar built from {param} could not be parsed by llama.cpp; simplify the "
                               "schema (patterns especially).", param=param)
 
 

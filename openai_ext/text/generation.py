@@ -130,6 +130,11 @@ async def run_choice(host: Host, prompt: Prompt, settings: GenerationSettings, s
     result.logprobs = asm.logprobs
 
 
+# How a prompt too long for the context can be cut, here: a family whose requests say it
+# themselves (the Responses API's truncation) words it its own way (core.errors.renamed).
+TRUNCATE = {"remedy": "start the server with the truncate_prompt setting to cut the oldest tokens"}
+
+
 @overload
 def bound_text(host: Host, text: str, *, truncate: bool, param: str) -> str: ...
 @overload
@@ -150,9 +155,9 @@ def bound_text(host: Host, text: str | int, *, truncate: bool, param: str) -> st
     if truncate:
         return None
     raise ContextLengthExceeded(
-        f"This model's maximum context length is {ctx} tokens, and the {param} hold {length} characters, more "
-        f"than {ctx} tokens of at most {per_token} bytes each can hold. Shorten the {param}, or start the server "
-        "with the truncate_prompt setting to cut the oldest tokens.", param=param)
+        f"This model's maximum context length is {ctx} tokens, and there are {length} characters in the {{param}}: "
+        f"more than {ctx} tokens of at most {per_token} bytes each can hold. Shorten the {{param}}, or {{remedy}}.",
+        param=param, words=TRUNCATE)
 
 
 def fit_prompt(host: Host, prompt: Prompt, *, requested: int | None, truncate: bool, param: str) -> Prompt:
@@ -163,10 +168,8 @@ def fit_prompt(host: Host, prompt: Prompt, *, requested: int | None, truncate: b
         return prompt
     if not truncate:
         raise ContextLengthExceeded(
-            f"This model's maximum context length is {ctx} tokens, and the {param} alone "
-            f"{'take' if param == 'messages' else 'takes'} "
-            f"{len(prompt.tokens)} tokens. Shorten the {param}, or start the server with the "
-            "truncate_prompt setting to cut the oldest tokens.", param=param)
+            f"This model's maximum context length is {ctx} tokens, and {len(prompt.tokens)} tokens are taken by "
+            "the {param} alone. Shorten the {param}, or {remedy}.", param=param, words=TRUNCATE)
     reserve = min(requested or max(1, ctx // 4), ctx // 2)
     kept = prompt.tokens[-(ctx - reserve):]
     log.warning("prompt cut from %d to %d tokens to fit the context of %d", len(prompt.tokens), len(kept), ctx)

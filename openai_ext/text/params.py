@@ -121,8 +121,10 @@ class Plan:
         return self.settings.replace(seed=seed + index)
 
 
-def _reject(param: str, message: str) -> InvalidRequestError:
-    return InvalidRequestError(message, param=param)
+def _reject(param: str, message: str, **names: str) -> InvalidRequestError:
+    """A 400 for ``param``. The message names request paths by slots ({param}, and ``names``:
+    slot -> chat's path), so the families that serve chat under their own names rename them."""
+    return InvalidRequestError(message, param=param, paths=names)
 
 
 def plan(req: CompletionRequest | ChatCompletionRequest, *, abilities: HostAbilities, room: int,
@@ -225,8 +227,8 @@ def plan(req: CompletionRequest | ChatCompletionRequest, *, abilities: HostAbili
         _check_chat_switches(req)
         constrained = _constraints(req, toolset, abilities)
         if "grammar_string" in web_ui and constrained is not None:
-            raise _reject("grammar_string", "grammar_string cannot be combined with response_format or tools that "
-                                            "constrain the output; send one or the other.")
+            raise _reject("grammar_string", "{param} cannot be combined with {format} or tools that constrain the "
+                                            "output; send one or the other.", format="response_format")
         if constrained is not None:
             grammar_string, triggers = constrained
 
@@ -295,8 +297,7 @@ def _response_schema(rf: dict[str, Any] | None) -> Any | None:
             raise _reject("response_format.json_schema", "json_schema needs an object with at least a 'name' "
                                                          "(and usually a 'schema').")
         return spec.get("schema", grammar.JSON_OBJECT_SCHEMA)
-    raise _reject("response_format.type", f"response_format type {kind!r} is not one of text, json_object, "
-                                          "json_schema.")
+    raise _reject("response_format.type", f"{{param}} {kind!r} is not one of text, json_object, json_schema.")
 
 
 def _constraints(req: ChatCompletionRequest, ts: ToolSet | None,
@@ -314,14 +315,16 @@ def _constraints(req: ChatCompletionRequest, ts: ToolSet | None,
         ts = None
     if ts is not None and ts.forced:
         if not abilities.grammar:
-            raise _reject("tool_choice", "The loaded model's backend cannot constrain output with a grammar, "
-                                         "so tool_choice 'required' or a named function cannot be guaranteed.")
+            err = _reject("tool_choice", "The loaded model's backend cannot constrain output with a grammar, so "
+                                         "{param} {required} or a named function cannot be guaranteed.")
+            err.words["required"] = "'required'"   # (Messages: 'any')
+            raise err
         return tools.call_grammar(ts, prefilled=bool(ts.prefill)), ()
     if ts is not None and schema is not None:
         # auto with a response format: one grammar allows either calls or the JSON answer
         if not abilities.grammar:
             raise _reject("response_format", "The loaded model's backend cannot constrain output with a grammar, "
-                                             "so JSON output cannot be guaranteed; remove response_format.")
+                                             "so JSON output cannot be guaranteed; remove {param}.")
         return tools.call_grammar(ts, response=(schema, where, strict)), ()
     if ts is not None:
         if not abilities.lazy_grammar:
@@ -331,7 +334,7 @@ def _constraints(req: ChatCompletionRequest, ts: ToolSet | None,
     if schema is not None:
         if not abilities.grammar:
             raise _reject("response_format", "The loaded model's backend cannot constrain output with a grammar, "
-                                             "so JSON output cannot be guaranteed; remove response_format.")
+                                             "so JSON output cannot be guaranteed; remove {param}.")
         return grammar.schema_to_gbnf(schema, where=where, strict=strict), ()
     return None
 

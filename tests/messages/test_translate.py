@@ -262,3 +262,22 @@ def test_chat_errors_name_what_this_request_sent():
                            "image itself as a base64 source.")
     err = translate.chat_error(images.no_vision("messages[1].content[0]", False), names)
     assert err.param == "messages[0].content[2].type" and err.message.startswith("messages[0].content[2] is an image")
+
+
+def test_params_errors_use_anthropics_names_and_words():
+    """params.plan's checks name chat's response_format and tool_choice 'required' by slots and
+    words; a Messages request hears of output_config.format and 'any'."""
+    from openai_ext.hosts.base import HostAbilities
+    from openai_ext.text import params
+    from openai_ext.text.protocol import ChatCompletionRequest
+
+    bare = HostAbilities(samplers=frozenset())
+    fn = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    for chat, param, words in (
+            ({"tools": [fn], "tool_choice": "required"}, "tool_choice", "tool_choice 'any' or a named function"),
+            ({"response_format": {"type": "json_object"}}, "output_config.format", "remove output_config.format.")):
+        req = ChatCompletionRequest(messages=[{"role": "user", "content": "hi"}], **chat)
+        with pytest.raises(InvalidRequestError) as e:
+            params.plan(req, abilities=bare, room=10, max_n=1, toolset=tools.parse(req))
+        err = translate.chat_error(e.value)
+        assert err.param == param and words in err.message and "required" not in err.message

@@ -8,6 +8,7 @@ from support import ROOT
 from openai_ext.core.errors import ContextLengthExceeded, InvalidRequestError
 from openai_ext.responses import convert, items, rules, tools
 from openai_ext.responses.protocol import CreateResponse
+from openai_ext.text import generation
 from openai_ext.text.grammar.errors import check_schema
 
 
@@ -47,13 +48,14 @@ def test_items_become_chat_turns():
 def test_chat_errors_are_renamed_to_what_the_client_sent():
     err = convert.translate(InvalidRequestError("bad", param="tools[2].function.parameters.properties"))
     assert err.param == "tools[2].parameters.properties"
-    err = convert.translate(InvalidRequestError("remove response_format.", param="response_format.json_schema.schema"))
-    assert err.param == "text.format.schema" and err.message == "remove text.format."
-    err = convert.translate(ContextLengthExceeded(
-        "This model's maximum context length is 10 tokens, and the messages alone take 12 tokens. Shorten the "
-        "messages, or start the server with the truncate_prompt setting to cut the oldest tokens."))
+    err = convert.translate(InvalidRequestError("remove {param}.", param="response_format.json_schema.schema"))
+    assert err.param == "text.format.schema" and err.message == "remove text.format.schema."
+    # the remedy is a phrase each family says its own way, picked by its key
+    err = convert.translate(ContextLengthExceeded("12 tokens are taken by the {param} alone. Shorten the {param}, "
+                                                  "or {remedy}.", words=generation.TRUNCATE))
     assert err.param == "input" and err.code == "context_length_exceeded"
-    assert "the input alone takes 12 tokens" in err.message and 'truncation: "auto"' in err.message
+    assert err.message == ('12 tokens are taken by the input alone. Shorten the input, or send truncation: "auto" '
+                           'to drop the oldest input items.')
 
 
 def test_tool_choice_and_format_shapes():
