@@ -1,4 +1,5 @@
-"""Shared fixtures: the real embedded model, and API servers on free ports around it."""
+"""Shared fixtures: API servers on free ports around the scripted host (the fast tier) or the
+real embedded model (the slow tier: any test that uses ``llama_host`` is marked slow here)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ sys.path.insert(0, str(TESTS.parent))
 sys.path.insert(0, str(TESTS))   # the shared helpers: support.*
 
 from support import DOUBLES  # noqa: E402
+from support.scripted import ScriptedHost  # noqa: E402
 from support.servers import free_port, openai_client  # noqa: E402
 from support.webui import load_extension  # noqa: E402
 
@@ -23,9 +25,34 @@ from openai_ext.app import create_app  # noqa: E402
 from openai_ext.core.config import Settings  # noqa: E402
 from openai_ext.core.server import ApiServer  # noqa: E402
 
+MODEL_FIXTURES = ("llama_host",)
+
+
+def pytest_collection_modifyitems(config, items):
+    """The fast tier loads no model: a test that needs the real one, through any fixture that
+    leads to ``llama_host``, is in the slow tier whatever its own markers say."""
+    for item in items:
+        if any(name in item.fixturenames for name in MODEL_FIXTURES) and item.get_closest_marker("slow") is None:
+            item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(autouse=True)
+def _fast_tests_load_no_model(request, monkeypatch):
+    """A test outside the slow tier that loads a GGUF model anyway (a fixture asked for by name
+    at run time, a host built in the test) fails, naming the rule."""
+    if request.node.get_closest_marker("slow") is not None:
+        return
+    from openai_ext.hosts import llamacpp
+
+    def refuse(*args, **kwargs):
+        pytest.fail("a test outside the slow tier loaded a model: mark it slow, or use the scripted host "
+                    "(fixtures scripted, sclient, script)", pytrace=False)
+    monkeypatch.setattr(llamacpp, "load_model", refuse)
+
 
 @pytest.fixture(scope="session")
 def llama_host():
+    """The real SmolLM2 model (slow tier only: see pytest_collection_modifyitems)."""
     from openai_ext.hosts.files import default_gguf
     from openai_ext.hosts.llamacpp import LlamaCppHost
 
@@ -59,6 +86,38 @@ def live(llama_host, make_server):
 @pytest.fixture
 def client(live):
     return openai_client(live)
+
+
+@pytest.fixture(scope="session")
+def scripted_host():
+    """The scripted host (support/scripted.py) the fast tier's servers run on; the ``script``
+    fixture sets its replies for one test."""
+    return ScriptedHost()
+
+
+@pytest.fixture(scope="session")
+def scripted_server(scripted_host, make_server):
+    return make_server(scripted_host)
+
+
+@pytest.fixture
+def script(scripted_host):
+    """The scripted host, fresh for this test: ``script.script("reply", ...)`` queues replies,
+    ``script.calls`` lists what it was asked; all of it is reset after the test."""
+    scripted_host.reset()
+    yield scripted_host
+    scripted_host.reset()
+
+
+@pytest.fixture
+def scripted(scripted_server, script):
+    """The standalone API on the scripted host, its script reset for this test."""
+    return scripted_server
+
+
+@pytest.fixture
+def sclient(scripted):
+    return openai_client(scripted)
 
 
 @pytest.fixture
