@@ -120,10 +120,8 @@ def sclient(scripted):
     return openai_client(scripted)
 
 
-@pytest.fixture
-def failing_host(llama_host, monkeypatch):
-    """The real host, made to fail after ``after`` pieces (0: before the first)."""
-    real = llama_host.generate
+def _failing(host, monkeypatch):
+    real = host.generate
     plan = {"after": 0}
 
     def generate(prompt, settings, stop_event):
@@ -131,8 +129,20 @@ def failing_host(llama_host, monkeypatch):
             if i == plan["after"]:
                 raise RuntimeError("simulated failure inside the model")
             yield piece
-    monkeypatch.setattr(llama_host, "generate", generate)
+    monkeypatch.setattr(host, "generate", generate)
     return plan
+
+
+@pytest.fixture
+def failing_host(llama_host, monkeypatch):
+    """The real host, made to fail after ``after`` pieces (0: before the first)."""
+    return _failing(llama_host, monkeypatch)
+
+
+@pytest.fixture
+def failing_scripted(script, monkeypatch):
+    """The scripted host, made to fail after ``after`` pieces (0: before the first)."""
+    return _failing(script, monkeypatch)
 
 
 @pytest.fixture(scope="session")
