@@ -10,15 +10,15 @@ from support.spec import assert_valid, assert_valid_stream
 PROMPT = "Once upon a time"
 
 
-def raw_completion(sclient, **kw):
-    raw = sclient.completions.with_raw_response.create(model="text-davinci-003", **kw)
+def raw_completion(client, **kw):
+    raw = client.completions.with_raw_response.create(model="text-davinci-003", **kw)
     body = raw.http_response.json()
     assert_valid("CreateCompletionResponse", body)
     return raw.parse(), body
 
 
-def stream(scripted, **body):
-    r = httpx.post(f"{scripted.url}/completions", json={"model": "x", "stream": True, **body}, timeout=120)
+def stream(live, **body):
+    r = httpx.post(f"{live.url}/completions", json={"model": "x", "stream": True, **body}, timeout=120)
     assert r.status_code == 200, r.text
     return assert_valid_stream("CreateCompletionStreamResponse", r.text)
 
