@@ -79,14 +79,14 @@ def test_garbage_bodies_get_anthropic_400s(scripted):
 
 
 def test_sdk_raises_its_own_error_classes(scripted):
-    sclaude = anthropic_client(scripted)
+    claude = anthropic_client(scripted)
     with pytest.raises(anthropic.BadRequestError) as e:
-        sclaude.messages.create(model="x", max_tokens=5, messages=[{"role": "user", "content": [IMAGE]}])
+        claude.messages.create(model="x", max_tokens=5, messages=[{"role": "user", "content": [IMAGE]}])
     assert e.value.body["error"]["type"] == "invalid_request_error"
     with pytest.raises(anthropic.NotFoundError):
-        sclaude.get("/v1/messages/batches/x", cast_to=object)
+        claude.get("/v1/messages/batches/x", cast_to=object)
     with pytest.raises(anthropic.BadRequestError):
-        sclaude.messages.count_tokens(model="x", messages=[])
+        claude.messages.count_tokens(model="x", messages=[])
 
 
 def test_unknown_paths_and_methods_under_messages(scripted):
@@ -198,9 +198,9 @@ def test_every_status_in_anthropics_shape(error, status, kind, sdk_class):
         raise error
 
     http = TestClient(app)
-    sclaude = anthropic.Anthropic(base_url="http://testserver", api_key="k", http_client=http, max_retries=0)
+    claude = anthropic.Anthropic(base_url="http://testserver", api_key="k", http_client=http, max_retries=0)
     with pytest.raises(sdk_class) as e:
-        sclaude.messages.create(model="x", max_tokens=2, messages=Q)
+        claude.messages.create(model="x", max_tokens=2, messages=Q)
     assert e.value.status_code == status
     assert_error(e.value.body, kind)
     assert anthropic_errors.reply(error).status == status

@@ -56,9 +56,9 @@ def test_the_sdk_replays_a_thread_the_server_dropped(scripted_host, make_server,
         seen.append((req.thread or {}).get("type"))
         return real(self, req, owner)
     monkeypatch.setattr(threads.Threads, "resolve", resolve)
-    sclaude = anthropic_client(server)
-    one = sclaude.beta.messages.thread(model="x", max_tokens=4, extra_body=GREEDY)
-    two = sclaude.beta.messages.thread(model="x", max_tokens=4, extra_body=GREEDY)
+    claude = anthropic_client(server)
+    one = claude.beta.messages.thread(model="x", max_tokens=4, extra_body=GREEDY)
+    two = claude.beta.messages.thread(model="x", max_tokens=4, extra_body=GREEDY)
     one.send({"role": "user", "content": "Say a word."})
     two.send({"role": "user", "content": "Say a number."})     # the server keeps one thread: one's is dropped
     reply = one.send({"role": "user", "content": "Say another."})

@@ -5,25 +5,18 @@ read from the events, not from clocks."""
 from __future__ import annotations
 
 import json
-import threading
 
 import anthropic
 import httpx
 import pytest
 from support.anthropic_types import anthropic_client, assert_error
-from support.scripted import Reply
+from support.scripted import held
 from support.servers import idle
 
 from openai_ext.messages import stream as messages_stream
 
 LONG = {"model": "x", "messages": [{"role": "user", "content": "Write a very long story about a dragon."}],
         "max_tokens": 1500, "temperature": 0, "stream": True}
-
-
-def held_reply(at: int = 2) -> Reply:
-    """A long reply that stops after ``at`` tokens and waits, never released: only the request's
-    end (its client leaving) ends it, as a long generation on a real model would still run."""
-    return Reply(" ".join(["word"] * 2000), gate=threading.Event(), gate_at=at)
 
 
 def events(response):
@@ -52,7 +45,7 @@ def produced(scripted_host, monkeypatch):
 
 def test_waiting_stream_pings_then_a_full_line_is_overloaded(script, make_server, monkeypatch):
     monkeypatch.setattr(messages_stream, "PING_INTERVAL", 0.05)
-    script.script(held_reply())   # the first generates two tokens, then holds its place until it leaves
+    script.script(held())   # the first generates two tokens, then holds its place until it leaves
     server = make_server(script, max_queue=1)
     with httpx.stream("POST", server.url + "/messages", json=LONG, timeout=60) as first:
         running = events(first)
@@ -85,7 +78,7 @@ def test_waiting_stream_pings_then_a_full_line_is_overloaded(script, make_server
 
 
 def test_a_client_that_leaves_stops_the_generation(scripted, scripted_host, produced):
-    held = scripted_host.script(held_reply(at=12))[0]   # 12 tokens, then it waits until stopped
+    reply = scripted_host.script(held(at=12))[0]   # 12 tokens, then it waits until stopped
     with httpx.stream("POST", scripted.url + "/messages", json=LONG, timeout=60) as r:
         deltas = 0
         for name, _ in events(r):
@@ -95,6 +88,6 @@ def test_a_client_that_leaves_stops_the_generation(scripted, scripted_host, prod
         at_leaving = produced[0]
     assert idle(scripted, scripted_host), "the generation ran on, or kept its place in line"
     assert produced[0] - at_leaving <= 3, "tokens generated after the client left"
-    assert produced[0] < 100 and held.ended.is_set()
+    assert produced[0] < 100 and reply.ended.is_set()
     ok = anthropic_client(scripted).messages.create(model="x", max_tokens=3, messages=LONG["messages"])
     assert ok.usage.output_tokens == 3

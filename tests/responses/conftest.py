@@ -23,8 +23,13 @@ def rclient(rserver):
 
 
 @pytest.fixture(scope="session")
-def scripted_rserver(scripted_host, make_server, tmp_path_factory):
-    return make_server(scripted_host, data_dir=str(tmp_path_factory.mktemp("scripted-responses-data")))
+def scripted_data_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("scripted-responses-data")
+
+
+@pytest.fixture(scope="session")
+def scripted_rserver(scripted_host, make_server, scripted_data_dir):
+    return make_server(scripted_host, data_dir=str(scripted_data_dir))
 
 
 @pytest.fixture

@@ -58,7 +58,7 @@ def weather_tool(calls):
 
 
 @pytest.mark.parametrize("streamed", [False, True])
-def test_an_agent_with_the_default_settings(rserver, streamed):
+def test_an_agent_with_the_default_settings(srserver, streamed):
     """The SDK's default model name and model settings, with greedy decoding and a token cap as
     the only changes (at temperature 1 a 135M model may ramble to the end of its context, which
     the SDK reports as an error). The model chooses freely whether to call the tool; either way
@@ -69,10 +69,10 @@ def test_an_agent_with_the_default_settings(rserver, streamed):
     settings = get_default_model_settings().resolve(agents.ModelSettings(temperature=0, max_tokens=200))
     agent = agents.Agent(name="Weather", instructions="Answer weather questions in one sentence.",
                          tools=[weather_tool(calls)], model_settings=settings)
-    result = run_agent(rserver, agent, "What is the weather in Paris?", streamed=streamed)
+    result = run_agent(srserver, agent, "What is the weather in Paris?", streamed=streamed)
     assert isinstance(result.final_output, str) and result.final_output.strip()
-    for response_id in check_raw_responses(rserver, result):
-        body = openai_client(rserver).responses.retrieve(response_id)
+    for response_id in check_raw_responses(srserver, result):
+        body = openai_client(srserver).responses.retrieve(response_id)
         assert body.reasoning.effort == settings.reasoning.effort and body.text.verbosity == settings.verbosity
     assert get_default_model().startswith("gpt-")   # the SDK's own model name, served by the local model
     tool_outputs = [i for i in result.new_items if i.type == "tool_call_output_item"]

@@ -3,7 +3,8 @@
 The API-shape tests (validation, error objects, stream events, usage, parameter mapping) need a
 host that behaves like one, not a model: ``ScriptedHost`` answers each generation with the next
 reply of its script, or its default reply when the script is empty, as simonw/llm's MockModel
-does. A reply may hold the tool-call markup the server's own parser reads
+does. The default may be a function of the prompt, for a test whose replies depend on what is
+asked (a forced tool call, or the summary a compaction asks for). A reply may hold the tool-call markup the server's own parser reads
 (``<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>``; see ``call()``).
 
 Where it differs from the real hosts (hosts/llamacpp.py, hosts/upstream.py):
@@ -39,7 +40,7 @@ import re
 import threading
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from openai_ext.hosts.base import ChatPrompt, Host, HostAbilities, Piece, Prompt, TokenLogprob
 
@@ -60,6 +61,12 @@ def call(name: str, arguments: dict[str, Any] | str) -> str:
     return f'<tool_call>\n{{"name": {json.dumps(name)}, "arguments": {args}}}\n</tool_call>'
 
 
+def forced(arguments: dict[str, Any]) -> str:
+    """A reply to a forced call, whose name the server has already written into the prompt (the
+    prefill ends with ``"arguments": ``): the arguments and the end of the call."""
+    return json.dumps(arguments) + "}\n</tool_call>"
+
+
 @dataclass
 class Reply:
     """One scripted answer. ``finish_reason``: what the host reports after the last token
@@ -74,6 +81,12 @@ class Reply:
     gate_at: int = 0
     started: threading.Event = field(default_factory=threading.Event)
     ended: threading.Event = field(default_factory=threading.Event)
+
+
+def held(at: int = 2) -> Reply:
+    """A long reply that waits after ``at`` tokens and is never released: only its request's end
+    (the client leaving, a cancel) ends it, as a long generation on a real model is still running."""
+    return Reply(" ".join(["word"] * 2000), gate=threading.Event(), gate_at=at)
 
 
 @dataclass
@@ -102,8 +115,8 @@ def _limit(settings: Any) -> tuple[int, int | None]:
 class ScriptedHost(Host):
     owned_by = "scripted"
 
-    def __init__(self, *, model_id: str = "scripted-model", n_ctx: int = 2048, default: str = DEFAULT_REPLY,
-                 abilities: HostAbilities | None = None):
+    def __init__(self, *, model_id: str = "scripted-model", n_ctx: int = 2048,
+                 default: str | Callable[[Prompt], str] = DEFAULT_REPLY, abilities: HostAbilities | None = None):
         self.model_id = model_id
         self.created = 1700000000
         self.n_ctx = n_ctx
@@ -138,7 +151,10 @@ class ScriptedHost(Host):
 
     def _next(self, prompt: Prompt, settings: Any) -> Reply:
         with self._lock:
-            reply = self.replies.popleft() if self.replies else Reply(self.default)
+            if self.replies:
+                reply = self.replies.popleft()
+            else:
+                reply = Reply(self.default(prompt) if callable(self.default) else self.default)
             self.calls.append(Call(prompt, settings, reply))
         return reply
 
