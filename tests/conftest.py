@@ -103,10 +103,13 @@ def scripted_server(scripted_host, make_server):
 @pytest.fixture
 def script(scripted_host):
     """The scripted host, fresh for this test: ``script.script("reply", ...)`` queues replies,
-    ``script.calls`` lists what it was asked; all of it is reset after the test."""
+    ``script.calls`` lists what it was asked; all of it is reset after the test. A reply the test
+    scripted and no request asked for is an error: the test did not run as it was written."""
     scripted_host.reset()
     yield scripted_host
+    unused = [r.text[:40] for r in scripted_host.replies]
     scripted_host.reset()
+    assert not unused, f"scripted replies no request asked for: {unused}"
 
 
 @pytest.fixture

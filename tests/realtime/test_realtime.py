@@ -390,7 +390,7 @@ def test_speech_during_an_answer_cancels_it_and_the_answer_is_truncated(rt, say)
 def test_an_out_of_band_response_and_a_cancelled_one(rt, script):
     """conversation "none": the response's items stay out of the conversation. response.cancel
     ends a response as cancelled (client_cancelled), and the session takes the next one."""
-    script.script("Blue.", held())   # the second response runs until it is cancelled
+    _, long = script.script("Blue.", held())   # the second response runs until it is cancelled
     with client(rt).realtime.connect(model=MODEL) as connection:
         events = Events(connection)
         events.next()
@@ -408,6 +408,7 @@ def test_an_out_of_band_response_and_a_cancelled_one(rt, script):
         connection.response.create(response={"max_output_tokens": 1000,
                                              "instructions": "Write a very long essay about the sea."})
         created = events.until("response.created")[-1]["response"]
+        assert long.started.wait(60)   # it is generating now
         connection.response.create()
         assert events.until("error")[-1]["error"]["code"] == "conversation_already_has_active_response"
         connection.response.cancel()

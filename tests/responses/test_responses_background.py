@@ -19,10 +19,11 @@ def test_a_background_response_is_answered_at_once_then_runs(srclient):
 
 
 def test_cancel_stops_a_running_background_response(srclient, srserver, script):
-    script.script(held())   # a long reply, still running until the request ends
+    [reply] = script.script(held())   # a long reply, still running until the request ends
     resp, _ = create(srclient, input="Write a very long story about a dragon.", max_output_tokens=1500,
                      background=True)
     poll(srclient, resp.id, lambda b: b["status"] == "in_progress")
+    assert reply.started.wait(60)   # it is generating now
     cancelled = srclient.responses.with_raw_response.cancel(resp.id).http_response.json()
     assert_valid("Response", cancelled)
     assert cancelled["status"] == "cancelled"

@@ -88,12 +88,13 @@ def test_turns_appended_at_once_through_both_servers_are_all_kept_in_order(clien
         assert turn[0].role == "user" and turn[1].id == answers[w].output[0].id
 
 
-def test_a_background_response_runs_on_one_server_and_is_cancelled_through_the_other(shared, clients, scripted_host, script):
-    script.script(held())   # a long reply, still running until the request ends
+def test_a_background_response_runs_on_one_server_and_is_cancelled_through_the_other(shared, clients, script):
+    [reply] = script.script(held())   # a long reply, still running until the request ends
     (server_a, server_b), url = shared
     a, b = clients
     resp, _ = create(a, input="Write a very long story about a dragon.", max_output_tokens=1500, background=True)
     running = poll(b, resp.id, lambda body: body["status"] == "in_progress")   # seen through the other server
+    assert reply.started.wait(60)   # it is generating now
     assert running["background"] is True
     store_a = server_a.app.state.api.responses
     store_b = server_b.app.state.api.responses
@@ -108,7 +109,7 @@ def test_a_background_response_runs_on_one_server_and_is_cancelled_through_the_o
     assert_valid("Response", cancelled)
     assert cancelled["status"] == "cancelled"
     assert a.responses.retrieve(resp.id).status == "cancelled"
-    assert idle(server_a, scripted_host)   # the generation on the first server stopped
+    assert idle(server_a, script)   # the generation on the first server stopped
     assert b.responses.cancel(resp.id).status == "cancelled"   # again: unchanged
     # once it ended, any server replays its events
     replayed = parse_events(httpx.get(f"{server_b.url}/responses/{resp.id}", params={"stream": "true"},
