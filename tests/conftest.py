@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -18,7 +19,7 @@ sys.path.insert(0, str(TESTS))   # the shared helpers: support.*
 
 from support import DOUBLES  # noqa: E402
 from support.scripted import ScriptedHost  # noqa: E402
-from support.servers import free_port, openai_client  # noqa: E402
+from support.servers import free_port, openai_client, run_together  # noqa: E402
 from support.webui import load_extension  # noqa: E402
 
 from openai_ext.app import create_app  # noqa: E402
@@ -63,7 +64,8 @@ def llama_host():
 
 @pytest.fixture(scope="session")
 def make_server():
-    """Starts an API server on a free port around a host; every server is stopped at the end."""
+    """Starts an API server on a free port around a host; every server is stopped at the end, all
+    at once (each takes a tick of its event loop to notice)."""
     servers = []
 
     def make(host, manager=None, **settings) -> ApiServer:
@@ -73,8 +75,7 @@ def make_server():
         return server
 
     yield make
-    for server in servers:
-        server.stop()
+    run_together(lambda i: servers[i].stop(), len(servers))
 
 
 @pytest.fixture(scope="session")
@@ -192,13 +193,28 @@ def host_modules(monkeypatch):
         sys.modules.pop(name, None)
 
 
+@pytest.fixture(scope="session")
+def stop_later():
+    """Stops a server on a thread of its own, joined at the end of the session: a test does not
+    wait for the tick in which a server it has finished with notices that it should stop."""
+    threads: list[threading.Thread] = []
+
+    def stop(server) -> None:
+        thread = threading.Thread(target=server.stop, name="test-server-stop")
+        thread.start()
+        threads.append(thread)
+    yield stop
+    for thread in threads:
+        thread.join()
+
+
 @pytest.fixture
-def extension(host_modules):
+def extension(host_modules, stop_later):
     """The extension loaded into the host double as the web UI loads it, on a free port."""
     host_modules.shared.settings["openai_ext-port"] = free_port()
     ext = load_extension(host_modules.shared)
     assert ext.server is not None
     yield ext
-    ext.server.stop()
+    stop_later(ext.server)
 
 

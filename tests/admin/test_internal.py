@@ -140,7 +140,7 @@ def test_standalone_mode_has_no_loras(managed):
 
 
 @pytest.fixture
-def ext_server(host_modules, make_server):
+def ext_server(host_modules, stop_later):
     from openai_ext.app import create_app
     from openai_ext.core.config import Settings
     from openai_ext.core.server import ApiServer
@@ -151,7 +151,7 @@ def ext_server(host_modules, make_server):
     settings = Settings(port=0, admin_key="admin-secret")
     server = ApiServer(create_app(settings, host, TextgenModels(host_modules)), settings).start()
     yield server
-    server.stop()
+    stop_later(server)
 
 
 def test_extension_mode_model_management_calls_the_host_loader(ext_server, host_modules):

@@ -65,15 +65,16 @@ def test_the_key_guards_all_routes_before_reading_the_body(keyed):
     routes = sorted(set(every_route(keyed.app)))
     assert len(routes) > 60 and ("POST", "/v1/audio/transcriptions") in routes and ("POST", "/edits") in routes
     base = keyed.url.removesuffix("/v1")
-    for method, path in routes + [("GET", "/openapi.json")]:
-        if path in ("/health", "/v1/internal/health"):
-            continue
-        r = httpx.request(method, base + path, content=b"{not json", headers={"Content-Type": "application/json"})
-        assert r.status_code == 401, (method, path, r.text)
-        if path.removeprefix("/v1").startswith("/messages"):   # Anthropic's API, Anthropic's error
-            assert r.json()["error"]["type"] == "authentication_error"
-        else:
-            assert r.json()["error"]["code"] == "invalid_api_key"
+    with httpx.Client() as http:   # one connection for them all
+        for method, path in routes + [("GET", "/openapi.json")]:
+            if path in ("/health", "/v1/internal/health"):
+                continue
+            r = http.request(method, base + path, content=b"{not json", headers={"Content-Type": "application/json"})
+            assert r.status_code == 401, (method, path, r.text)
+            if path.removeprefix("/v1").startswith("/messages"):   # Anthropic's API, Anthropic's error
+                assert r.json()["error"]["type"] == "authentication_error"
+            else:
+                assert r.json()["error"]["code"] == "invalid_api_key"
     upload = httpx.post(keyed.url + "/audio/transcriptions", files={"file": ("a.wav", b"RIFF" + bytes(5000))},
                         data={"model": "whisper-1"})
     assert upload.status_code == 401
