@@ -1,5 +1,6 @@
-"""POST /v1/responses on the real SmolLM2 model, through the official SDK: the Response object,
-exact usage, instructions, input items, log-probabilities and structured output."""
+"""POST /v1/responses through the official SDK: the Response object, exact usage, instructions,
+input items and log-probabilities on the scripted host; a real answer and structured output on
+the real SmolLM2 model."""
 
 from __future__ import annotations
 

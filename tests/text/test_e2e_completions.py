@@ -1,4 +1,5 @@
-"""End to end: /v1/completions on the real SmolLM2 model, driven by the official client."""
+"""End to end: /v1/completions driven by the official client, on the scripted host (the API's
+shape) and on the real SmolLM2 model (best_of, and the scores of an echoed prompt)."""
 
 from __future__ import annotations
 
