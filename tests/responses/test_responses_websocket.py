@@ -17,7 +17,7 @@ import websockets
 from openai import AsyncOpenAI
 from support.hosts import FailingHost
 from support.responses_api import create
-from support.scripted import held
+from support.scripted import forced, held
 from support.servers import openai_client, wait_until
 from support.spec import assert_valid
 
@@ -41,12 +41,16 @@ def ws_client(server, **kw) -> AsyncOpenAI:
 
 
 @pytest.mark.parametrize("namespaced, streamed", [(False, False), (True, True)])
-def test_an_agent_runs_over_the_websocket_transport(rserver, namespaced, streamed):
+def test_an_agent_runs_over_the_websocket_transport(srserver, script, namespaced, streamed):
     """Runner.run (and run_streamed) through the Agents SDK's WebSocket transport: a tool call,
     its output sent back on the same connection, and the answer; every response is stored and
     spec-valid. Namespaced: the tool in a tool_namespace(), named in tool_choice as the SDK
-    names it (namespace.name), its call routed back to it by its namespace."""
+    names it (namespace.name), its call routed back to it by its namespace. The scripted host
+    writes the forced call's arguments, and an answer once the call is no longer forced."""
     from agents.models.openai_provider import OpenAIProvider
+
+    script.default = lambda prompt: forced({"city": "Paris"}) if prompt.text.endswith('"arguments": ') else \
+        "It is sunny in Paris."
 
     calls: list[str] = []
 
@@ -63,7 +67,7 @@ def test_an_agent_runs_over_the_websocket_transport(rserver, namespaced, streame
         choice = "weather.get_weather"
 
     async def go():
-        client = ws_client(rserver)
+        client = ws_client(srserver)
         provider = OpenAIProvider(openai_client=client, use_responses=True, use_responses_websocket=True)
         settings = agents.ModelSettings(tool_choice=choice, temperature=0, max_tokens=60)
         agent = agents.Agent(name="Weather", instructions="Answer weather questions. Call get_weather first.",
@@ -85,7 +89,7 @@ def test_an_agent_runs_over_the_websocket_transport(rserver, namespaced, streame
     assert [i.type for i in result.new_items] == ["tool_call_item", "tool_call_output_item", "message_output_item"]
     assert isinstance(result.final_output, str) and result.final_output.strip()
     assert getattr(result.new_items[0].raw_item, "namespace", None) == ("weather" if namespaced else None)
-    client = openai_client(rserver)
+    client = openai_client(srserver)
     for raw in result.raw_responses:
         assert_valid("Response", client.responses.with_raw_response.retrieve(raw.response_id).http_response.json())
 
