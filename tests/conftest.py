@@ -119,9 +119,15 @@ def scripted(scripted_server, script):
     return scripted_server
 
 
+@pytest.fixture(scope="session")
+def scripted_openai(scripted_server):
+    """One client for the session (a client costs tens of milliseconds to make)."""
+    return openai_client(scripted_server)
+
+
 @pytest.fixture
-def sclient(scripted):
-    return openai_client(scripted)
+def sclient(scripted, scripted_openai):
+    return scripted_openai
 
 
 def _failing(host, monkeypatch):

@@ -11,6 +11,12 @@ def claude(live):
     return anthropic_client(live)
 
 
+@pytest.fixture(scope="session")
+def scripted_anthropic(scripted_server):
+    """One client for the session (a client costs tens of milliseconds to make)."""
+    return anthropic_client(scripted_server)
+
+
 @pytest.fixture
-def sclaude(scripted):
-    return anthropic_client(scripted)
+def sclaude(scripted, scripted_anthropic):
+    return scripted_anthropic

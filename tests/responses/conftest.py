@@ -38,6 +38,12 @@ def srserver(scripted_rserver, script):
     return scripted_rserver
 
 
+@pytest.fixture(scope="session")
+def scripted_rclient(scripted_rserver):
+    """One client for the session (a client costs tens of milliseconds to make)."""
+    return openai_client(scripted_rserver)
+
+
 @pytest.fixture
-def srclient(srserver):
-    return openai_client(srserver)
+def srclient(srserver, scripted_rclient):
+    return scripted_rclient

@@ -112,6 +112,6 @@ def test_a_client_that_leaves_a_plain_request_stops_it_too(srserver, script):
     script.script(held())   # a long reply, still running until the request ends
     health = srserver.url.removesuffix("/v1") + "/health"
     with pytest.raises(httpx.ReadTimeout):
-        httpx.post(f"{srserver.url}/responses", timeout=httpx.Timeout(60, read=1.5),
+        httpx.post(f"{srserver.url}/responses", timeout=httpx.Timeout(60, read=0.3),
                    json={"input": "Write a very long story about a dragon.", "temperature": 0})
     wait_until(lambda: httpx.get(health).json()["running"] == 0, "the generation stopped")
