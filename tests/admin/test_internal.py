@@ -7,23 +7,24 @@ import threading
 
 import httpx
 import pytest
+from support.scripted import held
 
 ADMIN = {"Authorization": "Bearer admin-secret"}
 USER = {"Authorization": "Bearer user-secret"}
 
 
-def test_encode_decode_and_count_use_the_model_tokenizer(live, llama_host):
+def test_encode_decode_and_count_use_the_model_tokenizer(scripted, scripted_host):
     text = "Hello, world! Dragons 🐉"
-    enc = httpx.post(f"{live.url}/internal/encode", json={"text": text}).json()
-    assert enc["tokens"] == llama_host.tokenize(text) and enc["length"] == len(enc["tokens"])
-    assert httpx.post(f"{live.url}/internal/decode", json={"tokens": enc["tokens"]}).json() == {"text": text}
-    assert httpx.post(f"{live.url}/internal/token-count", json={"text": text}).json() == {"length": enc["length"]}
-    bad = httpx.post(f"{live.url}/internal/decode", json={"tokens": [-1]})
+    enc = httpx.post(f"{scripted.url}/internal/encode", json={"text": text}).json()
+    assert enc["tokens"] == scripted_host.tokenize(text) and enc["length"] == len(enc["tokens"])
+    assert httpx.post(f"{scripted.url}/internal/decode", json={"tokens": enc["tokens"]}).json() == {"text": text}
+    assert httpx.post(f"{scripted.url}/internal/token-count", json={"text": text}).json() == {"length": enc["length"]}
+    bad = httpx.post(f"{scripted.url}/internal/decode", json={"tokens": [-1]})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "tokens"
 
 
-def test_chat_prompt_shows_the_rendered_prompt(live):
-    r = httpx.post(f"{live.url}/internal/chat-prompt", json={"messages": [
+def test_chat_prompt_shows_the_rendered_prompt(scripted):
+    r = httpx.post(f"{scripted.url}/internal/chat-prompt", json={"messages": [
         {"role": "system", "content": "Rule."}, {"role": "user", "content": "Hi"}]})
     assert r.json()["prompt"] == "<|im_start|>system\nRule.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n" \
                                  "<|im_start|>assistant\n"
@@ -41,12 +42,18 @@ def test_model_info(live, llama_host):
     assert info["flash_attn"] is False      # one sequence: the reproducible path (flash_attn auto)
 
 
-def test_stop_generation_ends_a_running_stream(live):
+def test_stop_generation_ends_a_running_stream(scripted, script):
     body = {"messages": [{"role": "user", "content": "Write a very long story."}], "max_tokens": 1500,
             "stream": True, "ban_eos_token": True}
-    stopper = threading.Timer(0.5, lambda: httpx.post(f"{live.url}/internal/stop-generation"))
+    [reply] = script.script(held())   # it runs until something stops it
+
+    def stop_once_it_runs():
+        reply.started.wait(60)
+        httpx.post(f"{scripted.url}/internal/stop-generation")
+    stopper = threading.Thread(target=stop_once_it_runs)
     stopper.start()
-    r = httpx.post(f"{live.url}/chat/completions", json=body, timeout=120)
+    r = httpx.post(f"{scripted.url}/chat/completions", json=body, timeout=120)
+    stopper.join()
     assert r.text.rstrip().endswith("data: [DONE]") and '"finish_reason":"stop"' in r.text
     assert r.text.count('"content":"') < 1500   # stopped before max_tokens, not run to the end
 
@@ -133,7 +140,7 @@ def test_standalone_mode_has_no_loras(managed):
 
 
 @pytest.fixture
-def ext_server(host_modules, make_server):
+def ext_server(host_modules, stop_later):
     from openai_ext.app import create_app
     from openai_ext.core.config import Settings
     from openai_ext.core.server import ApiServer
@@ -144,7 +151,7 @@ def ext_server(host_modules, make_server):
     settings = Settings(port=0, admin_key="admin-secret")
     server = ApiServer(create_app(settings, host, TextgenModels(host_modules)), settings).start()
     yield server
-    server.stop()
+    stop_later(server)
 
 
 def test_extension_mode_model_management_calls_the_host_loader(ext_server, host_modules):

@@ -22,14 +22,14 @@ ROUTES = [
 
 @pytest.mark.parametrize("path,body,param", ROUTES, ids=[r[0] for r in ROUTES])
 @pytest.mark.parametrize("form", ["escaped", "raw bytes"])
-def test_a_lone_surrogate_is_a_400_naming_the_field(live, path, body, param, form):
+def test_a_lone_surrogate_is_a_400_naming_the_field(scripted, path, body, param, form):
     import json
     text = json.dumps(body)
     if form == "escaped":
         data = text.replace("SURROGATE", "\\ud800").encode()
     else:
         data = text.encode().replace(b"SURROGATE", b"\xed\xa0\x80")
-    r = httpx.post(f"{live.url}{path}", content=data, headers={"content-type": "application/json"}, timeout=30)
+    r = httpx.post(f"{scripted.url}{path}", content=data, headers={"content-type": "application/json"}, timeout=30)
     assert r.status_code == 400, r.text
     err = r.json()["error"]
     assert err["type"] == "invalid_request_error"
@@ -61,9 +61,9 @@ def test_a_deep_body_is_walked_without_recursion():
     assert e.value.param == "a" + "[0]" * 900
 
 
-def test_a_body_nested_too_deep_for_the_json_reader_is_a_400(live):
+def test_a_body_nested_too_deep_for_the_json_reader_is_a_400(scripted):
     deep = b'{"model": "x", "messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
-    r = httpx.post(f"{live.url}/chat/completions", content=deep, headers={"content-type": "application/json"},
+    r = httpx.post(f"{scripted.url}/chat/completions", content=deep, headers={"content-type": "application/json"},
                    timeout=30)
     assert r.status_code == 400, r.text
     assert r.json()["error"]["type"] == "invalid_request_error"

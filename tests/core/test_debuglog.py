@@ -29,9 +29,9 @@ def test_only_secrets_are_hidden_not_token_counts():
     assert {k: out[k] for k in list(body)[11:]} == {k: body[k] for k in list(body)[11:]}
 
 
-def test_debug_logs_bodies_and_error_messages_but_not_stream_chunks(llama_host, make_server, caplog):
+def test_debug_logs_bodies_and_error_messages_but_not_stream_chunks(scripted_host, make_server, caplog):
     caplog.set_level(logging.DEBUG)
-    server = make_server(llama_host, debug=True)
+    server = make_server(scripted_host, debug=True)
     try:
         r = httpx.post(f"{server.url}/chat/completions", timeout=60, json={
             "model": "x", "messages": [{"role": "user", "content": "Say hi. " + "y" * 400}],
@@ -47,12 +47,12 @@ def test_debug_logs_bodies_and_error_messages_but_not_stream_chunks(llama_host, 
         assert not [rec for rec in caplog.records if rec.name.startswith("sse_starlette")]
     finally:
         server.stop()
-        make_server(llama_host)   # puts the loggers back as a server without debug sets them
+        make_server(scripted_host)   # puts the loggers back as a server without debug sets them
 
 
-def test_debug_streams_logs_every_chunk(llama_host, make_server, caplog):
+def test_debug_streams_logs_every_chunk(scripted_host, make_server, caplog):
     caplog.set_level(logging.DEBUG)
-    server = make_server(llama_host, debug=True, debug_streams=True)
+    server = make_server(scripted_host, debug=True, debug_streams=True)
     try:
         r = httpx.post(f"{server.url}/chat/completions", timeout=60, json={
             "model": "x", "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 5, "stream": True})
@@ -60,4 +60,4 @@ def test_debug_streams_logs_every_chunk(llama_host, make_server, caplog):
         assert [rec for rec in caplog.records if rec.name.startswith("sse_starlette")]
     finally:
         server.stop()
-        make_server(llama_host)
+        make_server(scripted_host)

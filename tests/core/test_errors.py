@@ -54,21 +54,21 @@ def test_missing_parameter():
     ("/chat/completions", {"model": "x", "messages": [{"role": "user", "content": "hi"}],
                            "logit_bias": {"42": True}}, "logit_bias"),
 ])
-def test_booleans_are_not_numbers(live, path, body, param):
-    r = httpx.post(f"{live.url}{path}", json=body, timeout=30)
+def test_booleans_are_not_numbers(scripted, path, body, param):
+    r = httpx.post(f"{scripted.url}{path}", json=body, timeout=30)
     assert r.status_code == 400, r.text
     err = r.json()["error"]
     assert err["param"].startswith(param) and "boolean" in err["message"]
 
 
-def test_405_says_which_methods_are_allowed(live):
-    r = httpx.get(f"{live.url}/chat/completions")
+def test_405_says_which_methods_are_allowed(scripted):
+    r = httpx.get(f"{scripted.url}/chat/completions")
     assert r.status_code == 405 and r.headers["allow"] == "POST"
     assert "use POST" in r.json()["error"]["message"]
 
 
-def test_the_openapi_document_lists_the_errors_the_server_really_sends(live):
-    doc = httpx.get(live.url.removesuffix("/v1") + "/openapi.json").json()
+def test_the_openapi_document_lists_the_errors_the_server_really_sends(scripted):
+    doc = httpx.get(scripted.url.removesuffix("/v1") + "/openapi.json").json()
     assert "HTTPValidationError" not in doc["components"]["schemas"]
     for path, operations in doc["paths"].items():
         for method, operation in operations.items():
@@ -78,5 +78,5 @@ def test_the_openapi_document_lists_the_errors_the_server_really_sends(live):
     chat = doc["paths"]["/v1/chat/completions"]["post"]["responses"]["200"]["content"]
     assert "text/event-stream" in chat and "application/json" in chat
     # and the 400 it documents is what a bad body gets
-    r = httpx.post(f"{live.url}/chat/completions", json={"model": "x"})
+    r = httpx.post(f"{scripted.url}/chat/completions", json={"model": "x"})
     assert r.status_code == 400 and set(r.json()) == {"error"}

@@ -23,8 +23,8 @@ CHAT = {"model": "x", "messages": [{"role": "user", "content": "hi"}], "max_toke
 
 
 @pytest.fixture(scope="module")
-def keyed(llama_host, make_server):
-    return make_server(llama_host, api_key=KEY, admin_key="admin-key-456")
+def keyed(scripted_host, make_server):
+    return make_server(scripted_host, api_key=KEY, admin_key="admin-key-456")
 
 
 def auth(key):
@@ -65,32 +65,33 @@ def test_the_key_guards_all_routes_before_reading_the_body(keyed):
     routes = sorted(set(every_route(keyed.app)))
     assert len(routes) > 60 and ("POST", "/v1/audio/transcriptions") in routes and ("POST", "/edits") in routes
     base = keyed.url.removesuffix("/v1")
-    for method, path in routes + [("GET", "/openapi.json")]:
-        if path in ("/health", "/v1/internal/health"):
-            continue
-        r = httpx.request(method, base + path, content=b"{not json", headers={"Content-Type": "application/json"})
-        assert r.status_code == 401, (method, path, r.text)
-        if path.removeprefix("/v1").startswith("/messages"):   # Anthropic's API, Anthropic's error
-            assert r.json()["error"]["type"] == "authentication_error"
-        else:
-            assert r.json()["error"]["code"] == "invalid_api_key"
+    with httpx.Client() as http:   # one connection for them all
+        for method, path in routes + [("GET", "/openapi.json")]:
+            if path in ("/health", "/v1/internal/health"):
+                continue
+            r = http.request(method, base + path, content=b"{not json", headers={"Content-Type": "application/json"})
+            assert r.status_code == 401, (method, path, r.text)
+            if path.removeprefix("/v1").startswith("/messages"):   # Anthropic's API, Anthropic's error
+                assert r.json()["error"]["type"] == "authentication_error"
+            else:
+                assert r.json()["error"]["code"] == "invalid_api_key"
     upload = httpx.post(keyed.url + "/audio/transcriptions", files={"file": ("a.wav", b"RIFF" + bytes(5000))},
                         data={"model": "whisper-1"})
     assert upload.status_code == 401
 
 
-def test_admin_routes_refuse_web_pages_when_no_key_is_set(live):
+def test_admin_routes_refuse_web_pages_when_no_key_is_set(scripted):
     # A page on any site may call the API (CORS allows every origin), but not manage models.
-    r = httpx.get(live.url + "/internal/model/list", headers={"Origin": "https://evil.example"})
+    r = httpx.get(scripted.url + "/internal/model/list", headers={"Origin": "https://evil.example"})
     assert r.status_code == 403 and r.json()["error"]["code"] == "admin_key_required"
     assert r.headers["access-control-allow-origin"] == "*"     # readable, so the page's author sees why
-    r = httpx.post(live.url + "/internal/model/unload", headers={"Origin": "https://evil.example"})
-    assert r.status_code == 403 and live.app.state.api.host.loaded
+    r = httpx.post(scripted.url + "/internal/model/unload", headers={"Origin": "https://evil.example"})
+    assert r.status_code == 403 and scripted.app.state.api.host.loaded
     # the ordinary routes stay open to web apps
-    assert httpx.get(live.url + "/models", headers={"Origin": "https://evil.example"}).status_code == 200
+    assert httpx.get(scripted.url + "/models", headers={"Origin": "https://evil.example"}).status_code == 200
 
 
-def test_stop_generation_needs_the_admin_key(keyed, live):
+def test_stop_generation_needs_the_admin_key(keyed, scripted):
     # it stops whatever runs, other users' generations included
     url = keyed.url + "/internal/stop-generation"
     for headers in ({}, auth(KEY), auth("wrong")):
@@ -99,21 +100,21 @@ def test_stop_generation_needs_the_admin_key(keyed, live):
         assert_valid("ErrorResponse", r.json())
     assert httpx.post(url, headers=auth("admin-key-456")).json() == "OK"
     # with no key at all, not from a web page
-    r = httpx.post(live.url + "/internal/stop-generation", headers={"Origin": "https://evil.example"})
+    r = httpx.post(scripted.url + "/internal/stop-generation", headers={"Origin": "https://evil.example"})
     assert r.status_code == 403 and r.json()["error"]["code"] == "admin_key_required"
 
 
-def test_the_admin_key_defaults_to_the_api_key(llama_host, make_server):
-    server = make_server(llama_host, api_key=KEY)
+def test_the_admin_key_defaults_to_the_api_key(scripted_host, make_server):
+    server = make_server(scripted_host, api_key=KEY)
     url = server.url + "/internal/stop-generation"
     assert httpx.post(url, headers=auth(KEY)).json() == "OK"
     assert httpx.post(url, headers=auth("admin-key-456")).status_code == 401
     assert httpx.post(url).status_code == 401
 
 
-def test_an_open_tunnel_closes_the_admin_routes(llama_host, make_server):
+def test_an_open_tunnel_closes_the_admin_routes(scripted_host, make_server):
     """With the tunnel open and no key, any request may come from the internet through it."""
-    server = make_server(llama_host, public_api=True, allow_open_tunnel=True)
+    server = make_server(scripted_host, public_api=True, allow_open_tunnel=True)
     for method, path in (("GET", "/internal/model/list"), ("POST", "/internal/model/unload"),
                          ("POST", "/internal/lora/load"), ("POST", "/internal/stop-generation")):
         r = httpx.request(method, server.url + path, json={"lora_names": []})
@@ -122,9 +123,9 @@ def test_an_open_tunnel_closes_the_admin_routes(llama_host, make_server):
     assert server.app.state.api.host.loaded
     assert httpx.get(server.url + "/models").status_code == 200      # the API itself stays open
     # a key opens them again; so does a tunnel that is refused for want of a key
-    keyed = make_server(llama_host, public_api=True, api_key=KEY)
+    keyed = make_server(scripted_host, public_api=True, api_key=KEY)
     assert httpx.post(keyed.url + "/internal/stop-generation", headers=auth(KEY)).json() == "OK"
-    refused = make_server(llama_host, public_api=True)
+    refused = make_server(scripted_host, public_api=True)
     assert httpx.post(refused.url + "/internal/stop-generation").json() == "OK"
 
 
@@ -203,8 +204,8 @@ def wait_for_health(url: str) -> None:
     raise AssertionError("the server never became healthy")
 
 
-def test_keys_never_reach_the_log(llama_host, make_server, caplog, monkeypatch):
-    server = make_server(llama_host, api_key=KEY, debug=True)
+def test_keys_never_reach_the_log(scripted_host, make_server, caplog, monkeypatch):
+    server = make_server(scripted_host, api_key=KEY, debug=True)
     # uvicorn's loggers do not propagate to the root logger: listen to them directly
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
         monkeypatch.setattr(logging.getLogger(name), "handlers", [*logging.getLogger(name).handlers, caplog.handler])
@@ -217,55 +218,55 @@ def test_keys_never_reach_the_log(llama_host, make_server, caplog, monkeypatch):
     assert KEY not in text
 
 
-def test_foreign_host_header_is_refused_while_local_only(live):
-    r = httpx.get(live.url + "/models", headers={"Host": "attacker.example:5001"})
+def test_foreign_host_header_is_refused_while_local_only(scripted):
+    r = httpx.get(scripted.url + "/models", headers={"Host": "attacker.example:5001"})
     assert r.status_code == 400 and "Host" in r.json()["error"]["message"]
     assert_valid("ErrorResponse", r.json())
     for name in ("localhost:1234", "127.0.0.1", "[::1]:80"):
-        assert httpx.get(live.url + "/models", headers={"Host": name}).status_code == 200
+        assert httpx.get(scripted.url + "/models", headers={"Host": name}).status_code == 200
 
 
 @pytest.mark.parametrize("host", ["localhost:5001@evil.example", "localhost@evil.example", "evil.example#localhost",
                                   "localhost/x", "127.0.0.1 evil.example", "[::1]x", ""])
-def test_a_malformed_host_header_names_no_local_host(live, host):
-    r = httpx.get(live.url + "/models", headers={"Host": host})
+def test_a_malformed_host_header_names_no_local_host(scripted, host):
+    r = httpx.get(scripted.url + "/models", headers={"Host": host})
     assert r.status_code == 400 and "Host" in r.json()["error"]["message"]
 
 
-def test_allowed_hosts_and_listen_open_the_host_check(llama_host, make_server):
-    docker = make_server(llama_host, allowed_hosts=["api.docker.internal"])
+def test_allowed_hosts_and_listen_open_the_host_check(scripted_host, make_server):
+    docker = make_server(scripted_host, allowed_hosts=["api.docker.internal"])
     assert httpx.get(docker.url + "/models", headers={"Host": "api.docker.internal:5001"}).status_code == 200
     assert httpx.get(docker.url + "/models", headers={"Host": "other.example"}).status_code == 400
-    lan = make_server(llama_host, listen=True, listen_host="127.0.0.1")
+    lan = make_server(scripted_host, listen=True, listen_host="127.0.0.1")
     assert httpx.get(lan.url + "/models", headers={"Host": "my-pc.lan:5001"}).status_code == 200
 
 
-def test_cors_allows_all_origins_by_default(live):
-    pre = httpx.options(live.url + "/chat/completions", headers={
+def test_cors_allows_all_origins_by_default(scripted):
+    pre = httpx.options(scripted.url + "/chat/completions", headers={
         "Origin": "http://localhost:3000", "Access-Control-Request-Method": "POST",
         "Access-Control-Request-Headers": "authorization,content-type"})
     assert pre.status_code == 200 and pre.headers["access-control-allow-origin"] in ("*", "http://localhost:3000")
-    r = httpx.get(live.url + "/models", headers={"Origin": "http://example.org"})
+    r = httpx.get(scripted.url + "/models", headers={"Origin": "http://example.org"})
     assert r.headers["access-control-allow-origin"] == "*"
 
 
-def test_cors_origins_setting(llama_host, make_server):
-    strict = make_server(llama_host, cors_origins=["http://app.local"])
+def test_cors_origins_setting(scripted_host, make_server):
+    strict = make_server(scripted_host, cors_origins=["http://app.local"])
     assert httpx.get(strict.url + "/models", headers={"Origin": "http://app.local"}).headers[
         "access-control-allow-origin"] == "http://app.local"
     assert "access-control-allow-origin" not in httpx.get(strict.url + "/models",
                                                           headers={"Origin": "http://evil.example"}).headers
-    off = make_server(llama_host, cors_origins=[])
+    off = make_server(scripted_host, cors_origins=[])
     assert "access-control-allow-origin" not in httpx.get(off.url + "/models",
                                                           headers={"Origin": "http://app.local"}).headers
 
 
-def test_https_with_a_certificate(llama_host, make_server, tmp_path):
+def test_https_with_a_certificate(scripted_host, make_server, tmp_path):
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
                     "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
                     "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
-    server = make_server(llama_host, cert_path=str(cert), key_path=str(key))
+    server = make_server(scripted_host, cert_path=str(cert), key_path=str(key))
     assert server.url.startswith("https://")
     r = httpx.post(server.url + "/chat/completions", json=CHAT, timeout=60,
                    verify=ssl.create_default_context(cafile=str(cert)))
@@ -275,22 +276,22 @@ def test_https_with_a_certificate(llama_host, make_server, tmp_path):
 
 
 @pytest.mark.skipif(not has_ipv6_loopback(), reason="no IPv6 loopback on this machine")
-def test_ipv6(llama_host, make_server):
-    server = make_server(llama_host, ipv6=True)
+def test_ipv6(scripted_host, make_server):
+    server = make_server(scripted_host, ipv6=True)
     r = httpx.get(f"http://[::1]:{server.port}/v1/models")
     assert r.status_code == 200
     assert httpx.get(f"http://127.0.0.1:{server.port}/v1/models").status_code == 200
 
 
 @pytest.mark.skipif(not has_ipv6_loopback(), reason="no IPv6 loopback on this machine")
-def test_listen_host_all_ipv6_addresses_also_answers_ipv4(llama_host, make_server):
+def test_listen_host_all_ipv6_addresses_also_answers_ipv4(scripted_host, make_server):
     """listen_host "::" is one dual-stack socket: the URL it announces (127.0.0.1) answers."""
-    server = make_server(llama_host, listen=True, listen_host="::")
+    server = make_server(scripted_host, listen=True, listen_host="::")
     assert server.url == f"http://127.0.0.1:{server.port}/v1"
     assert httpx.get(server.url + "/models").status_code == 200
     assert httpx.get(f"http://[::1]:{server.port}/v1/models").status_code == 200
     # beside an IPv4 socket, the IPv6 one is IPv6-only, so both share the port
-    both = make_server(llama_host, listen=True, ipv6=True)
+    both = make_server(scripted_host, listen=True, ipv6=True)
     assert [s.family for s in both.sockets] == [socket.AF_INET, socket.AF_INET6]
     assert httpx.get(f"http://[::1]:{both.port}/v1/models").status_code == 200
     assert httpx.get(f"http://127.0.0.1:{both.port}/v1/models").status_code == 200
@@ -313,8 +314,8 @@ def test_bind_addresses():
         assert bind_addresses(Settings(listen=True, listen_host=host, public_api=True)) == [host]
 
 
-def test_json_body_over_the_limit_is_413(llama_host, make_server):
-    small = make_server(llama_host, max_body_mb=0.01)   # about 10 kB
+def test_json_body_over_the_limit_is_413(scripted_host, make_server):
+    small = make_server(scripted_host, max_body_mb=0.01)   # about 10 kB
     big = {**CHAT, "messages": [{"role": "user", "content": "x" * 20_000}]}
     r = httpx.post(small.url + "/chat/completions", json=big, timeout=30)
     assert r.status_code == 413 and "max_body_mb" in r.json()["error"]["message"]
@@ -328,8 +329,8 @@ def test_json_body_over_the_limit_is_413(llama_host, make_server):
     assert httpx.post(small.url + "/chat/completions", json=CHAT, timeout=60).status_code == 200
 
 
-def test_upload_routes_have_the_upload_limit(llama_host, make_server):
-    server = make_server(llama_host, max_upload_mb=0.05, max_body_mb=1)
+def test_upload_routes_have_the_upload_limit(scripted_host, make_server):
+    server = make_server(scripted_host, max_upload_mb=0.05, max_body_mb=1)
     files = {"file": ("a.wav", b"\0" * 200_000, "audio/wav")}
     r = httpx.post(server.url + "/audio/transcriptions", data={"model": "whisper-1"}, files=files, timeout=30)
     assert r.status_code == 413 and "max_upload_mb" in r.json()["error"]["message"]

@@ -14,6 +14,7 @@ import time
 import httpx
 import pytest
 from support import ROOT
+from support.scripted import held
 from support.spec import assert_valid, parse_sse
 
 # (no end-of-text token: the stream is still running whenever the test stops the server)
@@ -39,8 +40,9 @@ def finish(raw: str, lines) -> tuple[list, bool]:
     return parse_sse(raw + rest)
 
 
-def test_stopping_the_server_ends_open_streams_with_an_error_event_and_done(llama_host, make_server):
-    server = make_server(llama_host, shutdown_grace_s=5)
+def test_stopping_the_server_ends_open_streams_with_an_error_event_and_done(script, make_server):
+    script.script(held(at=5))   # five tokens, then the stream runs on until the server stops
+    server = make_server(script, shutdown_grace_s=5)
     with httpx.Client(timeout=60) as client, client.stream("POST", f"{server.url}/chat/completions",
                                                            json=LONG) as response:
         assert response.status_code == 200

@@ -22,8 +22,8 @@ from support.spec import error_of
     ("/responses", {"model": "x", "input": "Hi", "tools": [{"type": "function", "name": "f"}],
                     "tool_choice": {"type": "allowed_tools", "mode": "auto", "tools": [{"type": []}]}}),
 ])
-def test_a_non_string_type_is_a_400(live, path, body):
-    r = httpx.post(f"{live.url}{path}", json=body, timeout=60)
+def test_a_non_string_type_is_a_400(scripted, path, body):
+    r = httpx.post(f"{scripted.url}{path}", json=body, timeout=60)
     assert r.status_code == 400, r.text
     if path == "/responses":
         error_of(r, 400)

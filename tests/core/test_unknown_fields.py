@@ -24,8 +24,8 @@ BODIES = {
 
 
 @pytest.mark.parametrize("path", BODIES)
-def test_an_unknown_field_is_a_400_naming_it(live, path):
-    r = httpx.post(f"{live.url}/{path}", json={**BODIES[path], "frobnicate": 1}, timeout=60)
+def test_an_unknown_field_is_a_400_naming_it(scripted, path):
+    r = httpx.post(f"{scripted.url}/{path}", json={**BODIES[path], "frobnicate": 1}, timeout=60)
     assert r.status_code == 400, r.text
     assert_valid("ErrorResponse", r.json())
     err = r.json()["error"]
@@ -33,21 +33,21 @@ def test_an_unknown_field_is_a_400_naming_it(live, path):
     assert err["message"].startswith("Unrecognized request argument supplied: frobnicate.")
 
 
-def test_a_misspelt_parameter_is_named_with_what_was_meant(client):
+def test_a_misspelt_parameter_is_named_with_what_was_meant(sclient):
     with pytest.raises(openai.BadRequestError) as e:
-        client.chat.completions.create(model="x", messages=CHAT["messages"], extra_body={"max_token": 5})
+        sclient.chat.completions.create(model="x", messages=CHAT["messages"], extra_body={"max_token": 5})
     assert e.value.body["param"] == "max_token" and "Did you mean 'max_tokens'?" in e.value.body["message"]
 
 
-def test_web_ui_fields_and_host_samplers_are_not_unknown(live):
-    r = httpx.post(f"{live.url}/chat/completions", timeout=60,
+def test_web_ui_fields_and_host_samplers_are_not_unknown(scripted):
+    r = httpx.post(f"{scripted.url}/chat/completions", timeout=60,
                    json={**CHAT, "mode": "instruct", "top_k": 20, "repetition_penalty": 1.1})
     assert r.status_code == 200, r.text
 
 
 @pytest.mark.slow  # starts its own server
-def test_the_setting_ignores_unknown_fields(llama_host, make_server):
-    server = make_server(llama_host, allow_unknown_fields=True)
+def test_the_setting_ignores_unknown_fields(scripted_host, make_server):
+    server = make_server(scripted_host, allow_unknown_fields=True)
     for path in ("chat/completions", "moderations"):
         r = httpx.post(f"{server.url}/{path}", json={**BODIES[path], "frobnicate": 1}, timeout=60)
         assert r.status_code == 200, r.text

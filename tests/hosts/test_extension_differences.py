@@ -83,7 +83,8 @@ def test_an_over_long_prompt_is_named_in_good_grammar(client, host_modules):
     host_modules.shared.settings["truncation_length"] = 8
     with pytest.raises(openai.BadRequestError) as e:
         client.completions.create(model="x", prompt="a prompt too long", max_tokens=1)
-    assert "the prompt alone takes " in e.value.body["message"]
+    # (worded so that the verb agrees whatever the name: the Responses API's is "input")
+    assert " tokens are taken by the prompt alone." in e.value.body["message"]
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model="x", messages=[{"role": "user", "content": "a long question"}])
-    assert "the messages alone take " in e.value.body["message"]
+    assert " tokens are taken by the messages alone." in e.value.body["message"]

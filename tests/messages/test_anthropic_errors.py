@@ -64,22 +64,22 @@ def post(server, body, path="/messages", **kw):
     ({"model": "x", "max_tokens": 5, "tools": [{"name": "f", "input_schema": {"type": "object"}}],
       "tool_choice": {"type": "any"}, "messages": [*Q, {"role": "assistant", "content": "Sure: "}]}, "prefill"),
 ])
-def test_bad_requests_get_anthropic_400s(live, body, says):
-    r = post(live, body)
+def test_bad_requests_get_anthropic_400s(scripted, body, says):
+    r = post(scripted, body)
     assert r.status_code == 400, r.text
     assert_error(r.json(), "invalid_request_error")
     assert says in r.json()["error"]["message"] or says == "prefill", r.json()
 
 
-def test_garbage_bodies_get_anthropic_400s(live):
+def test_garbage_bodies_get_anthropic_400s(scripted):
     for content in (b"{not json", b"[1, 2]", b""):
-        r = httpx.post(live.url + "/messages", content=content, headers={"Content-Type": "application/json"})
+        r = httpx.post(scripted.url + "/messages", content=content, headers={"Content-Type": "application/json"})
         assert r.status_code == 400, r.text
         assert_error(r.json(), "invalid_request_error")
 
 
-def test_sdk_raises_its_own_error_classes(live):
-    claude = anthropic_client(live)
+def test_sdk_raises_its_own_error_classes(scripted):
+    claude = anthropic_client(scripted)
     with pytest.raises(anthropic.BadRequestError) as e:
         claude.messages.create(model="x", max_tokens=5, messages=[{"role": "user", "content": [IMAGE]}])
     assert e.value.body["error"]["type"] == "invalid_request_error"
@@ -89,27 +89,27 @@ def test_sdk_raises_its_own_error_classes(live):
         claude.messages.count_tokens(model="x", messages=[])
 
 
-def test_unknown_paths_and_methods_under_messages(live):
-    r = httpx.get(live.url + "/messages/batches")
+def test_unknown_paths_and_methods_under_messages(scripted):
+    r = httpx.get(scripted.url + "/messages/batches")
     assert r.status_code == 404
     assert_error(r.json(), "not_found_error")
-    r = httpx.get(live.url + "/messages")
+    r = httpx.get(scripted.url + "/messages")
     assert r.status_code == 405
     assert_error(r.json(), "invalid_request_error")
 
 
 @pytest.fixture(scope="module")
-def keyed(llama_host, make_server):
-    return make_server(llama_host, api_key=KEY)
+def keyed(scripted_host, make_server):
+    return make_server(scripted_host, api_key=KEY)
 
 
 def test_keys_as_x_api_key_or_bearer(keyed):
-    for claude in (anthropic_client(keyed, api_key=KEY),                        # x-api-key
+    for sclaude in (anthropic_client(keyed, api_key=KEY),                        # x-api-key
                    anthropic.Anthropic(base_url=keyed.url.removesuffix("/v1"), auth_token=KEY, max_retries=0,
                                        _strict_response_validation=True)):   # Authorization: Bearer
-        assert claude.messages.create(model="x", max_tokens=2, messages=Q).usage.output_tokens == 2
-        assert claude.messages.count_tokens(model="x", messages=Q).input_tokens > 0
-        assert claude.models.list().data
+        assert sclaude.messages.create(model="x", max_tokens=2, messages=Q).usage.output_tokens == 2
+        assert sclaude.messages.count_tokens(model="x", messages=Q).input_tokens > 0
+        assert sclaude.models.list().data
     # the OpenAI routes take either header as well
     assert httpx.get(keyed.url + "/models", headers={"x-api-key": KEY}).status_code == 200
 
@@ -131,8 +131,8 @@ def test_a_wrong_key_is_an_anthropic_401_before_the_body_is_read(keyed):
     assert_valid("ErrorResponse", r.json())
 
 
-def test_a_body_over_the_limit_is_request_too_large(llama_host, make_server):
-    server = make_server(llama_host, max_body_mb=0.01)
+def test_a_body_over_the_limit_is_request_too_large(scripted_host, make_server):
+    server = make_server(scripted_host, max_body_mb=0.01)
     big = [{"role": "user", "content": "x" * 20_000}]
     with pytest.raises(anthropic.RequestTooLargeError) as e:
         anthropic_client(server).messages.create(model="x", max_tokens=2, messages=big)
@@ -140,34 +140,34 @@ def test_a_body_over_the_limit_is_request_too_large(llama_host, make_server):
     assert_error(e.value.body, "request_too_large")
 
 
-def test_a_foreign_host_header_is_refused_in_anthropics_shape(live):
-    r = post(live, {"model": "x", "messages": Q, "max_tokens": 2}, headers={"Host": "evil.example"})
+def test_a_foreign_host_header_is_refused_in_anthropics_shape(scripted):
+    r = post(scripted, {"model": "x", "messages": Q, "max_tokens": 2}, headers={"Host": "evil.example"})
     assert r.status_code == 400
     assert_error(r.json(), "invalid_request_error")
     assert "evil.example" in r.json()["error"]["message"]
 
 
-def test_a_host_failure_is_an_api_error(live, failing_host):
+def test_a_host_failure_is_an_api_error(scripted, failing_scripted):
     with pytest.raises(anthropic.InternalServerError) as e:
-        anthropic_client(live).messages.create(model="x", max_tokens=20, messages=Q)
+        anthropic_client(scripted).messages.create(model="x", max_tokens=20, messages=Q)
     assert e.value.status_code == 500
     assert_error(e.value.body, "api_error")
     assert "simulated" not in e.value.body["error"]["message"]
 
 
-def test_a_failure_mid_stream_is_an_error_event(live, failing_host):
-    failing_host["after"] = 3
-    r = post(live, {"model": "x", "messages": Q, "max_tokens": 20, "stream": True})
+def test_a_failure_mid_stream_is_an_error_event(scripted, failing_scripted):
+    failing_scripted["after"] = 3
+    r = post(scripted, {"model": "x", "messages": Q, "max_tokens": 20, "stream": True})
     events = parse_events(r.text)
     names = [name for name, _ in events]
     assert names[0] == "message_start" and "content_block_delta" in names and names[-1] == "error"
     assert_error(events[-1][1], "api_error")
     with pytest.raises(anthropic.APIStatusError) as e:     # the SDK raises it from the stream
-        for _ in anthropic_client(live).messages.create(model="x", max_tokens=20, messages=Q, stream=True):
+        for _ in anthropic_client(scripted).messages.create(model="x", max_tokens=20, messages=Q, stream=True):
             pass
     assert_error(e.value.body, "api_error")
-    failing_host["after"] = -1
-    ok = anthropic_client(live).messages.create(model="x", max_tokens=3, messages=Q)
+    failing_scripted["after"] = -1
+    ok = anthropic_client(scripted).messages.create(model="x", max_tokens=3, messages=Q)
     assert ok.usage.output_tokens == 3
 
 

@@ -1,4 +1,5 @@
-"""What Anthropic's own clients send, replayed on the real model through the anthropic SDK:
+"""What Anthropic's own clients send, replayed through the anthropic SDK on the scripted host (the
+tool runner, whose loop needs a model's calls, on the real model):
 Claude Code's first request (system blocks with cache_control, a tool list, metadata,
 context_management, thinking or not, streamed), a system message in the middle of the
 conversation, context editing that clears old tool results, and the SDK's tool runner, which
@@ -102,31 +103,31 @@ def stream_text(claude, **body) -> str:
 
 
 @pytest.mark.parametrize("thinking", [None, {"type": "enabled", "budget_tokens": 1024}])
-def test_claude_code_first_request(live, claude, thinking):
+def test_claude_code_first_request(scripted, sclaude, thinking):
     body = dict(system=SYSTEM, tools=TOOLS, messages=FIRST_TURN, metadata=METADATA, context_management=KEEP_ALL,
                 max_tokens=1100 if thinking else 64, betas=BETAS)
     if thinking:
         body["thinking"] = thinking
     # greedy and short, so the small model answers quickly: the rest is what Claude Code sends
-    text = beside(live, lambda: stream_text(claude, **body, extra_body={"temperature": 0},
+    text = beside(scripted, lambda: stream_text(sclaude, **body, extra_body={"temperature": 0},
                                             extra_query={"beta": "true"}))
     events = assert_events(text, beta=True)
     delta = next(e for e in events if e["type"] == "message_delta")
     assert delta["context_management"] == {"applied_edits": []}      # keep all: nothing to clear
     assert delta["delta"]["stop_reason"] in ("end_turn", "max_tokens", "tool_use", "model_context_window_exceeded")
     assert [e for e in events if e["type"] == "content_block_start"]
-    counted = claude.beta.messages.count_tokens(model="x", system=SYSTEM, tools=TOOLS, messages=FIRST_TURN,
+    counted = sclaude.beta.messages.count_tokens(model="x", system=SYSTEM, tools=TOOLS, messages=FIRST_TURN,
                                                 context_management=KEEP_ALL, betas=BETAS)
     assert counted.input_tokens == events[0]["message"]["usage"]["input_tokens"]
     assert counted.context_management.original_input_tokens == counted.input_tokens
 
 
-def test_a_system_message_in_the_middle_is_shown_in_place(live, claude, shown):
+def test_a_system_message_in_the_middle_is_shown_in_place(scripted, sclaude, shown):
     turns = [{"role": "user", "content": "Hi, I need help with a script."},
              {"role": "assistant", "content": "Sure, what does it do?"},
              {"role": "system", "content": [{"type": "text", "text": "RULE: answer in one word."}]},
              {"role": "user", "content": "It copies files."}]
-    raw = beside(live, lambda: claude.beta.messages.with_raw_response.create(
+    raw = beside(scripted, lambda: sclaude.beta.messages.with_raw_response.create(
         model="x", max_tokens=16, system="You help with code.", messages=turns, extra_body={"temperature": 0}))
     assert_message(raw.http_response.json(), beta=True)
     assert raw.parse().content[0].text.strip()
@@ -137,7 +138,7 @@ def test_a_system_message_in_the_middle_is_shown_in_place(live, claude, shown):
         ("user", "It copies files.")]
     # the same text, counted as /v1/messages renders it: the system message is part of the prompt
     without = [t for t in turns if t["role"] != "system"]
-    count = claude.beta.messages.count_tokens
+    count = sclaude.beta.messages.count_tokens
     assert count(model="x", messages=turns).input_tokens > count(model="x", messages=without).input_tokens
 
 
@@ -179,10 +180,10 @@ CLEAR = {"type": "clear_tool_uses_20250919", "trigger": {"type": "input_tokens",
          "keep": {"type": "tool_uses", "value": 2}}
 
 
-def test_clear_tool_uses_past_its_trigger_clears_old_results(live, claude, shown):
+def test_clear_tool_uses_past_its_trigger_clears_old_results(scripted, sclaude, shown):
     turns = history(5)
     edits = {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}, CLEAR]}
-    count = claude.beta.messages.count_tokens
+    count = sclaude.beta.messages.count_tokens
     whole = count(model="x", messages=turns, tools=[LOOKUP, NOTE]).input_tokens
     assert whole > 300
     # the three oldest results are replaced by a note in what the model is shown
@@ -191,9 +192,9 @@ def test_clear_tool_uses_past_its_trigger_clears_old_results(live, claude, shown
     assert (counted.input_tokens, counted.context_management.original_input_tokens) == (seen.input_tokens, whole)
 
     def ask():
-        return stream_text(claude, messages=turns, tools=[LOOKUP, NOTE], max_tokens=8, context_management=edits,
+        return stream_text(sclaude, messages=turns, tools=[LOOKUP, NOTE], max_tokens=8, context_management=edits,
                            betas=["context-management-2025-06-27"], extra_body={"temperature": 0})
-    events = assert_events(beside(live, ask), beta=True)
+    events = assert_events(beside(scripted, ask), beta=True)
     assert events[0]["message"]["usage"]["input_tokens"] == seen.input_tokens
     report = next(e for e in events if e["type"] == "message_delta")["context_management"]
     assert report == {"applied_edits": [{"type": "clear_tool_uses_20250919", "cleared_tool_uses": 3,
@@ -202,7 +203,7 @@ def test_clear_tool_uses_past_its_trigger_clears_old_results(live, claude, shown
     assert tool_messages[:3] == ["[This tool result was cleared to save context.]"] * 3
     assert all(t.startswith("Entry") for t in tool_messages[3:]) and len(tool_messages) == 5
     # not streamed: the same edit, reported in the message
-    raw = claude.beta.messages.with_raw_response.create(model="x", messages=turns, tools=[LOOKUP, NOTE], max_tokens=4,
+    raw = sclaude.beta.messages.with_raw_response.create(model="x", messages=turns, tools=[LOOKUP, NOTE], max_tokens=4,
                                                         context_management=edits, extra_body={"temperature": 0})
     msg = assert_message(raw.http_response.json(), beta=True)
     assert msg.context_management.applied_edits[0].cleared_tool_uses == 3
@@ -215,9 +216,9 @@ def test_clear_tool_uses_past_its_trigger_clears_old_results(live, claude, shown
     ({"clear_tool_inputs": ["lookup"]}, OLDEST, {"toolu_1", "toolu_2"}),    # note's input stays
     ({"trigger": {"type": "tool_uses", "value": 4}}, OLDEST, set()),        # five uses: more than four
 ])
-def test_clear_tool_uses_options(claude, edit, results, inputs):
+def test_clear_tool_uses_options(sclaude, edit, results, inputs):
     turns = history(5)
-    count = claude.beta.messages.count_tokens
+    count = sclaude.beta.messages.count_tokens
     counted = count(model="x", messages=turns, tools=[LOOKUP, NOTE], context_management={"edits": [{**CLEAR, **edit}]})
     assert counted.input_tokens == count(model="x", messages=cleared(turns, results, inputs),
                                          tools=[LOOKUP, NOTE]).input_tokens
@@ -229,14 +230,14 @@ def test_clear_tool_uses_options(claude, edit, results, inputs):
     {"clear_at_least": {"type": "input_tokens", "value": 100_000}},   # would clear too little
     {"keep": {"type": "tool_uses", "value": 5}},                 # keeps them all
 ])
-def test_clear_tool_uses_that_does_not_apply_clears_nothing(claude, edit):
+def test_clear_tool_uses_that_does_not_apply_clears_nothing(sclaude, edit):
     turns = history(5)
-    raw = claude.beta.messages.with_raw_response.create(
+    raw = sclaude.beta.messages.with_raw_response.create(
         model="x", messages=turns, tools=[LOOKUP, NOTE], max_tokens=2, context_management={"edits": [{**CLEAR, **edit}]},
         extra_body={"temperature": 0})
     msg = assert_message(raw.http_response.json(), beta=True)
     assert msg.context_management.applied_edits == []
-    assert msg.usage.input_tokens == claude.messages.count_tokens(model="x", messages=turns,
+    assert msg.usage.input_tokens == sclaude.messages.count_tokens(model="x", messages=turns,
                                                                   tools=[LOOKUP, NOTE]).input_tokens
 
 
@@ -290,30 +291,30 @@ def test_the_tool_runner_runs_a_tool_loop_on_a_kept_thread(live, claude, shown, 
     assert last_shown[-2].tool_calls[0].id == uses[0].id
 
 
-def test_the_kept_thread_is_what_the_next_turn_continues(live, claude):
+def test_the_kept_thread_is_what_the_next_turn_continues(scripted, sclaude):
     """The SDK's thread: each turn sends only its new message; the model is shown all of them."""
     def talk():
-        thread = claude.beta.messages.thread(model="x", max_tokens=8, system="Be brief.",
+        thread = sclaude.beta.messages.thread(model="x", max_tokens=8, system="Be brief.",
                                              extra_body={"temperature": 0})
         one = thread.send({"role": "user", "content": "Say one word."})
         two = thread.send({"role": "user", "content": "Say another word."})
         return thread, one, two
-    thread, one, two = beside(live, talk)
+    thread, one, two = beside(scripted, talk)
     assert thread.previous_message_id == two.id and one.id != two.id
     assert two.usage.input_tokens > one.usage.input_tokens + one.usage.output_tokens
-    whole = claude.messages.count_tokens(model="x", system="Be brief.", messages=list(thread.messages)[:3])
+    whole = sclaude.messages.count_tokens(model="x", system="Be brief.", messages=list(thread.messages)[:3])
     assert two.usage.input_tokens == whole.input_tokens
 
 
-def test_stream_events_of_a_thread_are_kept_too(claude, live):
-    first = stream_text(claude, max_tokens=6, messages=[{"role": "user", "content": "Count: one, two,"}],
+def test_stream_events_of_a_thread_are_kept_too(sclaude, scripted):
+    first = stream_text(sclaude, max_tokens=6, messages=[{"role": "user", "content": "Count: one, two,"}],
                         thread={"type": "create"}, extra_body={"temperature": 0})
     start = parse_events(first)[0][1]["message"]
     text = fold_text(assert_events(first, beta=True))
-    second = claude.beta.messages.create(model="x", max_tokens=4, messages=[{"role": "user", "content": "More."}],
+    second = sclaude.beta.messages.create(model="x", max_tokens=4, messages=[{"role": "user", "content": "More."}],
                                          thread={"type": "continue", "previous_message_id": start["id"]},
                                          extra_body={"temperature": 0})
-    whole = claude.messages.count_tokens(model="x", messages=[
+    whole = sclaude.messages.count_tokens(model="x", messages=[
         {"role": "user", "content": "Count: one, two,"}, {"role": "assistant", "content": text},
         {"role": "user", "content": "More."}])
     assert second.usage.input_tokens == whole.input_tokens

@@ -1,5 +1,6 @@
-"""Tool use through /v1/messages on the real model: grammar-enforced input, streamed input,
-a whole tool round trip, and the refusals, all through the official anthropic client."""
+"""Tool use through /v1/messages, all through the official anthropic client: on the real model,
+grammar-enforced input, streamed input and a whole tool round trip; on the scripted host,
+tool_choice none and auto, and the refusals."""
 
 from __future__ import annotations
 
@@ -102,11 +103,11 @@ def test_sdk_stream_helper_accumulates_tool_input(claude):
     assert snapshots and snapshots[-1] == uses[-1].input
 
 
-def test_tool_choice_none_and_auto(claude):
-    none = create(claude, messages=ASK, tools=[WEATHER], tool_choice={"type": "none"}, max_tokens=30,
+def test_tool_choice_none_and_auto(sclaude):
+    none = create(sclaude, messages=ASK, tools=[WEATHER], tool_choice={"type": "none"}, max_tokens=30,
                   extra_body=GREEDY)
     assert all(b.type == "text" for b in none.content) and none.stop_reason != "tool_use"
-    auto = create(claude, messages=ASK, tools=[WEATHER], max_tokens=200, extra_body=GREEDY)
+    auto = create(sclaude, messages=ASK, tools=[WEATHER], max_tokens=200, extra_body=GREEDY)
     for b in auto.content:   # whatever the model chooses, a call is valid, and says so
         assert b.type == "text" or valid(WEATHER, b.input)
     assert (auto.stop_reason == "tool_use") == any(b.type == "tool_use" for b in auto.content)
@@ -129,8 +130,8 @@ def test_tool_choice_none_and_auto(claude):
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_2", "content": "x"}]}],
         tools=[WEATHER]), "toolu_2"),
 ])
-def test_tool_refusals_are_anthropic_400s(claude, kw, says):
+def test_tool_refusals_are_anthropic_400s(sclaude, kw, says):
     with pytest.raises(anthropic.BadRequestError) as e:
-        create(claude, **{"messages": ASK, "max_tokens": 10, **kw})
+        create(sclaude, **{"messages": ASK, "max_tokens": 10, **kw})
     assert e.value.status_code == 400 and says in e.value.body["error"]["message"]
     assert_error(e.value.body, "invalid_request_error")

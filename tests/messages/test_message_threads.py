@@ -22,33 +22,33 @@ def post(server, body):
                       timeout=60)
 
 
-def test_a_thread_the_server_does_not_hold_is_not_found(live):
-    r = post(live, {"messages": Q, "thread": {"type": "continue", "previous_message_id": "msg_unknown"}})
+def test_a_thread_the_server_does_not_hold_is_not_found(scripted):
+    r = post(scripted, {"messages": Q, "thread": {"type": "continue", "previous_message_id": "msg_unknown"}})
     assert r.status_code == 404, r.text
     assert_error(r.json(), "not_found_error", code="thread_not_found")
     with pytest.raises(anthropic.NotFoundError) as e:
-        anthropic_client(live).beta.messages.create(
+        anthropic_client(scripted).beta.messages.create(
             model="x", max_tokens=4, messages=Q, thread={"type": "continue", "previous_message_id": "msg_unknown"})
     assert e.value.error_code == "thread_not_found"
 
 
-def test_a_reply_is_continued_once(live):
-    first = post(live, {"messages": Q, "thread": {"type": "create"}}).json()
+def test_a_reply_is_continued_once(scripted):
+    first = post(scripted, {"messages": Q, "thread": {"type": "create"}}).json()
     again = {"messages": [{"role": "user", "content": "Another."}],
              "thread": {"type": "continue", "previous_message_id": first["id"]}}
-    second = post(live, again)
+    second = post(scripted, again)
     assert second.status_code == 200, second.text
-    r = post(live, again)
+    r = post(scripted, again)
     assert r.status_code == 400, r.text
     assert_error(r.json(), "invalid_request_error", code="thread_already_continued")
     # the new reply is the thread's head now
-    third = post(live, {**again, "thread": {"type": "continue", "previous_message_id": second.json()["id"]}})
+    third = post(scripted, {**again, "thread": {"type": "continue", "previous_message_id": second.json()["id"]}})
     assert third.status_code == 200, third.text
 
 
-def test_the_sdk_replays_a_thread_the_server_dropped(llama_host, make_server, monkeypatch):
+def test_the_sdk_replays_a_thread_the_server_dropped(scripted_host, make_server, monkeypatch):
     monkeypatch.setattr(threads, "MAX_THREADS", 1)
-    server = make_server(llama_host)
+    server = make_server(scripted_host)
     seen = []
     real = threads.Threads.resolve
 

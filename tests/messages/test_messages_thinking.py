@@ -18,8 +18,8 @@ Q = [{"role": "user", "content": "Name a colour."}]
 
 
 @pytest.fixture(scope="module")
-def thinking(llama_host, make_server):
-    return make_server(ThinkingHost(llama_host))
+def thinking(scripted_host, make_server):
+    return make_server(ThinkingHost(scripted_host))
 
 
 def test_thinking_is_a_block_before_the_text(thinking):

@@ -10,6 +10,7 @@ import anthropic
 import httpx
 import pytest
 from support.anthropic_types import anthropic_client, assert_error
+from support.scripted import held
 from support.servers import idle
 
 from openai_ext.messages import stream as messages_stream
@@ -29,22 +30,23 @@ def events(response):
 
 
 @pytest.fixture
-def produced(llama_host, monkeypatch):
-    """How many pieces the real host has produced so far."""
+def produced(scripted_host, monkeypatch):
+    """How many pieces the host has produced so far."""
     count = [0]
-    real = llama_host.generate
+    real = scripted_host.generate
 
     def generate(prompt, settings, stop_event):
         for piece in real(prompt, settings, stop_event):
             count[0] += 1
             yield piece
-    monkeypatch.setattr(llama_host, "generate", generate)
+    monkeypatch.setattr(scripted_host, "generate", generate)
     return count
 
 
-def test_waiting_stream_pings_then_a_full_line_is_overloaded(llama_host, make_server, monkeypatch):
+def test_waiting_stream_pings_then_a_full_line_is_overloaded(script, make_server, monkeypatch):
     monkeypatch.setattr(messages_stream, "PING_INTERVAL", 0.05)
-    server = make_server(llama_host, max_queue=1)
+    script.script(held())   # the first generates two tokens, then holds its place until it leaves
+    server = make_server(script, max_queue=1)
     with httpx.stream("POST", server.url + "/messages", json=LONG, timeout=60) as first:
         running = events(first)
         assert next(running)[0] == "message_start"
@@ -72,19 +74,20 @@ def test_waiting_stream_pings_then_a_full_line_is_overloaded(llama_host, make_se
                 if name == "content_block_delta":
                     break
             assert "content_block_start" in kinds
-    assert idle(server, llama_host)
+    assert idle(server, script)
 
 
-def test_a_client_that_leaves_stops_the_generation(live, llama_host, produced):
-    with httpx.stream("POST", live.url + "/messages", json=LONG, timeout=60) as r:
+def test_a_client_that_leaves_stops_the_generation(scripted, scripted_host, produced):
+    reply = scripted_host.script(held(at=12))[0]   # 12 tokens, then it waits until stopped
+    with httpx.stream("POST", scripted.url + "/messages", json=LONG, timeout=60) as r:
         deltas = 0
         for name, _ in events(r):
             deltas += name == "content_block_delta"
             if deltas == 10:
                 break
         at_leaving = produced[0]
-    assert idle(live, llama_host), "the generation ran on, or kept its place in line"
+    assert idle(scripted, scripted_host), "the generation ran on, or kept its place in line"
     assert produced[0] - at_leaving <= 3, "tokens generated after the client left"
-    assert produced[0] < 100
-    ok = anthropic_client(live).messages.create(model="x", max_tokens=3, messages=LONG["messages"])
+    assert produced[0] < 100 and reply.ended.is_set()
+    ok = anthropic_client(scripted).messages.create(model="x", max_tokens=3, messages=LONG["messages"])
     assert ok.usage.output_tokens == 3

@@ -21,8 +21,8 @@ KEY = "sk-realtime-page-test"
 
 
 @pytest.fixture(scope="module")
-def server(llama_host, make_server):
-    return make_server(llama_host, api_key=KEY)
+def server(scripted_host, make_server):
+    return make_server(scripted_host, api_key=KEY)
 
 
 def page_url(server) -> str:
@@ -53,9 +53,9 @@ def test_the_page_speaks_the_realtime_protocol_and_loads_nothing_from_elsewhere(
     assert not re.search(r'(src|href)\s*=\s*["\']?(https?:)?//', html)
 
 
-def test_a_page_of_the_servers_own_origin_may_connect_and_another_may_not(llama_host, make_server):
+def test_a_page_of_the_servers_own_origin_may_connect_and_another_may_not(scripted_host, make_server):
     """With cors_origins narrowed (by default it is "*"), the page still reaches its own server."""
-    server = make_server(llama_host, api_key=KEY, cors_origins=["http://app.example"])
+    server = make_server(scripted_host, api_key=KEY, cors_origins=["http://app.example"])
     ws_url = server.url.replace("http://", "ws://") + "/realtime"
     own = server.url.split("/v1")[0]
     protocols = ["realtime", f"openai-insecure-api-key.{KEY}"]

@@ -16,6 +16,7 @@ import openai
 import pytest
 import websockets.exceptions
 import websockets.sync.client
+from support.scripted import forced, held
 from support.spec import _spec, assert_valid
 
 KEY = "sk-realtime-test"
@@ -41,8 +42,8 @@ def check(event: dict) -> dict:
 
 
 @pytest.fixture(scope="module")
-def rt(llama_host, make_server):
-    return make_server(llama_host, api_key=KEY, realtime_max_frame_kb=256, realtime_max_sessions=2)
+def rt(scripted_host, make_server):
+    return make_server(scripted_host, api_key=KEY, realtime_max_frame_kb=256, realtime_max_sessions=2)
 
 
 def client(server, key: str = KEY) -> openai.OpenAI:
@@ -195,9 +196,11 @@ WEATHER = {"type": "function", "name": "get_weather", "description": "The weathe
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
 
 
-def test_a_tool_round_trip(rt):
-    """The model calls a function (grammar-enforced with tool_choice required); its output goes
-    back as a function_call_output item, and a new response.create continues the turn."""
+def test_a_tool_round_trip(rt, script):
+    """The model calls a function (tool_choice required: the scripted host writes the call's
+    arguments after the name the server has put in the prompt); its output goes back as a
+    function_call_output item, and a new response.create continues the turn."""
+    script.script(forced({"city": "Paris"}))
     with client(rt).realtime.connect(model=MODEL) as connection:
         events = Events(connection)
         events.next()
@@ -282,8 +285,8 @@ def test_a_wrong_key_is_refused_and_the_browser_subprotocol_is_taken(rt):
         assert raw_events(ws, "session.created")[0]["session"]["object"] == "realtime.session"
 
 
-def test_a_page_from_another_origin_is_refused(llama_host, make_server):
-    server = make_server(llama_host, cors_origins=["http://app.example"])
+def test_a_page_from_another_origin_is_refused(scripted_host, make_server):
+    server = make_server(scripted_host, cors_origins=["http://app.example"])
     with pytest.raises(websockets.exceptions.InvalidStatus) as refused:
         websockets.sync.client.connect(ws_url(server), origin="http://evil.example")
     assert refused.value.response.status_code == 403
@@ -384,9 +387,10 @@ def test_speech_during_an_answer_cancels_it_and_the_answer_is_truncated(rt, say)
 
 # --- responses out of band, cancelled -------------------------------------------------------------
 
-def test_an_out_of_band_response_and_a_cancelled_one(rt):
+def test_an_out_of_band_response_and_a_cancelled_one(rt, script):
     """conversation "none": the response's items stay out of the conversation. response.cancel
     ends a response as cancelled (client_cancelled), and the session takes the next one."""
+    _, long = script.script("Blue.", held())   # the second response runs until it is cancelled
     with client(rt).realtime.connect(model=MODEL) as connection:
         events = Events(connection)
         events.next()
@@ -404,6 +408,7 @@ def test_an_out_of_band_response_and_a_cancelled_one(rt):
         connection.response.create(response={"max_output_tokens": 1000,
                                              "instructions": "Write a very long essay about the sea."})
         created = events.until("response.created")[-1]["response"]
+        assert long.started.wait(60)   # it is generating now
         connection.response.create()
         assert events.until("error")[-1]["error"]["code"] == "conversation_already_has_active_response"
         connection.response.cancel()
@@ -416,8 +421,8 @@ def test_an_out_of_band_response_and_a_cancelled_one(rt):
 
 # --- limits --------------------------------------------------------------------------------------
 
-def test_the_input_buffer_and_the_session_length_are_bounded(llama_host, make_server):
-    server = make_server(llama_host, realtime_max_buffer_s=1.0, realtime_max_session_s=2.0)
+def test_the_input_buffer_and_the_session_length_are_bounded(scripted_host, make_server):
+    server = make_server(scripted_host, realtime_max_buffer_s=1.0, realtime_max_session_s=2.0)
     with client(server).realtime.connect(model=MODEL) as connection:
         events = Events(connection)
         events.next()
@@ -483,11 +488,12 @@ def test_a_spoken_turn_in_telephony_audio(rt, say):
 
 @pytest.mark.engines
 @pytest.mark.slow
-def test_an_audio_item_is_heard_and_a_client_that_leaves_stops_its_answer(rt, say, llama_host):
+def test_an_audio_item_is_heard_and_a_client_that_leaves_stops_its_answer(rt, say, script):
     """conversation.item.create with an input_audio part carrying audio: it is transcribed as a
     committed turn is. A client that goes away mid-answer leaves nothing running."""
     from support.servers import idle
 
+    [answer] = script.script(held())   # the answer runs until its client leaves
     with client(rt).realtime.connect(model=MODEL) as connection:
         events = Events(connection)
         events.next()
@@ -500,7 +506,7 @@ def test_an_audio_item_is_heard_and_a_client_that_leaves_stops_its_answer(rt, sa
         connection.response.create(response={"max_output_tokens": 1000, "output_modalities": ["text"],
                                              "instructions": "Write a very long essay about France."})
         events.until("response.output_text.delta")
-    assert idle(rt, llama_host, timeout=60)
+    assert idle(rt, script, timeout=60) and answer.ended.is_set()
 
 
 def test_malformed_fields_of_every_event_are_client_errors(rt):

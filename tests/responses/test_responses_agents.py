@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from support.scripted import forced
 from support.servers import openai_client
 from support.spec import assert_valid
 
@@ -58,7 +59,7 @@ def weather_tool(calls):
 
 
 @pytest.mark.parametrize("streamed", [False, True])
-def test_an_agent_with_the_default_settings(rserver, streamed):
+def test_an_agent_with_the_default_settings(srserver, streamed):
     """The SDK's default model name and model settings, with greedy decoding and a token cap as
     the only changes (at temperature 1 a 135M model may ramble to the end of its context, which
     the SDK reports as an error). The model chooses freely whether to call the tool; either way
@@ -69,10 +70,10 @@ def test_an_agent_with_the_default_settings(rserver, streamed):
     settings = get_default_model_settings().resolve(agents.ModelSettings(temperature=0, max_tokens=200))
     agent = agents.Agent(name="Weather", instructions="Answer weather questions in one sentence.",
                          tools=[weather_tool(calls)], model_settings=settings)
-    result = run_agent(rserver, agent, "What is the weather in Paris?", streamed=streamed)
+    result = run_agent(srserver, agent, "What is the weather in Paris?", streamed=streamed)
     assert isinstance(result.final_output, str) and result.final_output.strip()
-    for response_id in check_raw_responses(rserver, result):
-        body = openai_client(rserver).responses.retrieve(response_id)
+    for response_id in check_raw_responses(srserver, result):
+        body = openai_client(srserver).responses.retrieve(response_id)
         assert body.reasoning.effort == settings.reasoning.effort and body.text.verbosity == settings.verbosity
     assert get_default_model().startswith("gpt-")   # the SDK's own model name, served by the local model
     tool_outputs = [i for i in result.new_items if i.type == "tool_call_output_item"]
@@ -80,9 +81,12 @@ def test_an_agent_with_the_default_settings(rserver, streamed):
 
 
 @pytest.mark.parametrize("streamed", [False, True])
-def test_an_agent_calls_its_function_tool(rserver, streamed):
+def test_an_agent_calls_its_function_tool(srserver, script, streamed):
     """The default model settings with the tool named in tool_choice (and greedy decoding, short
-    answers): the call, its output sent back, and the answer after it."""
+    answers): the call, its output sent back, and the answer after it. The scripted host writes
+    the forced call's arguments, and an answer once the call is no longer forced."""
+    script.default = lambda prompt: forced({"city": "Paris"}) if prompt.text.endswith('"arguments": ') else \
+        "It is sunny in Paris."
     from agents.models.default_models import get_default_model_settings
 
     calls: list[str] = []
@@ -91,14 +95,14 @@ def test_an_agent_calls_its_function_tool(rserver, streamed):
     assert settings.reasoning is not None and settings.reasoning.effort is not None   # the defaults are kept
     agent = agents.Agent(name="Weather", instructions="Answer weather questions. Call get_weather first.",
                          tools=[weather_tool(calls)], model_settings=settings)
-    result = run_agent(rserver, agent, "What is the weather in Paris?", streamed=streamed)
+    result = run_agent(srserver, agent, "What is the weather in Paris?", streamed=streamed)
     assert len(calls) == 1 and calls[0].strip()
     types = [i.type for i in result.new_items]
     assert types == ["tool_call_item", "tool_call_output_item", "message_output_item"]
     assert isinstance(result.final_output, str) and result.final_output.strip()
-    first, second = check_raw_responses(rserver, result)
+    first, second = check_raw_responses(srserver, result)
     # the second turn was sent the call's output, matched to the call by its call_id
-    client = openai_client(rserver)
-    call = client.responses.retrieve(first).output[0]
-    sent = [i for i in client.responses.input_items.list(second) if i.type == "function_call_output"]
+    sclient = openai_client(srserver)
+    call = sclient.responses.retrieve(first).output[0]
+    sent = [i for i in sclient.responses.input_items.list(second) if i.type == "function_call_output"]
     assert [i.call_id for i in sent] == [call.call_id]

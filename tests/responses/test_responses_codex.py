@@ -13,6 +13,7 @@ import httpx
 import jsonschema
 from openai.types.responses import Response
 from support.responses_api import parse_events
+from support.scripted import forced
 from support.spec import assert_valid, error_of
 
 EXEC = {"type": "function", "name": "exec_command", "strict": False,
@@ -85,19 +86,19 @@ def post_stream(server, body: dict) -> list[dict]:
     return events
 
 
-def ordinary(client) -> str:
+def ordinary(sclient) -> str:
     """Another client's plain request, served beside the Codex one."""
-    raw = client.responses.with_raw_response.create(model="gpt-4o", input="Name a colour.", max_output_tokens=20,
+    raw = sclient.responses.with_raw_response.create(model="gpt-4o", input="Name a colour.", max_output_tokens=20,
                                                     temperature=0)
     body = raw.http_response.json()
     assert_valid("Response", body)
     return raw.parse().status
 
 
-def beside(server, client, body: dict) -> list[dict]:
+def beside(server, sclient, body: dict) -> list[dict]:
     with ThreadPoolExecutor(2) as pool:
         codex = pool.submit(post_stream, server, body)
-        other = pool.submit(ordinary, client)
+        other = pool.submit(ordinary, sclient)
         events = codex.result(timeout=300)
         assert other.result(timeout=300) in ("completed", "incomplete")
     return events
@@ -144,14 +145,14 @@ def test_a_codex_request_calls_a_namespaced_function_and_takes_its_output(rserve
     assert answer["usage"]["input_tokens"] > response["usage"]["input_tokens"]
 
 
-def test_the_namespaced_call_is_shown_to_the_model_as_it_was_made(rserver):
+def test_the_namespaced_call_is_shown_to_the_model_as_it_was_made(srserver):
     """The call sent back with its namespace counts as many prompt tokens as the same call made
     by a top-level function of that name: the model sees the name it called."""
     call = {"type": "function_call", "call_id": "call_1", "name": "exec_command", "arguments": '{"cmd":"ls"}'}
     output = {"type": "function_call_output", "call_id": "call_1", "output": "README.md"}
 
     def count(tools, sent):
-        r = httpx.post(f"{rserver.url}/responses/input_tokens", json={
+        r = httpx.post(f"{srserver.url}/responses/input_tokens", json={
             "model": "x", "input": [{"role": "user", "content": ASK}, sent, output], "tools": tools}, timeout=60)
         assert r.status_code == 200, r.text
         return r.json()["input_tokens"]
@@ -161,26 +162,27 @@ def test_the_namespaced_call_is_shown_to_the_model_as_it_was_made(rserver):
     assert namespaced == flat
 
 
-def test_tool_choice_names_a_namespaced_function(rserver):
+def test_tool_choice_names_a_namespaced_function(srserver, script):
     """OpenAI's SDKs name a namespaced function namespace.name; the model's own name for it and a
     name only one namespace holds are taken too. Each forces that function."""
+    script.script(*[forced({"input": "*** Begin Patch\n*** End Patch"})] * 2)
     for name in ("workspace.apply_patch", "apply_patch"):
-        r = httpx.post(f"{rserver.url}/responses", json=codex_request(
+        r = httpx.post(f"{srserver.url}/responses", json=codex_request(
             FIRST_INPUT, stream=False, tool_choice={"type": "function", "name": name}), timeout=120)
         assert r.status_code == 200, r.text
         assert_valid("Response", r.json())
         [call] = r.json()["output"]
-        assert (call["namespace"], call["name"]) == ("workspace", "apply_patch")
+        assert (call["namespace"], call["name"]) == ("workspace", "apply_patch") and call["status"] == "completed"
 
 
-def test_hosted_tools_and_clashes_are_refused_by_name(rserver):
+def test_hosted_tools_and_clashes_are_refused_by_name(srserver):
     def refused(tools, **extra):
-        r = httpx.post(f"{rserver.url}/responses", json={"model": "x", "input": "Hi", "tools": tools, **extra})
+        r = httpx.post(f"{srserver.url}/responses", json={"model": "x", "input": "Hi", "tools": tools, **extra})
         return error_of(r, 400)
 
     # a web search of the live web is OpenAI's to run: refused, saying which one is accepted
-    for live in ({"type": "web_search"}, {"type": "web_search", "external_web_access": True}):
-        err = refused([PLAN, NAMESPACE, live])
+    for scripted in ({"type": "web_search"}, {"type": "web_search", "external_web_access": True}):
+        err = refused([PLAN, NAMESPACE, scripted])
         assert err["param"] == "tools[2]" and "'web_search'" in err["message"]
         assert "external_web_access false" in err["message"]
     err = refused([{**NAMESPACE, "tools": [EXEC, {"type": "custom", "name": "exec", "format": {"type": "text"}}]}])

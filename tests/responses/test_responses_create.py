@@ -1,5 +1,6 @@
-"""POST /v1/responses on the real SmolLM2 model, through the official SDK: the Response object,
-exact usage, instructions, input items, log-probabilities and structured output."""
+"""POST /v1/responses through the official SDK: the Response object, exact usage, instructions,
+input items and log-probabilities on the scripted host; a real answer and structured output on
+the real SmolLM2 model."""
 
 from __future__ import annotations
 
@@ -40,20 +41,20 @@ def test_a_response_is_real_and_conformant(rclient, llama_host):
     assert usage.output_tokens_details.reasoning_tokens == 0
 
 
-def test_max_output_tokens_gives_an_incomplete_response(rclient):
-    resp, body = create(rclient, input="Write a long story about a dragon.", max_output_tokens=16)
+def test_max_output_tokens_gives_an_incomplete_response(srclient):
+    resp, body = create(srclient, input="Write a long story about a dragon.", max_output_tokens=16)
     assert resp.status == "incomplete" and resp.incomplete_details.reason == "max_output_tokens"
     assert resp.usage.output_tokens == 16
     assert body["output"][0]["status"] == "incomplete" and body["completed_at"] is None
 
 
-def test_a_natural_end_is_completed(rclient):
-    resp, body = create(rclient, input="Say hi.", max_output_tokens=200)
+def test_a_natural_end_is_completed(srclient):
+    resp, body = create(srclient, input="Say hi.", max_output_tokens=200)
     assert resp.status == "completed" and resp.incomplete_details is None
     assert resp.usage.output_tokens < 200 and body["completed_at"] >= body["created_at"]
 
 
-def test_instructions_and_every_input_shape_reach_the_prompt(rclient, llama_host):
+def test_instructions_and_every_input_shape_reach_the_prompt(srclient, scripted_host):
     items = [
         {"role": "developer", "content": "DEV-RULE"},
         {"type": "message", "role": "system", "content": [{"type": "input_text", "text": "SYS-RULE"}]},
@@ -61,7 +62,7 @@ def test_instructions_and_every_input_shape_reach_the_prompt(rclient, llama_host
         {"role": "assistant", "content": "EARLIER-ANSWER"},
         {"role": "user", "content": "And now?"},
     ]
-    resp, _ = create(rclient, instructions="BE-BRIEF", input=items, max_output_tokens=16)
+    resp, _ = create(srclient, instructions="BE-BRIEF", input=items, max_output_tokens=16)
     expected = [{"role": "system", "content": "BE-BRIEF"}, {"role": "developer", "content": "DEV-RULE"},
                 {"role": "system", "content": "SYS-RULE"}, {"role": "user", "content": "part one\npart two"},
                 {"role": "assistant", "content": "EARLIER-ANSWER"}, {"role": "user", "content": "And now?"}]
@@ -69,26 +70,26 @@ def test_instructions_and_every_input_shape_reach_the_prompt(rclient, llama_host
     from openai_ext.text.protocol import ChatCompletionRequest
 
     messages = normalize_messages(ChatCompletionRequest(messages=expected))
-    assert resp.usage.input_tokens == prompt_tokens(llama_host, messages)
-    text = llama_host.chat_prompt(messages).text
+    assert resp.usage.input_tokens == prompt_tokens(scripted_host, messages)
+    text = scripted_host.chat_prompt(messages).text
     assert all(marker in text for marker in ("BE-BRIEF", "DEV-RULE", "SYS-RULE", "part one\npart two", "EARLIER-ANSWER"))
 
 
-def test_streamed_and_plain_text_agree_and_input_tokens_counts_the_same(rserver, rclient):
+def test_streamed_and_plain_text_agree_and_input_tokens_counts_the_same(srserver, srclient):
     from support.responses_api import stream_raw
 
-    resp, _ = create(rclient, input=Q, max_output_tokens=30, instructions="Answer in one line.")
-    events = stream_raw(rserver, {"input": Q, "max_output_tokens": 30, "instructions": "Answer in one line."})
+    resp, _ = create(srclient, input=Q, max_output_tokens=30, instructions="Answer in one line.")
+    events = stream_raw(srserver, {"input": Q, "max_output_tokens": 30, "instructions": "Answer in one line."})
     assert "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta") == resp.output_text
     assert events[-1]["response"]["usage"] == resp.usage.model_dump(exclude_none=True)
-    counted = rclient.responses.input_tokens.count(model="x", input=Q, instructions="Answer in one line.")
+    counted = srclient.responses.input_tokens.count(model="x", input=Q, instructions="Answer in one line.")
     assert counted.input_tokens == resp.usage.input_tokens
-    r = httpx.post(f"{rserver.url}/responses/input_tokens", json={"input": Q}, timeout=60)
+    r = httpx.post(f"{srserver.url}/responses/input_tokens", json={"input": Q}, timeout=60)
     assert_valid("TokenCountsResource", r.json())
 
 
-def test_logprobs_with_include(rclient):
-    resp, body = create(rclient, input=Q, max_output_tokens=16, top_logprobs=2,
+def test_logprobs_with_include(srclient):
+    resp, body = create(srclient, input=Q, max_output_tokens=16, top_logprobs=2,
                         include=["message.output_text.logprobs"])
     part = body["output"][0]["content"][0]
     assert len(part["logprobs"]) == resp.usage.output_tokens
@@ -125,16 +126,16 @@ def test_text_format_is_enforced(rclient, fmt):
         assert set(value) == {"fruits"}
 
 
-def test_reasoning_is_accepted_and_echoed_without_reasoning_items(rclient):
-    resp, body = create(rclient, input="Say hi.", max_output_tokens=16, reasoning={"effort": "low"},
+def test_reasoning_is_accepted_and_echoed_without_reasoning_items(srclient):
+    resp, body = create(srclient, input="Say hi.", max_output_tokens=16, reasoning={"effort": "low"},
                         text={"verbosity": "low"})
     assert body["reasoning"] == {"effort": "low", "summary": None}
     assert [item.type for item in resp.output] == ["message"]
     assert resp.usage.output_tokens_details.reasoning_tokens == 0
 
 
-def test_host_samplers_pass_through(rserver):
-    r = httpx.post(f"{rserver.url}/responses", timeout=60,
+def test_host_samplers_pass_through(srserver):
+    r = httpx.post(f"{srserver.url}/responses", timeout=60,
                    json={"input": "Say hi.", "max_output_tokens": 16, "top_k": 20, "mode": "instruct"})
     assert r.status_code == 200, r.text
     assert_valid("Response", r.json())

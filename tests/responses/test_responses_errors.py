@@ -45,46 +45,46 @@ TOOL = {"type": "function", "name": "f", "parameters": {"type": "object", "prope
     ({"input": []}, 400, "input"),
     ({}, 400, "input"),
 ])
-def test_bad_requests_name_what_is_wrong(rserver, body, status, param):
-    err = error_of(httpx.post(f"{rserver.url}/responses", json={"model": "x", **body}, timeout=60), status)
+def test_bad_requests_name_what_is_wrong(srserver, body, status, param):
+    err = error_of(httpx.post(f"{srserver.url}/responses", json={"model": "x", **body}, timeout=60), status)
     assert err["param"] == param, err
     assert err["message"] and err["type"] == "invalid_request_error"
 
 
-def test_a_hosted_tool_is_named_in_the_message(rserver):
-    err = error_of(httpx.post(f"{rserver.url}/responses", json={"input": "Hi", "tools": [{"type": "web_search"}]}), 400)
+def test_a_hosted_tool_is_named_in_the_message(srserver):
+    err = error_of(httpx.post(f"{srserver.url}/responses", json={"input": "Hi", "tools": [{"type": "web_search"}]}), 400)
     assert "'web_search'" in err["message"] and "hosted" in err["message"]
 
 
-def test_an_unknown_field_is_refused_as_in_chat(rserver):
-    err = error_of(httpx.post(f"{rserver.url}/responses", json={"input": "Hi", "max_output_token": 20}), 400)
+def test_an_unknown_field_is_refused_as_in_chat(srserver):
+    err = error_of(httpx.post(f"{srserver.url}/responses", json={"input": "Hi", "max_output_token": 20}), 400)
     assert err["code"] == "unknown_parameter" and "Did you mean 'max_output_tokens'?" in err["message"]
-    err = error_of(httpx.post(f"{rserver.url}/responses", json={"input": "Hi", "max_tokens": 20}), 400)
+    err = error_of(httpx.post(f"{srserver.url}/responses", json={"input": "Hi", "max_tokens": 20}), 400)
     assert "max_output_tokens" in err["message"]
 
 
-def test_input_longer_than_the_context(rserver, rclient, llama_host):
-    long = "word " * (llama_host.context_length() + 50)
-    err = error_of(httpx.post(f"{rserver.url}/responses", json={"input": long, "max_output_tokens": 16}), 400)
+def test_input_longer_than_the_context(srserver, srclient, scripted_host):
+    long = "word " * (scripted_host.context_length() + 50)
+    err = error_of(httpx.post(f"{srserver.url}/responses", json={"input": long, "max_output_tokens": 16}), 400)
     assert err["code"] == "context_length_exceeded" and err["param"] == "input"
-    assert str(llama_host.context_length()) in err["message"] and "truncation" in err["message"]
+    assert str(scripted_host.context_length()) in err["message"] and "truncation" in err["message"]
     # truncation auto drops the oldest items until the rest fits
     items = [{"role": "user", "content": long}, {"role": "assistant", "content": "Noted."},
              {"role": "user", "content": "Say hi."}]
-    resp, body = create(rclient, input=items, truncation="auto", max_output_tokens=16)
+    resp, body = create(srclient, input=items, truncation="auto", max_output_tokens=16)
     assert body["truncation"] == "auto" and resp.usage.input_tokens < 100
 
 
-def test_errors_of_stored_objects(rserver):
+def test_errors_of_stored_objects(srserver):
     for method, path in (("GET", "/responses/resp_nowhere"), ("DELETE", "/responses/resp_nowhere"),
                          ("POST", "/responses/resp_nowhere/cancel"), ("GET", "/responses/resp_nowhere/input_items"),
                          ("GET", "/conversations/conv_nowhere"), ("DELETE", "/conversations/conv_nowhere")):
-        err = error_of(httpx.request(method, rserver.url + path), 404)
+        err = error_of(httpx.request(method, srserver.url + path), 404)
         assert "not found" in err["message"]
 
 
-def test_storage_switched_off(llama_host, make_server, tmp_path):
-    server = make_server(llama_host, responses_store=False, data_dir=str(tmp_path / "never"))
+def test_storage_switched_off(scripted_host, make_server, tmp_path):
+    server = make_server(scripted_host, responses_store=False, data_dir=str(tmp_path / "never"))
     r = httpx.post(f"{server.url}/responses", json={"input": "Say hi.", "max_output_tokens": 16}, timeout=60)
     assert r.status_code == 200 and r.json()["store"] is False
     error_of(httpx.get(f"{server.url}/responses/{r.json()['id']}"), 400)

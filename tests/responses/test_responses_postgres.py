@@ -89,12 +89,12 @@ def test_a_database_that_cannot_be_reached_is_a_503_that_names_it_without_its_pa
     store.close()
 
 
-def test_a_server_does_not_start_on_a_database_it_cannot_use(llama_host, caplog):
+def test_a_server_does_not_start_on_a_database_it_cannot_use(scripted_host, caplog):
     from support.servers import free_port
 
     url = f"postgresql://app:hunter2@127.0.0.1:{free_port()}/x"
     with pytest.raises(SettingsError) as e:
-        create_app(Settings(port=0, database_url=url), llama_host)
+        create_app(Settings(port=0, database_url=url), scripted_host)
     assert "database_url" in str(e.value) and "***" in str(e.value) and "hunter2" not in str(e.value)
     assert "hunter2" not in caplog.text
 

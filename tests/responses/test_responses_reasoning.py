@@ -14,8 +14,8 @@ from support.servers import openai_client
 
 
 @pytest.fixture(scope="module")
-def thinking(llama_host, make_server, tmp_path_factory):
-    return make_server(ThinkingHost(llama_host), data_dir=str(tmp_path_factory.mktemp("thinking")))
+def thinking(scripted_host, make_server, tmp_path_factory):
+    return make_server(ThinkingHost(scripted_host), data_dir=str(tmp_path_factory.mktemp("thinking")))
 
 
 def test_thinking_is_a_reasoning_item_before_the_message(thinking):
@@ -52,6 +52,6 @@ def test_thinking_streams_as_reasoning_text_events(thinking):
     assert final["output"][0] == events[done + 2]["item"]
 
 
-def test_a_model_without_a_reasoning_mode_gives_no_reasoning_item(rclient):
-    _, body = create(rclient, input="Name a colour.", max_output_tokens=16, reasoning={"effort": "high"})
+def test_a_model_without_a_reasoning_mode_gives_no_reasoning_item(srclient):
+    _, body = create(srclient, input="Name a colour.", max_output_tokens=16, reasoning={"effort": "high"})
     assert [item["type"] for item in body["output"]] == ["message"]

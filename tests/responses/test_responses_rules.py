@@ -91,8 +91,8 @@ def test_truncation_auto_finds_the_cut_in_few_tries(monkeypatch):
     def prepare(text, req, *, truncate):
         calls.append(len(req.messages))
         if len(req.messages) > fits:
-            raise ContextLengthExceeded("This model's maximum context length is 10 tokens, and the messages alone take "
-                                        "12 tokens. Shorten the messages.")
+            raise ContextLengthExceeded("This model's maximum context length is 10 tokens, and 12 tokens are taken by "
+                                        "the {param} alone. Shorten the {param}.")
         return req.messages
 
     monkeypatch.setattr(convert.chat, "prepare", prepare)

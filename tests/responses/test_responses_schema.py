@@ -187,9 +187,9 @@ def test_two_processes_opening_one_old_folder_at_once_migrate_it_once(tmp_path):
     assert user_version(tmp_path) == len(steps)
 
 
-def test_an_unversioned_folder_goes_on_working_through_the_api(llama_host, make_server, tmp_path):
+def test_an_unversioned_folder_goes_on_working_through_the_api(scripted_host, make_server, tmp_path):
     unversioned_folder(tmp_path)
-    client = openai_client(make_server(llama_host, data_dir=str(tmp_path)))
+    client = openai_client(make_server(scripted_host, data_dir=str(tmp_path)))
     old = client.responses.retrieve("resp_old")
     assert old.output_text == "Hello Ada." and old.metadata == {"written": "before versions"}
     assert [i.id for i in client.responses.input_items.list("resp_old")] == ["msg_old_in"]
@@ -197,6 +197,6 @@ def test_an_unversioned_folder_goes_on_working_through_the_api(llama_host, make_
     assert body["previous_response_id"] == "resp_old"
     turns = [{"role": "user", "content": "My name is Ada."}, {"role": "assistant", "content": "Hello Ada."},
              {"role": "user", "content": "What is my name?"}]
-    assert follow.usage.input_tokens == len(llama_host.tokenize(llama_host.chat_prompt(turns).text))
+    assert follow.usage.input_tokens == len(scripted_host.tokenize(scripted_host.chat_prompt(turns).text))
     items = client.conversations.items.list("conv_old")
     assert [i.id for i in items.data] == ["msg_old_conv"]

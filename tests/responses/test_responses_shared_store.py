@@ -10,6 +10,7 @@ import httpx
 import openai
 import pytest
 from support.responses_api import create, parse_events, poll
+from support.scripted import held
 from support.servers import idle, openai_client, run_together
 from support.spec import assert_valid, error_of
 
@@ -26,10 +27,10 @@ def start(host, **settings) -> ApiServer:
 
 
 @pytest.fixture(scope="module")
-def shared(llama_host, postgres):
+def shared(scripted_host, postgres):
     """Two servers on one new database; stopped before the PostgreSQL server is."""
     url = postgres.url(postgres.new_database(), password="hunter2")
-    servers = [start(llama_host, database_url=url), start(llama_host, database_url=url)]
+    servers = [start(scripted_host, database_url=url), start(scripted_host, database_url=url)]
     yield servers, url
     for server in servers:
         server.stop()
@@ -87,11 +88,13 @@ def test_turns_appended_at_once_through_both_servers_are_all_kept_in_order(clien
         assert turn[0].role == "user" and turn[1].id == answers[w].output[0].id
 
 
-def test_a_background_response_runs_on_one_server_and_is_cancelled_through_the_other(shared, clients, llama_host):
+def test_a_background_response_runs_on_one_server_and_is_cancelled_through_the_other(shared, clients, script):
+    [reply] = script.script(held())   # a long reply, still running until the request ends
     (server_a, server_b), url = shared
     a, b = clients
     resp, _ = create(a, input="Write a very long story about a dragon.", max_output_tokens=1500, background=True)
     running = poll(b, resp.id, lambda body: body["status"] == "in_progress")   # seen through the other server
+    assert reply.started.wait(60)   # it is generating now
     assert running["background"] is True
     store_a = server_a.app.state.api.responses
     store_b = server_b.app.state.api.responses
@@ -106,7 +109,7 @@ def test_a_background_response_runs_on_one_server_and_is_cancelled_through_the_o
     assert_valid("Response", cancelled)
     assert cancelled["status"] == "cancelled"
     assert a.responses.retrieve(resp.id).status == "cancelled"
-    assert idle(server_a, llama_host)   # the generation on the first server stopped
+    assert idle(server_a, script)   # the generation on the first server stopped
     assert b.responses.cancel(resp.id).status == "cancelled"   # again: unchanged
     # once it ended, any server replays its events
     replayed = parse_events(httpx.get(f"{server_b.url}/responses/{resp.id}", params={"stream": "true"},
@@ -116,9 +119,9 @@ def test_a_background_response_runs_on_one_server_and_is_cancelled_through_the_o
     assert "response.output_text.delta" in types and "response.completed" not in types
 
 
-def test_a_database_that_goes_away_is_a_503_and_its_return_needs_no_restart(llama_host, postgres):
+def test_a_database_that_goes_away_is_a_503_and_its_return_needs_no_restart(scripted_host, postgres):
     name = postgres.new_database()
-    server = start(llama_host, database_url=postgres.url(name, password="hunter2"))
+    server = start(scripted_host, database_url=postgres.url(name, password="hunter2"))
     try:
         client = openai_client(server)
         resp, _ = create(client, input="Say hi.", max_output_tokens=16)

@@ -7,6 +7,7 @@ import json
 
 import jsonschema
 from support.responses_api import create, stream_raw
+from support.scripted import forced
 
 WEATHER = {"type": "function", "name": "get_weather", "description": "Current weather in a city", "strict": True,
            "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 40},
@@ -29,18 +30,19 @@ def test_a_forced_call_is_a_valid_function_call_item(rclient):
     assert body["tool_choice"] == {"type": "function", "name": "get_weather"}
 
 
-def test_the_function_call_round_trip(rclient):
+def test_the_function_call_round_trip(srclient, script):
     """function_call -> function_call_output -> an answer, continued with previous_response_id."""
-    first, _ = create(rclient, input=ASK, tools=[WEATHER], tool_choice="required", parallel_tool_calls=False)
+    script.script(forced({"city": "Paris", "unit": "celsius"}))
+    first, _ = create(srclient, input=ASK, tools=[WEATHER], tool_choice="required", parallel_tool_calls=False)
     [call] = first.output
     output = {"type": "function_call_output", "call_id": call.call_id,
               "output": json.dumps({"temperature": 18, "sky": "sunny"})}
-    final, body = create(rclient, previous_response_id=first.id, input=[output], tools=[WEATHER],
+    final, body = create(srclient, previous_response_id=first.id, input=[output], tools=[WEATHER],
                          tool_choice="none", max_output_tokens=60)
     assert [item.type for item in final.output] == ["message"] and final.output_text.strip()
     assert body["previous_response_id"] == first.id
     # the same turn sent statelessly: the call and its output as input items, store off
-    again, _ = create(rclient, input=[{"role": "user", "content": ASK}, call.model_dump(exclude_none=True), output],
+    again, _ = create(srclient, input=[{"role": "user", "content": ASK}, call.model_dump(exclude_none=True), output],
                       tools=[WEATHER], tool_choice="none", max_output_tokens=60, store=False)
     assert again.output_text == final.output_text
     assert again.usage.input_tokens == final.usage.input_tokens

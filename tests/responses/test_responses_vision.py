@@ -23,12 +23,12 @@ from openai_ext.responses import images as stored_images
 
 
 @pytest.fixture
-def ext(host_modules, tmp_path):
+def ext(host_modules, tmp_path, stop_later):
     host_modules.shared.settings["openai_ext-port"] = free_port()
     host_modules.shared.settings["openai_ext-data_dir"] = str(tmp_path)
     loaded = load_extension(host_modules.shared)
     yield loaded
-    loaded.server.stop()
+    stop_later(loaded.server)
 
 
 @pytest.fixture

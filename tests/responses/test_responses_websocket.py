@@ -17,6 +17,7 @@ import websockets
 from openai import AsyncOpenAI
 from support.hosts import FailingHost
 from support.responses_api import create
+from support.scripted import forced, held
 from support.servers import openai_client, wait_until
 from support.spec import assert_valid
 
@@ -40,12 +41,16 @@ def ws_client(server, **kw) -> AsyncOpenAI:
 
 
 @pytest.mark.parametrize("namespaced, streamed", [(False, False), (True, True)])
-def test_an_agent_runs_over_the_websocket_transport(rserver, namespaced, streamed):
+def test_an_agent_runs_over_the_websocket_transport(srserver, script, namespaced, streamed):
     """Runner.run (and run_streamed) through the Agents SDK's WebSocket transport: a tool call,
     its output sent back on the same connection, and the answer; every response is stored and
     spec-valid. Namespaced: the tool in a tool_namespace(), named in tool_choice as the SDK
-    names it (namespace.name), its call routed back to it by its namespace."""
+    names it (namespace.name), its call routed back to it by its namespace. The scripted host
+    writes the forced call's arguments, and an answer once the call is no longer forced."""
     from agents.models.openai_provider import OpenAIProvider
+
+    script.default = lambda prompt: forced({"city": "Paris"}) if prompt.text.endswith('"arguments": ') else \
+        "It is sunny in Paris."
 
     calls: list[str] = []
 
@@ -62,7 +67,7 @@ def test_an_agent_runs_over_the_websocket_transport(rserver, namespaced, streame
         choice = "weather.get_weather"
 
     async def go():
-        client = ws_client(rserver)
+        client = ws_client(srserver)
         provider = OpenAIProvider(openai_client=client, use_responses=True, use_responses_websocket=True)
         settings = agents.ModelSettings(tool_choice=choice, temperature=0, max_tokens=60)
         agent = agents.Agent(name="Weather", instructions="Answer weather questions. Call get_weather first.",
@@ -84,22 +89,22 @@ def test_an_agent_runs_over_the_websocket_transport(rserver, namespaced, streame
     assert [i.type for i in result.new_items] == ["tool_call_item", "tool_call_output_item", "message_output_item"]
     assert isinstance(result.final_output, str) and result.final_output.strip()
     assert getattr(result.new_items[0].raw_item, "namespace", None) == ("weather" if namespaced else None)
-    client = openai_client(rserver)
+    client = openai_client(srserver)
     for raw in result.raw_responses:
         assert_valid("Response", client.responses.with_raw_response.retrieve(raw.response_id).http_response.json())
 
 
-def test_requests_on_one_connection_and_an_http_client_beside_it(rserver):
+def test_requests_on_one_connection_and_an_http_client_beside_it(srserver):
     """Two response.create events on one connection, the second continuing the first; an error
     event for a bad one, after which the connection still serves; and a plain HTTP request
     served while the socket's response runs."""
     async def go():
-        client = ws_client(rserver)
+        client = ws_client(srserver)
         async with client.responses.connect() as connection:
             await connection.response.create(model="gpt-4o", input="Name a colour.", max_output_tokens=20,
                                              temperature=0)
             with ThreadPoolExecutor(1) as pool:
-                other = pool.submit(create, openai_client(rserver), input="Name a fruit.", max_output_tokens=20)
+                other = pool.submit(create, openai_client(srserver), input="Name a fruit.", max_output_tokens=20)
                 first = await frames(connection)
                 assert other.result(timeout=120)[0].status in ("completed", "incomplete")
             response = first[-1]["response"]
@@ -123,11 +128,11 @@ def test_requests_on_one_connection_and_an_http_client_beside_it(rserver):
     assert final["usage"]["input_tokens"] > response["usage"]["input_tokens"]
 
 
-def test_lanes_by_stream_id(rserver):
+def test_lanes_by_stream_id(srserver):
     """Events carry the stream_id of the request they answer; a lane's requests are served in
     the order sent, and two lanes run side by side."""
     async def go():
-        client = ws_client(rserver)
+        client = ws_client(srserver)
         async with client.responses.connect() as connection:
             for lane, word in (("a", "one"), ("b", "two"), ("a", "three")):
                 await connection.send({"type": "response.create", "stream_id": lane, "model": "x",
@@ -149,9 +154,9 @@ def test_lanes_by_stream_id(rserver):
     assert all(e["stream_id"] in ("a", "b") for e in events)
 
 
-def test_unsupported_events_get_a_clear_error(rserver):
+def test_unsupported_events_get_a_clear_error(srserver):
     async def go():
-        client = ws_client(rserver)
+        client = ws_client(srserver)
         async with client.responses.connect() as connection:
             await connection.send({"type": "response.create", "model": "x", "input": "Hi", "background": True})
             [background] = await frames(connection)
@@ -190,8 +195,8 @@ def upgrade_refused(url: str, *, origin: str | None = None, host: str | None = N
     return asyncio.run(go())
 
 
-def test_the_upgrade_needs_the_key(llama_host, make_server):
-    server = make_server(llama_host, api_key="sk-local", responses_store=False)
+def test_the_upgrade_needs_the_key(scripted_host, make_server):
+    server = make_server(scripted_host, api_key="sk-local", responses_store=False)
     status, body = upgrade_refused(ws_url(server))
     assert status == 401 and body["error"]["type"] == "invalid_request_error"
     assert_valid("ErrorResponse", body)
@@ -207,8 +212,8 @@ def test_the_upgrade_needs_the_key(llama_host, make_server):
     assert asyncio.run(served())[-1]["type"] in ("response.completed", "response.incomplete")
 
 
-def test_the_upgrade_passes_the_host_and_browser_checks(llama_host, make_server):
-    server = make_server(llama_host, cors_origins=["http://app.example"], responses_store=False)
+def test_the_upgrade_passes_the_host_and_browser_checks(scripted_host, make_server):
+    server = make_server(scripted_host, cors_origins=["http://app.example"], responses_store=False)
     status, body = upgrade_refused(ws_url(server), host="evil.example")
     assert status == 400 and "Host" in body["error"]["message"]
     status, body = upgrade_refused(ws_url(server), origin="http://evil.example")
@@ -226,12 +231,13 @@ def test_the_upgrade_passes_the_host_and_browser_checks(llama_host, make_server)
 
 
 
-def test_a_client_that_leaves_stops_its_response(rserver, rclient):
+def test_a_client_that_leaves_stops_its_response(srserver, srclient, script):
+    script.script(held())   # a long reply, still running until the request ends
     body = {"type": "response.create", "model": "x", "input": "Write a very long story about a dragon.",
             "temperature": 0}
 
     async def leave_after_the_first_words():
-        async with websockets.connect(ws_url(rserver)) as ws:
+        async with websockets.connect(ws_url(srserver)) as ws:
             await ws.send(json.dumps(body))
             response_id = None
             while (event := json.loads(await ws.recv()))["type"] != "response.output_text.delta":
@@ -239,14 +245,14 @@ def test_a_client_that_leaves_stops_its_response(rserver, rclient):
         return response_id
 
     response_id = asyncio.run(leave_after_the_first_words())
-    health = rserver.url.removesuffix("/v1") + "/health"
+    health = srserver.url.removesuffix("/v1") + "/health"
     wait_until(lambda: httpx.get(health).json()["running"] == 0, "the generation stopped")
-    wait_until(lambda: rclient.responses.retrieve(response_id).status == "cancelled", "the response was stored")
-    assert rclient.responses.create(model="x", input="Say hi.", max_output_tokens=16).status != "failed"
+    wait_until(lambda: srclient.responses.retrieve(response_id).status == "cancelled", "the response was stored")
+    assert srclient.responses.create(model="x", input="Say hi.", max_output_tokens=16).status != "failed"
 
 
-def test_a_failure_after_the_start_ends_the_response_and_the_connection_serves_on(llama_host, make_server):
-    server = make_server(FailingHost(llama_host), responses_store=False)
+def test_a_failure_after_the_start_ends_the_response_and_the_connection_serves_on(scripted_host, make_server):
+    server = make_server(FailingHost(scripted_host), responses_store=False)
 
     async def go():
         client = ws_client(server)
@@ -266,12 +272,12 @@ def test_a_failure_after_the_start_ends_the_response_and_the_connection_serves_o
     assert error[-1]["type"] == "error" and error[-1]["error"]["param"] == "max_output_tokens"
 
 
-def test_an_upgrade_the_server_cannot_take_says_to_use_http(rserver):
+def test_an_upgrade_the_server_cannot_take_says_to_use_http(srserver):
     """Without a WebSocket library uvicorn hands the upgrade on as a plain GET (here sent as one,
     in process, since this machine has the library): the answer says what to do."""
     from fastapi.testclient import TestClient
 
-    app = TestClient(rserver.app, base_url="http://localhost")
+    app = TestClient(srserver.app, base_url="http://localhost")
     r = app.get("/v1/responses", headers={"Upgrade": "websocket", "Connection": "Upgrade"})
     assert r.status_code == 501 and "POST /v1/responses" in r.json()["error"]["message"]
     assert_valid("ErrorResponse", r.json())

@@ -1,4 +1,5 @@
-"""Hosts for tests: the real embedded host, with something put in front of what it generates."""
+"""Hosts for tests: a host (the scripted one, or the real embedded one), with something put in front
+of what it generates."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ THOUGHT = "The user wants colours. Red is one."
 
 
 class ThinkingHost:
-    """The real host, its reply opened by a <think> block written over pieces (one cut inside
-    the closing tag), as a reasoning model writes it: the embedded SmolLM2 has no reasoning mode."""
+    """A host, its reply opened by a <think> block written over pieces (one cut inside the
+    closing tag), as a reasoning model writes it: the embedded SmolLM2 has no reasoning mode."""
 
     def __init__(self, inner):
         self.inner = inner
@@ -27,7 +28,7 @@ class ThinkingHost:
 
 
 class FailingHost:
-    """The real host, failing after a few tokens, as a backend crash would."""
+    """A host, failing after a few tokens, as a backend crash would."""
 
     def __init__(self, inner):
         self.inner = inner

@@ -9,8 +9,8 @@ from support.spec import assert_valid
 
 
 @pytest.fixture(scope="module")
-def capped(llama_host, make_server):
-    return openai_client(make_server(llama_host, default_max_tokens=8))
+def capped(scripted_host, make_server):
+    return openai_client(make_server(scripted_host, default_max_tokens=8))
 
 
 def test_a_chat_without_max_tokens_stops_at_the_cap(capped):

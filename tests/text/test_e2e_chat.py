@@ -1,4 +1,5 @@
-"""End to end: /v1/chat/completions on the real SmolLM2 model, driven by the official client."""
+"""End to end: /v1/chat/completions driven by the official client, on the real SmolLM2 model where
+the test is about what a model writes, and on the scripted host where it is about the API's shape."""
 
 from __future__ import annotations
 
@@ -53,8 +54,8 @@ def test_system_and_developer_messages_reach_the_prompt(llama_host):
     assert text.endswith("<|im_start|>assistant\n")
 
 
-def test_length_finish_at_exactly_max_tokens(client):
-    resp, _ = raw_chat(client, messages=[{"role": "user", "content": "Write a long story about a dragon."}],
+def test_length_finish_at_exactly_max_tokens(sclient):
+    resp, _ = raw_chat(sclient, messages=[{"role": "user", "content": "Write a long story about a dragon."}],
                        temperature=0, max_tokens=7, logprobs=True)
     choice = resp.choices[0]
     assert choice.finish_reason == "length"
@@ -63,20 +64,20 @@ def test_length_finish_at_exactly_max_tokens(client):
     assert "".join(t.token for t in choice.logprobs.content) == choice.message.content
 
 
-def test_max_completion_tokens_wins_over_max_tokens(client):
-    resp, _ = raw_chat(client, messages=Q, temperature=0, max_tokens=20, max_completion_tokens=3)
+def test_max_completion_tokens_wins_over_max_tokens(sclient):
+    resp, _ = raw_chat(sclient, messages=Q, temperature=0, max_tokens=20, max_completion_tokens=3)
     assert resp.usage.completion_tokens == 3 and resp.choices[0].finish_reason == "length"
 
 
-def test_natural_stop_gives_finish_reason_stop(client):
-    resp, _ = raw_chat(client, messages=[{"role": "user", "content": "Say hi."}], temperature=0, max_tokens=200)
+def test_natural_stop_gives_finish_reason_stop(sclient):
+    resp, _ = raw_chat(sclient, messages=[{"role": "user", "content": "Say hi."}], temperature=0, max_tokens=200)
     assert resp.choices[0].finish_reason == "stop"
     assert resp.usage.completion_tokens < 200
 
 
-def test_streaming_matches_non_streaming(live, client):
-    full, _ = raw_chat(client, messages=Q, temperature=0, max_tokens=30)
-    chunks = stream_text(live, messages=Q, temperature=0, max_tokens=30)
+def test_streaming_matches_non_streaming(scripted, sclient):
+    full, _ = raw_chat(sclient, messages=Q, temperature=0, max_tokens=30)
+    chunks = stream_text(scripted, messages=Q, temperature=0, max_tokens=30)
     first = chunks[0]["choices"][0]
     assert first["delta"]["role"] == "assistant" and first["delta"]["content"] == ""
     text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
@@ -85,9 +86,9 @@ def test_streaming_matches_non_streaming(live, client):
     assert finishes[-1] == full.choices[0].finish_reason and all(f is None for f in finishes[:-1])
 
 
-def test_sdk_stream_helper_accumulates(client):
+def test_sdk_stream_helper_accumulates(sclient):
     msgs = [{"role": "user", "content": "Say hi."}]
-    with client.chat.completions.stream(model="local", messages=msgs, temperature=0, max_tokens=100) as s:
+    with sclient.chat.completions.stream(model="local", messages=msgs, temperature=0, max_tokens=100) as s:
         deltas = [e.delta for e in s if e.type == "content.delta"]
         final = s.get_final_completion()
     assert final.choices[0].finish_reason == "stop"
@@ -99,9 +100,9 @@ def _greedy_tokens(client, messages, n):
     return [t.token for t in resp.choices[0].logprobs.content]
 
 
-def test_stop_string_split_across_tokens_never_appears(live, client):
+def test_stop_string_split_across_tokens_never_appears(scripted, sclient):
     msgs = [{"role": "user", "content": "Write a long story about a dragon."}]
-    tokens = _greedy_tokens(client, msgs, 40)
+    tokens = _greedy_tokens(sclient, msgs, 40)
     text = "".join(tokens)
     # a stop string that starts inside one token and ends inside a later one
     boundary = len(tokens[0]) + len(tokens[1]) + len(tokens[2])
@@ -110,11 +111,11 @@ def test_stop_string_split_across_tokens_never_appears(live, client):
     stop = text[start:boundary + 2]
     expected = text[:text.find(stop)]
 
-    resp, _ = raw_chat(client, messages=msgs, temperature=0, max_tokens=40, stop=[stop, "never-happens"])
+    resp, _ = raw_chat(sclient, messages=msgs, temperature=0, max_tokens=40, stop=[stop, "never-happens"])
     assert resp.choices[0].message.content == expected
     assert resp.choices[0].finish_reason == "stop"
 
-    chunks = stream_text(live, messages=msgs, temperature=0, max_tokens=40, stop=stop)
+    chunks = stream_text(scripted, messages=msgs, temperature=0, max_tokens=40, stop=stop)
     deltas = [c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"]]
     assert "".join(deltas) == expected
     assert all(stop not in d for d in deltas)
@@ -137,8 +138,8 @@ def test_n_choices_have_distinct_indices(client):
     assert resp.usage.completion_tokens == 20
 
 
-def test_n_choices_stream_with_indices_and_usage(live):
-    chunks = stream_text(live, messages=Q, temperature=1.0, max_tokens=6, n=2, seed=3,
+def test_n_choices_stream_with_indices_and_usage(scripted):
+    chunks = stream_text(scripted, messages=Q, temperature=1.0, max_tokens=6, n=2, seed=3,
                          stream_options={"include_usage": True})
     per_index = {}
     for c in chunks[:-1]:
@@ -201,19 +202,19 @@ def test_top_p_narrows_sampling(client):
     assert _samples(client, top_p=1e-6) == {greedy}
 
 
-def test_models_list_and_retrieve_the_loaded_model(client, llama_host):
-    ids = [m.id for m in client.models.list().data]
-    assert ids[0] == llama_host.model_id                   # the chat model comes first, by its real id
-    model = client.models.retrieve(llama_host.model_id)
-    assert model.id == llama_host.model_id and model.object == "model" and model.owned_by
+def test_models_list_and_retrieve_the_loaded_model(sclient, scripted_host):
+    ids = [m.id for m in sclient.models.list().data]
+    assert ids[0] == scripted_host.model_id                   # the chat model comes first, by its real id
+    model = sclient.models.retrieve(scripted_host.model_id)
+    assert model.id == scripted_host.model_id and model.object == "model" and model.owned_by
     with pytest.raises(openai.NotFoundError) as e:
-        client.models.retrieve("gpt-3.5-turbo")           # served by any name, but not listed as one
+        sclient.models.retrieve("gpt-3.5-turbo")           # served by any name, but not listed as one
     assert e.value.body["code"] == "model_not_found"
 
 
-def test_sdk_iterates_streams_with_n_and_include_usage(client):
+def test_sdk_iterates_streams_with_n_and_include_usage(sclient):
     """The official client's own stream parsing (strict validation on): two choices, then usage."""
-    stream = client.chat.completions.create(model="gpt-4o", messages=Q, temperature=1.0, max_tokens=6, n=2, seed=3,
+    stream = sclient.chat.completions.create(model="gpt-4o", messages=Q, temperature=1.0, max_tokens=6, n=2, seed=3,
                                             stream=True, stream_options={"include_usage": True})
     text, finish, usage = {0: "", 1: ""}, {}, None
     for chunk in stream:
@@ -261,9 +262,9 @@ def test_presence_and_frequency_penalties_change_greedy_output(client):
     (dict(messages=Q, extra_body={"top_k": "many"}), "top_k"),
     (dict(messages=Q, extra_body={"tfs": 0.9}), "tfs"),
 ])
-def test_bad_requests_get_openai_400s(client, kwargs, param):
+def test_bad_requests_get_openai_400s(sclient, kwargs, param):
     with pytest.raises(openai.BadRequestError) as e:
-        client.chat.completions.create(model="x", **kwargs)
+        sclient.chat.completions.create(model="x", **kwargs)
     err = e.value.body
     assert e.value.status_code == 400
     assert set(err) == {"message", "type", "param", "code"}
@@ -271,12 +272,12 @@ def test_bad_requests_get_openai_400s(client, kwargs, param):
     assert_valid("ErrorResponse", e.value.response.json())
 
 
-def test_prompt_longer_than_context_is_context_length_exceeded(client, llama_host):
-    long = "word " * (llama_host.context_length() + 50)
+def test_prompt_longer_than_context_is_context_length_exceeded(sclient, scripted_host):
+    long = "word " * (scripted_host.context_length() + 50)
     with pytest.raises(openai.BadRequestError) as e:
-        client.chat.completions.create(model="x", messages=[{"role": "user", "content": long}], max_tokens=5)
+        sclient.chat.completions.create(model="x", messages=[{"role": "user", "content": long}], max_tokens=5)
     assert e.value.body["code"] == "context_length_exceeded"
-    assert str(llama_host.context_length()) in e.value.body["message"]
+    assert str(scripted_host.context_length()) in e.value.body["message"]
 
 
 @pytest.mark.slow
@@ -299,15 +300,15 @@ def test_truncate_prompt_setting_cuts_instead(llama_host, make_server):
     assert resp.choices[0].finish_reason in ("length", "stop")
 
 
-def test_routes_answer_without_v1_prefix(live):
-    bare = live.url.removesuffix("/v1")
+def test_routes_answer_without_v1_prefix(scripted):
+    bare = scripted.url.removesuffix("/v1")
     r = httpx.post(f"{bare}/chat/completions", json={"messages": Q, "max_tokens": 2}, timeout=60)
     assert r.status_code == 200
     assert_valid("CreateChatCompletionResponse", r.json())
     assert httpx.get(f"{bare}/models").json()["data"]
 
 
-def test_a_message_list_that_cannot_fit_is_refused_before_it_is_rendered_and_others_are_served(live):
+def test_a_message_list_that_cannot_fit_is_refused_before_it_is_rendered_and_others_are_served(scripted):
     """100,000 tiny messages (3.5 MB) used to keep the template and the tokenizer busy for
     minutes, and every other request waited; now the text's length alone refuses it."""
     import asyncio
@@ -316,7 +317,7 @@ def test_a_message_list_that_cannot_fit_is_refused_before_it_is_rendered_and_oth
     small = {"model": "x", "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 3, "temperature": 0}
 
     async def run():
-        async with httpx.AsyncClient(base_url=live.url, timeout=300) as c:
+        async with httpx.AsyncClient(base_url=scripted.url, timeout=300) as c:
             return await asyncio.gather(c.post("/chat/completions", json=huge),
                                         c.post("/chat/completions", json=small))
 
@@ -328,10 +329,10 @@ def test_a_message_list_that_cannot_fit_is_refused_before_it_is_rendered_and_oth
     assert served.status_code == 200 and served.json()["choices"][0]["message"]["content"] is not None
 
 
-def test_token_count_bounds_the_text_it_tokenizes(live):
+def test_token_count_bounds_the_text_it_tokenizes(scripted):
     from openai_ext.admin.routes import MAX_TOKENIZE_CHARS
 
-    ok = httpx.post(f"{live.url}/internal/token-count", json={"text": "<|im_end|>" * (MAX_TOKENIZE_CHARS // 10)})
+    ok = httpx.post(f"{scripted.url}/internal/token-count", json={"text": "<|im_end|>" * (MAX_TOKENIZE_CHARS // 10)})
     assert ok.status_code == 200 and ok.json()["length"] == MAX_TOKENIZE_CHARS // 10
-    over = httpx.post(f"{live.url}/internal/token-count", json={"text": "a" * (MAX_TOKENIZE_CHARS + 1)})
+    over = httpx.post(f"{scripted.url}/internal/token-count", json={"text": "a" * (MAX_TOKENIZE_CHARS + 1)})
     assert over.status_code == 400 and over.json()["error"]["param"] == "text"

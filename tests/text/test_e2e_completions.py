@@ -1,4 +1,5 @@
-"""End to end: /v1/completions on the real SmolLM2 model, driven by the official client."""
+"""End to end: /v1/completions driven by the official client, on the scripted host (the API's
+shape) and on the real SmolLM2 model (best_of, and the scores of an echoed prompt)."""
 
 from __future__ import annotations
 
@@ -23,19 +24,19 @@ def stream(live, **body):
     return assert_valid_stream("CreateCompletionStreamResponse", r.text)
 
 
-def test_completion_default_max_tokens_is_16(client, llama_host):
-    resp, body = raw_completion(client, prompt=PROMPT, temperature=0)
+def test_completion_default_max_tokens_is_16(sclient, scripted_host):
+    resp, body = raw_completion(sclient, prompt=PROMPT, temperature=0)
     assert resp.object == "text_completion" and resp.id.startswith("cmpl-")
-    assert resp.model == llama_host.model_id
+    assert resp.model == scripted_host.model_id
     assert resp.choices[0].finish_reason == "length" and resp.usage.completion_tokens == 16
-    assert resp.usage.prompt_tokens == len(llama_host.tokenize(PROMPT))
+    assert resp.usage.prompt_tokens == len(scripted_host.tokenize(PROMPT))
     assert body["choices"][0]["logprobs"] is None
 
 
-def test_token_id_prompts_equal_text_prompts(client, llama_host):
-    ids = llama_host.tokenize(PROMPT)
-    by_text, _ = raw_completion(client, prompt=PROMPT, temperature=0, max_tokens=8)
-    by_ids, _ = raw_completion(client, prompt=ids, temperature=0, max_tokens=8)
+def test_token_id_prompts_equal_text_prompts(sclient, scripted_host):
+    ids = scripted_host.tokenize(PROMPT)
+    by_text, _ = raw_completion(sclient, prompt=PROMPT, temperature=0, max_tokens=8)
+    by_ids, _ = raw_completion(sclient, prompt=ids, temperature=0, max_tokens=8)
     assert by_ids.choices[0].text == by_text.choices[0].text
     assert by_ids.usage.prompt_tokens == len(ids)
 
@@ -48,9 +49,9 @@ def test_several_prompts_give_indexed_choices(client):
     assert resp.usage.completion_tokens == 16
 
 
-def test_list_of_token_lists(client, llama_host):
-    ids = [llama_host.tokenize("The sky is"), llama_host.tokenize("Water is")]
-    resp, _ = raw_completion(client, prompt=ids, temperature=0, max_tokens=3)
+def test_list_of_token_lists(sclient, scripted_host):
+    ids = [scripted_host.tokenize("The sky is"), scripted_host.tokenize("Water is")]
+    resp, _ = raw_completion(sclient, prompt=ids, temperature=0, max_tokens=3)
     assert len(resp.choices) == 2
 
 
@@ -73,8 +74,8 @@ def test_echo_and_logprobs(client, llama_host):
         assert max(top, key=top.get) == token
 
 
-def test_logprobs_without_echo(client):
-    resp, _ = raw_completion(client, prompt=PROMPT, temperature=0, max_tokens=4, logprobs=0)
+def test_logprobs_without_echo(sclient):
+    resp, _ = raw_completion(sclient, prompt=PROMPT, temperature=0, max_tokens=4, logprobs=0)
     lp = resp.choices[0].logprobs
     assert len(lp.tokens) == 4 and lp.text_offset[0] == 0
     assert "".join(lp.tokens) == resp.choices[0].text
@@ -82,23 +83,23 @@ def test_logprobs_without_echo(client):
     assert all(top == {tok: score} for tok, score, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs))
 
 
-def test_echo_without_logprobs_streams_prompt_first(live):
-    chunks = stream(live, prompt=PROMPT, temperature=0, max_tokens=4, echo=True)
+def test_echo_without_logprobs_streams_prompt_first(scripted):
+    chunks = stream(scripted, prompt=PROMPT, temperature=0, max_tokens=4, echo=True)
     assert chunks[0]["choices"][0]["text"] == PROMPT
     assert chunks[-1]["choices"][0]["finish_reason"] == "length"
 
 
-def test_stream_matches_and_includes_usage(live, client):
-    full, _ = raw_completion(client, prompt=PROMPT, temperature=0, max_tokens=12)
-    chunks = stream(live, prompt=PROMPT, temperature=0, max_tokens=12, stream_options={"include_usage": True})
+def test_stream_matches_and_includes_usage(scripted, sclient):
+    full, _ = raw_completion(sclient, prompt=PROMPT, temperature=0, max_tokens=12)
+    chunks = stream(scripted, prompt=PROMPT, temperature=0, max_tokens=12, stream_options={"include_usage": True})
     text = "".join(c["choices"][0]["text"] for c in chunks if c["choices"])
     assert text == full.choices[0].text
     assert all("usage" not in c for c in chunks[:-1])  # the spec has no null usage for completions
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == full.usage.model_dump(exclude_none=True)
 
 
-def test_stream_logprobs_text_offsets_are_absolute(live):
-    chunks = stream(live, prompt=PROMPT, temperature=0, max_tokens=6, logprobs=1)
+def test_stream_logprobs_text_offsets_are_absolute(scripted):
+    chunks = stream(scripted, prompt=PROMPT, temperature=0, max_tokens=6, logprobs=1)
     offsets, tokens = [], []
     for c in chunks:
         lp = c["choices"][0]["logprobs"]
@@ -130,11 +131,11 @@ def test_best_of_returns_the_most_likely_candidates(client, n):
     assert resp.usage.completion_tokens == every.usage.completion_tokens   # all three were generated
 
 
-def test_stop_string_split_across_tokens_in_a_completion_stream(live, client, llama_host):
-    base, _ = raw_completion(client, prompt=PROMPT, temperature=0, max_tokens=24)
+def test_stop_string_split_across_tokens_in_a_completion_stream(scripted, sclient, scripted_host):
+    base, _ = raw_completion(sclient, prompt=PROMPT, temperature=0, max_tokens=24)
     text = base.choices[0].text
     # a stop string that starts inside one token and ends inside the next
-    tokens = [llama_host.detokenize([t]) for t in llama_host.tokenize(PROMPT + text, add_bos=False)]
+    tokens = [scripted_host.detokenize([t]) for t in scripted_host.tokenize(PROMPT + text, add_bos=False)]
     joined, at = "", []
     for t in tokens:
         joined += t
@@ -142,22 +143,22 @@ def test_stop_string_split_across_tokens_in_a_completion_stream(live, client, ll
     cut = next(a for a in at if len(PROMPT) + 6 < a < len(PROMPT + text) - 4 and len(tokens[at.index(a)]) >= 2)
     stop = (PROMPT + text)[cut - 1:cut + 2]
     assert stop in text
-    chunks = stream(live, prompt=PROMPT, temperature=0, max_tokens=24, stop=[stop])
+    chunks = stream(scripted, prompt=PROMPT, temperature=0, max_tokens=24, stop=[stop])
     streamed = "".join(c["choices"][0]["text"] for c in chunks if c["choices"])
     assert streamed == text[:text.find(stop)]
     assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
 
 
-def test_stop_in_completions(client):
-    base, _ = raw_completion(client, prompt=PROMPT, temperature=0, max_tokens=20)
+def test_stop_in_completions(sclient):
+    base, _ = raw_completion(sclient, prompt=PROMPT, temperature=0, max_tokens=20)
     text = base.choices[0].text
     stop = text[5:8]
-    resp, _ = raw_completion(client, prompt=PROMPT, temperature=0, max_tokens=20, stop=stop)
+    resp, _ = raw_completion(sclient, prompt=PROMPT, temperature=0, max_tokens=20, stop=stop)
     assert resp.choices[0].text == text[:text.find(stop)] and resp.choices[0].finish_reason == "stop"
 
 
-def test_max_tokens_zero_returns_empty_length(client):
-    resp, _ = raw_completion(client, prompt=PROMPT, max_tokens=0)
+def test_max_tokens_zero_returns_empty_length(sclient):
+    resp, _ = raw_completion(sclient, prompt=PROMPT, max_tokens=0)
     assert resp.choices[0].text == "" and resp.choices[0].finish_reason == "length"
     assert resp.usage.completion_tokens == 0
 
@@ -172,28 +173,28 @@ def test_max_tokens_zero_returns_empty_length(client):
     (dict(prompt=PROMPT, max_tokens=-1), "max_tokens"),
     (dict(prompt=PROMPT, presence_penalty=3), "presence_penalty"),
 ])
-def test_completion_errors(client, kwargs, param):
+def test_completion_errors(sclient, kwargs, param):
     with pytest.raises(openai.BadRequestError) as e:
-        client.completions.create(model="x", **kwargs)
+        sclient.completions.create(model="x", **kwargs)
     assert e.value.body["param"] == param and e.value.body["type"] == "invalid_request_error"
     assert_valid("ErrorResponse", e.value.response.json())
 
 
-def test_prompt_over_context(client, llama_host):
+def test_prompt_over_context(sclient, scripted_host):
     with pytest.raises(openai.BadRequestError) as e:
-        client.completions.create(model="x", prompt="hi " * (llama_host.context_length() + 10))
+        sclient.completions.create(model="x", prompt="hi " * (scripted_host.context_length() + 10))
     assert e.value.body["code"] == "context_length_exceeded" and e.value.body["param"] == "prompt"
 
 
-def test_an_empty_prompt_starts_a_new_document(client):
-    resp, _ = raw_completion(client, prompt="", max_tokens=5, temperature=0)
+def test_an_empty_prompt_starts_a_new_document(sclient):
+    resp, _ = raw_completion(sclient, prompt="", max_tokens=5, temperature=0)
     assert resp.usage.prompt_tokens == 1 and resp.usage.completion_tokens >= 1
-    resp, _ = raw_completion(client, prompt=["", "Hi"], max_tokens=2, temperature=0)
+    resp, _ = raw_completion(sclient, prompt=["", "Hi"], max_tokens=2, temperature=0)
     assert len(resp.choices) == 2
 
 
-def test_a_prompt_that_cannot_fit_is_refused_from_its_length(live, llama_host):
-    limit = llama_host.context_length() * llama_host.max_token_bytes
-    r = httpx.post(f"{live.url}/completions", json={"model": "x", "prompt": "a" * (limit + 1), "max_tokens": 1})
+def test_a_prompt_that_cannot_fit_is_refused_from_its_length(scripted, scripted_host):
+    limit = scripted_host.context_length() * scripted_host.max_token_bytes
+    r = httpx.post(f"{scripted.url}/completions", json={"model": "x", "prompt": "a" * (limit + 1), "max_tokens": 1})
     assert r.status_code == 400
     assert r.json()["error"]["code"] == "context_length_exceeded" and r.json()["error"]["param"] == "prompt"

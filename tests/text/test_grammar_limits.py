@@ -98,6 +98,7 @@ def texts_near(values, rng):
     return {t for t in out if "e" not in t and "inf" not in t and "nan" not in t}
 
 
+@pytest.mark.slow   # 120 examples, each a grammar built and searched: seconds
 @settings(max_examples=120, deadline=None)
 @given(NUM, NUM, st.sampled_from(["inclusive", "exclusive", "mixed"]), st.integers(0, 10**6))
 def test_number_texts_in_the_language_are_in_range_and_short_ones_all_are(lo, hi, kind, seed):

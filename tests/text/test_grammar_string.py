@@ -20,12 +20,12 @@ def test_the_output_follows_the_grammar(client):
     assert len(c.choices[0].text) == 4 and c.choices[0].text[1:].isdigit()
 
 
-def test_a_grammar_that_does_not_parse_or_clashes_is_a_400(client, live):
+def test_a_grammar_that_does_not_parse_or_clashes_is_a_400(sclient, scripted):
     with pytest.raises(openai.BadRequestError) as e:
-        client.chat.completions.create(model="x", max_tokens=8, messages=[{"role": "user", "content": "Hi"}],
+        sclient.chat.completions.create(model="x", max_tokens=8, messages=[{"role": "user", "content": "Hi"}],
                                        extra_body={"grammar_string": "root ::= (unclosed"})
     assert e.value.body["param"] == "grammar_string"
-    err = error_of(httpx.post(f"{live.url}/chat/completions", timeout=60, json={
+    err = error_of(httpx.post(f"{scripted.url}/chat/completions", timeout=60, json={
         "model": "x", "max_tokens": 8, "messages": [{"role": "user", "content": "Hi"}],
         "response_format": {"type": "json_object"}, "grammar_string": 'root ::= "x"'}), 400)
     assert err["param"] == "grammar_string" and "response_format" in err["message"]

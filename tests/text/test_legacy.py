@@ -28,50 +28,50 @@ def legacy_python() -> Path:
     return python
 
 
-def test_engines_routes(live, llama_host):
-    engines = httpx.get(f"{live.url}/engines").json()
+def test_engines_routes(scripted, scripted_host):
+    engines = httpx.get(f"{scripted.url}/engines").json()
     assert engines["object"] == "list"
-    assert llama_host.model_id in [e["id"] for e in engines["data"]]
-    one = httpx.get(f"{live.url}/engines/{llama_host.model_id}").json()
+    assert scripted_host.model_id in [e["id"] for e in engines["data"]]
+    one = httpx.get(f"{scripted.url}/engines/{scripted_host.model_id}").json()
     assert one["object"] == "engine" and one["ready"] is True
-    missing = httpx.get(f"{live.url}/engines/nope")
+    missing = httpx.get(f"{scripted.url}/engines/nope")
     assert missing.status_code == 404
     assert_valid("ErrorResponse", missing.json())
-    r = httpx.post(f"{live.url}/engines/davinci/completions", json={"prompt": "Hi", "max_tokens": 2}, timeout=60)
+    r = httpx.post(f"{scripted.url}/engines/davinci/completions", json={"prompt": "Hi", "max_tokens": 2}, timeout=60)
     assert_valid("CreateCompletionResponse", r.json())
-    r = httpx.post(f"{live.url}/engines/gpt-4/chat/completions", timeout=60,
+    r = httpx.post(f"{scripted.url}/engines/gpt-4/chat/completions", timeout=60,
                    json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2})
     assert_valid("CreateChatCompletionResponse", r.json())
     # ids with a slash (org/model) reach the right route
-    r = httpx.post(f"{live.url}/engines/org/some-model/chat/completions", timeout=60,
+    r = httpx.post(f"{scripted.url}/engines/org/some-model/chat/completions", timeout=60,
                    json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2})
     assert r.json()["object"] == "chat.completion"
-    r = httpx.post(f"{live.url}/engines/org/some-model/completions", json={"prompt": "Hi", "max_tokens": 2}, timeout=60)
+    r = httpx.post(f"{scripted.url}/engines/org/some-model/completions", json={"prompt": "Hi", "max_tokens": 2}, timeout=60)
     assert r.json()["object"] == "text_completion"
 
 
-def test_edits_shape(live):
-    r = httpx.post(f"{live.url}/edits", timeout=60,
+def test_edits_shape(scripted):
+    r = httpx.post(f"{scripted.url}/edits", timeout=60,
                    json={"model": "x", "input": "I has a apple.", "instruction": "Fix the grammar.", "n": 2,
                          "temperature": 0})
     body = r.json()
     assert body["object"] == "edit" and [c["index"] for c in body["choices"]] == [0, 1]
     assert body["choices"][0]["text"] and body["usage"]["total_tokens"] > 0
-    bad = httpx.post(f"{live.url}/edits", json={"input": "x"})
+    bad = httpx.post(f"{scripted.url}/edits", json={"input": "x"})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "instruction"
 
 
 @pytest.mark.network
 @pytest.mark.engines  # the legacy client asks for embeddings too
-def test_the_real_legacy_client(live, llama_host, legacy_python):
-    env = {**os.environ, "OPENAI_API_BASE": live.url, "OPENAI_API_KEY": "dummy"}
+def test_the_real_legacy_client(scripted, scripted_host, legacy_python):
+    env = {**os.environ, "OPENAI_API_BASE": scripted.url, "OPENAI_API_KEY": "dummy"}
     env.pop("OPENAI_BASE_URL", None)
     run = subprocess.run([str(legacy_python), str(HERE / "legacy_client_script.py")], env=env,
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr
     out = json.loads(run.stdout)
-    assert out["api_base"] == live.url
-    assert llama_host.model_id in out["models"] and llama_host.model_id in out["engines"]
+    assert out["api_base"] == scripted.url
+    assert scripted_host.model_id in out["models"] and scripted_host.model_id in out["engines"]
     assert out["completion"]["text"] and out["completion"]["finish"] == "length" and out["completion"]["usage"] == 5
     assert out["engine_completion"] == out["completion"]["text"]
     assert out["chat"]["role"] == "assistant" and out["chat"]["content"]
@@ -82,31 +82,31 @@ def test_the_real_legacy_client(live, llama_host, legacy_python):
 
 
 @pytest.mark.engines   # loads the embedding model behind the legacy engines route
-def test_engine_embeddings_are_the_embeddings_of_the_input(live):
+def test_engine_embeddings_are_the_embeddings_of_the_input(scripted):
     inputs = ["hello world", "goodbye"]
-    r = httpx.post(f"{live.url}/engines/text-embedding-ada-002/embeddings", json={"input": inputs}, timeout=120)
+    r = httpx.post(f"{scripted.url}/engines/text-embedding-ada-002/embeddings", json={"input": inputs}, timeout=120)
     assert r.status_code == 200, r.text
     assert_valid("CreateEmbeddingResponse", r.json())
     data = r.json()["data"]
     assert [d["index"] for d in data] == [0, 1] and len(data[0]["embedding"]) == 384
     # the same vectors the modern route gives for the same input
-    modern = httpx.post(f"{live.url}/embeddings", json={"input": inputs, "model": "text-embedding-ada-002"}, timeout=120).json()["data"]
+    modern = httpx.post(f"{scripted.url}/embeddings", json={"input": inputs, "model": "text-embedding-ada-002"}, timeout=120).json()["data"]
     assert [d["embedding"] for d in data] == [d["embedding"] for d in modern]
     # an engine id with a slash reaches the route too
-    r = httpx.post(f"{live.url}/engines/sentence-transformers/all-MiniLM-L6-v2/embeddings", json={"input": "hi"},
+    r = httpx.post(f"{scripted.url}/engines/sentence-transformers/all-MiniLM-L6-v2/embeddings", json={"input": "hi"},
                    timeout=120)
     assert r.status_code == 200 and len(r.json()["data"]) == 1
-    assert httpx.post(f"{live.url}/engines/org/embedder/embeddings", json={"input": "hi"}).status_code == 404
+    assert httpx.post(f"{scripted.url}/engines/org/embedder/embeddings", json={"input": "hi"}).status_code == 404
 
 
-def test_engine_edits(live):
+def test_engine_edits(scripted):
     for engine in ("text-davinci-edit-001", "org/editor"):
-        r = httpx.post(f"{live.url}/engines/{engine}/edits", timeout=60,
+        r = httpx.post(f"{scripted.url}/engines/{engine}/edits", timeout=60,
                        json={"input": "I has a apple.", "instruction": "Fix the grammar.", "temperature": 0})
         body = r.json()
         assert r.status_code == 200 and body["object"] == "edit", (engine, body)
         assert body["choices"][0]["text"] and body["usage"]["completion_tokens"] > 0
-    bad = httpx.post(f"{live.url}/engines/x/edits", json={"input": "no instruction"})
+    bad = httpx.post(f"{scripted.url}/engines/x/edits", json={"input": "no instruction"})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "instruction"
 
 

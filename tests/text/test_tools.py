@@ -381,7 +381,7 @@ def _deep(levels: int, key: str) -> dict:
 
 @pytest.mark.parametrize("where", ["response_format", "tool"])
 @pytest.mark.parametrize("levels,key", [(150, "items"), (100, "anyOf")])
-def test_a_schema_nested_too_deep_is_a_400_naming_the_limit(live, where, levels, key):
+def test_a_schema_nested_too_deep_is_a_400_naming_the_limit(scripted, where, levels, key):
     from openai_ext.text.grammar.errors import MAX_SCHEMA_DEPTH
 
     body = {"model": "x", "messages": MSG, "max_tokens": 5}
@@ -391,7 +391,7 @@ def test_a_schema_nested_too_deep_is_a_400_naming_the_limit(live, where, levels,
         body["tools"] = [{"type": "function", "function": {"name": "f", "parameters": {
             "type": "object", "properties": {"a": _deep(levels, key)}}}}]
         body["tool_choice"] = "required"
-    r = httpx.post(f"{live.url}/chat/completions", json=body, timeout=60)
+    r = httpx.post(f"{scripted.url}/chat/completions", json=body, timeout=60)
     assert r.status_code == 400, r.text
     assert str(MAX_SCHEMA_DEPTH) in r.json()["error"]["message"]
 

@@ -22,8 +22,9 @@ Behaviours for tests: ``delay`` (seconds a job takes), ``fail_status`` (answer t
 ``images`` (answer this list, or None, as "images" instead of rendering), ``trickle`` (send the
 answer a few bytes at a time, this many seconds apart), ``checkpoints`` (what /sd-models lists),
 ``ui_job(seconds)`` (a job from the web UI's own page holds the queue). Every POST body is kept in
-``requests``; ``interrupts`` counts interrupt calls, ``model_list_calls`` the /sd-models calls, and
-``max_in_flight`` is the most image requests it was handling at once.
+``requests``; ``interrupts`` counts interrupt calls, ``progress_calls`` the /progress calls,
+``model_list_calls`` the /sd-models calls, and ``max_in_flight`` is the most image requests it was
+handling at once.
 """
 
 from __future__ import annotations
@@ -143,6 +144,7 @@ class SdWebUiDouble:
         self.trickle: float | None = None
         self.checkpoints = [dict(c) for c in CHECKPOINTS]
         self.interrupts = 0
+        self.progress_calls = 0
         self.model_list_calls = 0
         self.job = ""                        # what /progress reports as state.job
         self.in_flight = self.max_in_flight = 0   # image requests being handled at once
@@ -158,6 +160,7 @@ class SdWebUiDouble:
                     double.model_list_calls += 1
                     return self._send(200, double.checkpoints)
                 if path == "/sdapi/v1/progress":
+                    double.progress_calls += 1
                     state = {"skipped": False, "interrupted": double._interrupt.is_set(), "job": double.job,
                              "job_count": 1 if double.job else 0, "job_timestamp": "0", "job_no": 0,
                              "sampling_step": 0, "sampling_steps": 0}
