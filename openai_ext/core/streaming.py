@@ -47,7 +47,11 @@ def sse_event(obj: Any) -> bytes:
 class Framing:
     """How a family writes its stream: each chunk, an error after the stream began, its end,
     and its keep-alive pings."""
-    ping_seconds: float = PING_SECONDS
+
+    @property
+    def ping_seconds(self) -> float:
+        """Seconds between keep-alive pings (read when a stream starts)."""
+        return PING_SECONDS
 
     def frame(self, chunk: Any) -> bytes:
         raise NotImplementedError

@@ -88,7 +88,10 @@ def event(obj: dict[str, Any]) -> bytes:
 class AnthropicFraming(Framing):
     """The framing of core.streaming.event_stream for Anthropic's streams: named events, and
     Anthropic's own ping event."""
-    ping_seconds = PING_INTERVAL
+
+    @property
+    def ping_seconds(self) -> float:
+        return PING_INTERVAL
 
     def frame(self, chunk: dict[str, Any]) -> bytes:
         return event(chunk)
