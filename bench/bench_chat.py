@@ -54,7 +54,7 @@ def host_in_process(host, prompt: str, max_tokens: int) -> tuple[float, float, i
 
     t0 = time.perf_counter()
     messages = [{"role": "user", "content": prompt}]
-    text = host.chat_prompt(messages, {}).text
+    text = host.chat_prompt(messages).text
     tokens = host.tokenize(text)
     # the same settings the API gives the host for this request
     request = ChatCompletionRequest(messages=messages, max_tokens=max_tokens, temperature=0)
