@@ -13,6 +13,9 @@ import logging
 import re
 from typing import Any, Awaitable, Callable
 
+from starlette.responses import JSONResponse
+from starlette.websockets import WebSocket
+
 from .bodies import check_json_text
 from .dialects import OPENAI_ONLY, ErrorShapes
 from .errors import (
@@ -66,6 +69,22 @@ def origin_refusal(origin: str | None, cors_origins: list[str], same_host: str |
     return PermissionDeniedError(f"WebSocket connections from web pages are refused unless the page's origin is in "
                                  f"the cors_origins setting; this one came from {origin!r}. Add it there to allow it.",
                                  code="origin_not_allowed")
+
+
+async def refused_origin(socket: WebSocket, cors_origins: list[str], *, same_host: bool = False) -> bool:
+    """Refuses a WebSocket upgrade that ``origin_refusal`` refuses (``same_host``: pages of this
+    server's own origin pass), and says whether it did. The refusal is the API's error as an HTTP
+    answer where the server can send one (uvicorn's websocket.http.response extension), else a
+    close with the policy-violation code."""
+    refusal = origin_refusal(socket.headers.get("origin"), cors_origins,
+                             same_host=socket.headers.get("host") if same_host else None)
+    if refusal is None:
+        return False
+    if "websocket.http.response" in socket.scope.get("extensions", {}):
+        await socket.send_denial_response(JSONResponse(refusal.body(), status_code=refusal.status))
+    else:
+        await socket.close(code=1008, reason=refusal.message[:120])
+    return True
 
 
 def header(scope: Scope, name: bytes) -> str | None:

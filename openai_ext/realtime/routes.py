@@ -16,10 +16,10 @@ from __future__ import annotations
 from importlib import resources
 
 from fastapi import APIRouter, Request, WebSocket
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import HTMLResponse
 
 from ..core.errors import InvalidRequestError, NotImplementedByServer, OpenAIError
-from ..core.guards import origin_refusal
+from ..core.guards import refused_origin
 from .connection import Session
 from .events import error_event
 from .service import RealtimeService
@@ -37,13 +37,7 @@ def router(realtime: RealtimeService) -> APIRouter:
 
     @r.websocket("/realtime")
     async def realtime_socket(websocket: WebSocket, model: str | None = None):
-        refusal = origin_refusal(websocket.headers.get("origin"), realtime.settings.cors_origins,
-                                 same_host=websocket.headers.get("host"))
-        if refusal is not None:
-            if "websocket.http.response" in websocket.scope.get("extensions", {}):
-                await websocket.send_denial_response(JSONResponse(refusal.body(), status_code=refusal.status))
-            else:
-                await websocket.close(code=1008, reason=refusal.message[:120])
+        if await refused_origin(websocket, realtime.settings.cors_origins, same_host=True):
             return
         offered = [p.strip() for p in (websocket.headers.get("sec-websocket-protocol") or "").split(",")]
         await websocket.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered else None)

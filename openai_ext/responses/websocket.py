@@ -30,7 +30,6 @@ import anyio
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from fastapi import WebSocket
-from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
 from ..core import guards
@@ -53,17 +52,8 @@ _STREAM_ID = re.compile(r"^[A-Za-z0-9_.-]{1,256}$")
 _ENVELOPE = ("type", "stream_id")
 
 
-def origin_refusal(socket: WebSocket, cors_origins: list[str]) -> OpenAIError | None:
-    return guards.origin_refusal(socket.headers.get("origin"), cors_origins)
-
-
 async def serve(socket: WebSocket, service: ResponsesService, owner: str) -> None:
-    refusal = origin_refusal(socket, service.settings.cors_origins)
-    if refusal is not None:
-        if "websocket.http.response" in socket.scope.get("extensions", {}):
-            await socket.send_denial_response(JSONResponse(refusal.body(), status_code=refusal.status))
-        else:
-            await socket.close(code=1008, reason=refusal.message[:120])
+    if await guards.refused_origin(socket, service.settings.cors_origins):
         return
     await socket.accept()
     await _Connection(socket, service, owner).run()

@@ -93,7 +93,6 @@ RULES: tuple[Rule, ...] = (
         ("top_k", "min_p", "typical_p", "repetition_penalty", "...")) + " (see HOST_SAMPLERS). 400 if the host lacks one."),
 )
 
-_RULES_BY_NAME = {r.name: r for r in RULES}
 # For an unknown field: the parameters of each endpoint, and where a field of the other one belongs.
 _NAMES = {e: [r.name for r in RULES if r.endpoint in (BOTH, e)] for e in (CHAT, COMPLETIONS)}
 _ELSEWHERE = {e: {r.name: f"It is a parameter of /v1/{'completions' if e == CHAT else 'chat/completions'}."
@@ -234,7 +233,7 @@ def plan(req: CompletionRequest | ChatCompletionRequest, *, abilities: HostAbili
 
     # --- the host's own samplers, sent as extra fields ----------------------------------
     endpoint = CHAT if chat else COMPLETIONS
-    ignored = [name for name in sent if _RULES_BY_NAME.get(name) and _RULES_BY_NAME[name].action == "ignored"]
+    ignored = rules.ignored(RULES, sent)
     if chat and "reasoning_effort" in sent and not abilities.web_ui:
         ignored.append("reasoning_effort")   # only the web UI's templates take it
     samplers: dict[str, Any] = {}
