@@ -27,9 +27,9 @@ import contextlib
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
-from fastapi.responses import JSONResponse
 
 from . import __version__
+from .admin import health
 from .admin import routes as admin
 from .audio import routes as audio
 from .core import debuglog, openapi, tunnel
@@ -103,22 +103,6 @@ def create_app(settings: Settings, host: Host, manager: ModelManager | None = No
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["*"],
                            allow_headers=["*"], allow_credentials=settings.cors_origins != ["*"])
 
-    @app.get("/health")
-    @app.get("/v1/internal/health", include_in_schema=False)
-    async def health():
-        host = state.text.host
-        loaded = host.loaded
-        problem = host.unavailable() if loaded else None
-        queue = state.text.queue
-        body = {"status": "ok" if loaded and problem is None else "no model" if not loaded else "unavailable",
-                "model_loaded": loaded, "queued": queue.waiting, "running": queue.running}
-        if problem is not None:
-            body["error"] = str(problem)   # what happened, and what to do
-        cells = host.kv_cells() if loaded else None
-        if cells is not None:
-            body["kv_cells"] = cells
-        return JSONResponse(body, status_code=200 if loaded and problem is None else 503)
-
     routers = [
         admin.models_router(state.catalog, [messages_models.AnthropicModels(state.text)]),
         text.router(state.text),
@@ -132,6 +116,7 @@ def create_app(settings: Settings, host: Host, manager: ModelManager | None = No
         realtime.router(state.realtime),
         admin.internal_router(state.text, state.manager),
     ]
+    app.include_router(health.router(state.text, state.responses.store.health if settings.responses_store else None))
     for router in routers:
         app.include_router(router, prefix="/v1")
     for router in routers:

@@ -25,7 +25,8 @@ from .guards import Receive, Scope, Send, header, send_error
 
 # Health answers without a key, so a supervisor or a load balancer can poll it; so does the
 # Realtime try-it page, which holds no secret (the user pastes the key into it).
-OPEN_PATHS = frozenset({"/health", "/v1/internal/health", "/v1/realtime/page", "/realtime/page"})
+OPEN_PATHS = frozenset({"/health", "/health/live", "/health/ready", "/v1/internal/health", "/v1/realtime/page",
+                        "/realtime/page"})
 
 
 def _bearer(authorization: str | None) -> str | None:

@@ -51,6 +51,7 @@ class Settings(BaseSettings):
                                                           "for clients that send extras.")
     max_queue: int = Field(64, ge=1, description="Generations allowed to wait; more get 429.")
     max_n: int = Field(8, ge=1, description="Largest n (choices per request).")
+    max_prompts: int = Field(32, ge=1, description="Most prompts in one /v1/completions request (a list of prompts); more get a 400. Each prompt's choices take turns in the batch with other clients' requests.")
     default_max_tokens: int = Field(0, ge=0, description="Longest reply to a chat or Responses request that names no max_tokens (max_output_tokens); 0: OpenAI's rule, the rest of the context. Set it for clients that never send one (coding agents, shell tools) on a slow machine.")
     debug: bool = Field(False, description="Log each request's body (secrets hidden, long texts cut) and each error's message.")
     debug_streams: bool = Field(False, description="With debug: log every stream chunk sent too (very verbose).")
@@ -108,12 +109,15 @@ class Settings(BaseSettings):
     upstream_model: str = Field("", description="Which of the upstream's models to serve; empty: the first it lists.")
     upstream_parallel: int = Field(8, ge=1, le=1024, description="Generations sent to the upstream at once; more wait in line (max_queue), then get 429.")
     upstream_connect_timeout: float = Field(3.0, gt=0, description="Seconds to wait for the upstream's connection; past it a request gets 503.")
+    upstream_first_byte_timeout: float = Field(60.0, gt=0, description="Seconds the upstream may take to begin answering a generation (its response headers); past it the request gets a 504 (upstream_timeout) and its slot is freed.")
+    upstream_idle_timeout: float = Field(60.0, gt=0, description="Seconds the upstream may stay silent between two chunks of a stream; past it the answer ends with a 504 or an error event (upstream_timeout).")
 
     # --- stored data (the Responses and Conversations APIs) ----------------------------------
     data_dir: str = Field("", description="Folder of the server's database of stored responses and conversations; "
                                           "empty: $XDG_DATA_HOME/openai_ext (~/.local/share/openai_ext) standalone, "
                                           "user_data/openai_ext in the web UI.")
     database_url: str = Field("", description="postgresql://user:password@host:port/database: keep stored responses and conversations in PostgreSQL, shared by every server given the same URL (needs psycopg: pip install 'psycopg[binary]'); empty: SQLite in data_dir.")
+    database_timeout: float = Field(5.0, gt=0, description="Seconds any call to the store of responses and conversations may take (connecting, waiting for a connection, each statement), enforced by this server whatever the database does; past it the request gets a 503 naming the store, and for a few seconds after, requests that need the store get that 503 at once while requests that do not are served as usual.")
     responses_store: bool = Field(True, description="Keep responses and conversations (store: true, OpenAI's default); "
                                                     "off: nothing is stored, as if every request sent store: false.")
     responses_max_stored: int = Field(10000, ge=0, description="Most stored responses kept; beyond it the oldest are "

@@ -97,7 +97,8 @@ class Background:
             try:
                 stop = await anyio.to_thread.run_sync(self.store.stopping, list(self.runs))
             except Exception as e:  # noqa: BLE001 - the store may come back; the runs go on meanwhile
-                log.warning("cannot ask the store whether background responses were cancelled (%s)", e)
+                # (the store's health logs its outage once; this would say it four times a second)
+                log.debug("cannot ask the store whether background responses were cancelled (%s)", e)
                 continue
             for response_id in stop:
                 run = self.runs.get(response_id)
@@ -117,14 +118,18 @@ class Background:
         except asyncio.CancelledError:
             pass   # POST /cancel (or shutdown): the response is stored as cancelled
         except Exception as e:  # noqa: BLE001 - the response is stored as failed, with its error
-            log.exception("background response %s failed", turn.state.id)
+            if isinstance(e, OpenAIError):
+                log.warning("background response %s failed: %s", turn.state.id, e.message)
+            else:
+                log.exception("background response %s failed", turn.state.id)
             for event in stream.failure_events(turn, e if isinstance(e, OpenAIError) else None, e):
                 run.append(event)
         finally:
             run.place.release()
             run.close()
             with anyio.CancelScope(shield=True):
-                await turn.settle()
+                with contextlib.suppress(OpenAIError):   # its end is owed to the store (store.py)
+                    await turn.settle()
                 await anyio.to_thread.run_sync(self._keep_events, run)
 
     def _progress(self, run: Run) -> None:

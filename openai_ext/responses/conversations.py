@@ -3,7 +3,8 @@
 
 Items are read and stored as a response's input items are (``items.parse``), so a conversation
 lists them as OpenAI does: messages with ``input_text`` or ``output_text`` parts, function calls
-and their outputs. Store work runs on a worker thread; every object is owned as in service.py.
+and their outputs. Store work runs on the store's threads (``ResponsesService.io``); every
+object is owned as in service.py.
 """
 
 from __future__ import annotations
@@ -11,12 +12,11 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-import anyio
-
 from ..core.errors import InvalidRequestError
 from . import items
+from .history import not_found
 from .protocol import AddItems, CreateConversation, UpdateConversation
-from .service import ResponsesService, not_found
+from .service import ResponsesService
 
 
 class Conversations:
@@ -26,7 +26,7 @@ class Conversations:
 
     async def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
         self.responses.require_store()
-        return await anyio.to_thread.run_sync(fn, *args)
+        return await self.responses.io(fn, *args)
 
     def _parse(self, raw: list[dict[str, Any]], who: str | None, before: list[dict[str, Any]]) -> list[dict[str, Any]]:
         new = items.parse(raw, where="items", resolve=lambda item_id: self.store.item(item_id, who))

@@ -9,6 +9,7 @@ from starlette.requests import HTTPConnection
 
 from ..core.errors import InvalidRequestError, NotImplementedByServer, refuse_unknown_fields
 from .conversations import Conversations
+from .history import check_conversation_id
 from .protocol import (
     AddItems,
     CompactRequest,
@@ -17,7 +18,7 @@ from .protocol import (
     InputTokensRequest,
     UpdateConversation,
 )
-from .service import ResponsesService, check_conversation_id, owner_of
+from .service import ResponsesService, owner_of
 from .websocket import serve
 
 Order = Literal["asc", "desc"]

@@ -7,6 +7,12 @@ generation (``run_job`` through ``stream.events``), then one of three ways out: 
 semantic events, a plain Response object, or (background) an answer at once while the response
 runs on.
 
+The store is never called on the event loop, nor while the prompt is prepared: what a request
+reads from it (a previous response, a conversation, referenced items) is read first, on the
+store's own threads (``io``), and the new response's row is written after. So a store that is slow
+or down holds only the requests that need it, each for its deadline at most (store_health.py),
+while chat and ``store: false`` responses are prepared and served as usual.
+
 Ownership: with two different keys configured (api_key and admin_key), every stored object
 belongs to the key that made it and is invisible (404) to the other; with one key or none, all
 objects are shared. ``owner`` is a digest of the key, never the key.
@@ -19,7 +25,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import anyio
 from fastapi import Request
@@ -27,17 +33,22 @@ from fastapi.responses import JSONResponse
 
 from ..core.admission import Place
 from ..core.config import Settings, SettingsError
-from ..core.errors import InvalidRequestError, NotFoundError, OpenAIError, refuse_unknown_fields
+from ..core.errors import InvalidRequestError, refuse_unknown_fields
 from ..core.streaming import event_stream, until_disconnect
 from ..text.images import no_vision
-from ..text.service import TextService, admit
+from ..text.service import TextService, enter
 from . import compaction, convert, images, items, render, rules, stream, tools
 from .background import Background
+from .history import Loaded, load, needs_store, not_found
 from .protocol import CompactRequest, CreateResponse, InputTokensRequest
 from .store import Store
+from .store_health import StoreUnavailable
 from .stream import Turn
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+STORE_THREADS = 16   # store calls at once; each ends within database_timeout
 
 
 def default_folder() -> Path:
@@ -53,24 +64,13 @@ def owner_of(settings: Settings, token: str | None) -> str:
     return hashlib.sha256(token.encode()).hexdigest()[:32]
 
 
-def not_found(what: str, ident: str, param: str | None = None) -> NotFoundError:
-    return NotFoundError(f"{what} with id '{ident}' not found.", param=param)
-
-
-def check_conversation_id(cid: str, param: str) -> None:
-    """A conversation id that could never be one is a 400, as at OpenAI (a well-formed unknown one
-    is a 404)."""
-    if not cid.startswith("conv"):
-        raise InvalidRequestError(f"Invalid '{param}': '{cid[:64]}'. Expected an ID that begins with 'conv'.",
-                                  param=param)
-
-
 class ResponsesService:
     def __init__(self, settings: Settings, text: TextService):
         self.settings = settings
         self.text = text
         self.store = Store(settings.data_dir or default_folder(), max_stored=settings.responses_max_stored,
-                           max_age_days=settings.responses_max_age_days, database_url=settings.database_url)
+                           max_age_days=settings.responses_max_age_days, database_url=settings.database_url,
+                           timeout=settings.database_timeout)
         if settings.database_url and settings.responses_store:
             # A shared database is opened at start: one it cannot use stops the server there, with
             # the reason, rather than failing every request later.
@@ -82,6 +82,14 @@ class ResponsesService:
         self.background = Background(text, self.store)
         # Two different keys: each key's objects are its own.
         self.private = bool(settings.api_key and settings.admin_key and settings.api_key != settings.admin_key)
+        self._io: anyio.CapacityLimiter | None = None
+
+    async def io(self, fn: Callable[..., T], *args: Any) -> T:
+        """A blocking call to the store, on the store's own threads (never the event loop's, nor
+        the prepare thread), so that a sick store can take no thread another family needs."""
+        if self._io is None:
+            self._io = anyio.CapacityLimiter(STORE_THREADS)
+        return await anyio.to_thread.run_sync(fn, *args, limiter=self._io)
 
     def visible_to(self, owner: str) -> str | None:
         """The owner filter of the store's queries (None: every object is shared)."""
@@ -93,60 +101,35 @@ class ResponsesService:
                                       "there are no stored responses or conversations.", code="storage_disabled")
 
     # preparing ---------------------------------------------------------------------------------
-    def _context(self, body: CreateResponse | InputTokensRequest | CompactRequest,
-                 who: str | None) -> tuple[list[dict], str | None]:
-        """The items before this input (a previous response's or a conversation's), and the
-        conversation id."""
-        conversation = getattr(body, "conversation", None)   # /compact has none
-        if body.previous_response_id is not None and conversation is not None:
-            raise InvalidRequestError("Send either conversation or previous_response_id, not both.",
-                                      param="conversation")
-        if not self.settings.responses_store:
-            for param in ("previous_response_id", "conversation"):
-                if getattr(body, param, None) is not None:
-                    raise InvalidRequestError(f"Nothing is stored on this server (the responses_store setting is "
-                                              f"off), so {param} cannot be used; send the history as input items.",
-                                              param=param)
-        if body.previous_response_id is not None:
-            pid = body.previous_response_id
-            previous = self.store.response(pid, who)
-            if previous is None:
-                raise not_found("Previous response", pid, "previous_response_id")
-            if previous["status"] in ("queued", "in_progress"):
-                raise InvalidRequestError(f"Previous response '{pid}' is still {previous['status']}; continue from "
-                                          "it once it has finished.", param="previous_response_id")
-            return self.store.history(pid, who), None
-        if conversation is not None:
-            cid = conversation if isinstance(conversation, str) else conversation.id
-            check_conversation_id(cid, "conversation")
-            found = self.store.conversation_items(cid, who)
-            if found is None:
-                raise not_found("Conversation", cid, "conversation")
-            return found, cid
-        return [], None
+    async def load_async(self, body: CreateResponse | InputTokensRequest | CompactRequest, owner: str) -> Loaded:
+        """What the request reads from the store (history.load), on a store thread; a request that
+        needs nothing from the store never calls it."""
+        who = self.visible_to(owner)
+        if not needs_store(body, self.settings):
+            return load(self.store, self.settings, body, who)
+        return await self.io(load, self.store, self.settings, body, who)
 
-    def _items(self, body: CreateResponse | InputTokensRequest | CompactRequest, history: list[dict],
-               who: str | None) -> list[dict]:
-        resolve = (lambda item_id: self.store.item(item_id, who)) if self.settings.responses_store else None
+    def _items(self, body: CreateResponse | InputTokensRequest | CompactRequest, loaded: Loaded) -> list[dict]:
+        resolve = loaded.references.get if self.settings.responses_store else None
         abilities = self.text.host.abilities
+        before = loaded.history
         new = items.parse(body.input, resolve=resolve, vision=(abilities.vision, abilities.web_ui))
-        items.check_call_outputs(history, new)
+        items.check_call_outputs(before, new)
         if not abilities.vision:
             # the images of an earlier turn, sent when a vision model was loaded
-            shown = next((it for it in history if images.held(it)), None)
+            shown = next((it for it in before if images.held(it)), None)
             if shown is not None:
                 param = "previous_response_id" if body.previous_response_id is not None else "conversation"
                 raise no_vision(param, abilities.web_ui, param=param,
                                 what=f"continues from item '{shown.get('id')}', which holds an image")
         return new
 
-    def prepare(self, body: CreateResponse, owner: str) -> Turn:
-        """Everything before generation, on a worker thread: every 400 and 404 happens here."""
-        rules.check(body, self.settings)
+    def prepare(self, body: CreateResponse, owner: str, loaded: Loaded) -> Turn:
+        """Everything before generation, on the prepare thread: every 400 and 404 happens here (or
+        in ``load``). The store is not called here."""
         store = rules.body_stores(body, self.settings)
-        who = self.visible_to(owner)
-        history, cid = self._context(body, who)
-        new = self._items(body, history, who)
+        history, cid = loaded.history, loaded.conversation
+        new = self._items(body, loaded)
         forced = bool(new) and new[-1]["type"] == "compaction_trigger"
         new = new[:-1] if forced else new
         tool_map = tools.build(body.tools)
@@ -170,8 +153,6 @@ class ResponsesService:
                 self.text, body, [], compacted, allow_unknown=self.settings.allow_unknown_fields, tools=tool_map)
         if store or cid:
             turn.settle_work = self._settle
-        if store:
-            self.store.put_response(state.snapshot(), owner, new)
         return turn
 
     def _compacting(self, body: CreateResponse, history: list[dict], new: list[dict], tool_map: tools.ToolMap,
@@ -202,7 +183,8 @@ class ResponsesService:
         return job, compaction.prepare(host, older, kept, body.model)
 
     def _settle(self, turn: Turn) -> None:
-        """Stores a response as it ended, and appends a finished turn to its conversation."""
+        """Stores a response as it ended, and appends a finished turn to its conversation. A store
+        that fails raises its StoreUnavailable, and the response is then failed (``_lost``)."""
         body = turn.state.snapshot()
         record = turn.record
         assert record is not None   # (set with settle_work)
@@ -212,19 +194,50 @@ class ResponsesService:
             conversation = (cid, [*record.input, *body["output"]])
         try:
             if record.store:
-                self.store.save_response(body, conversation=conversation)
+                self.store.settle(body, conversation, lambda e: self._lost(turn, e))
             elif conversation is not None:
-                self.store.add_conversation_items(conversation[0], None, conversation[1])
+                try:
+                    self.store.add_conversation_items(conversation[0], None, conversation[1])
+                except StoreUnavailable as e:
+                    self._lost(turn, e)
+                    raise
         except RuntimeError:
             log.warning("response %s ended after the store was closed; it is not kept", body["id"])
-        except OpenAIError as e:
-            log.warning("response %s is not kept: %s", body["id"], e.message)
+
+    @staticmethod
+    def _lost(turn: Turn, error: StoreUnavailable) -> dict[str, Any]:
+        """A response whose end could not be stored is failed, as the client is then told, and its
+        body as it is owed to the store."""
+        state = turn.state
+        if state.status not in ("failed", "cancelled"):
+            state.finish("failed", error={"code": "server_error", "message": f"This response could not be stored: "
+                                                                           f"{error.message}"})
+        return state.snapshot()
 
     # answering ---------------------------------------------------------------------------------
     async def begin(self, body: CreateResponse, owner: str) -> tuple[Turn, Place]:
-        """A place in line (a full line is a 429 at once, before any work) and the prepared turn;
-        the caller runs it through ``stream.events`` and gives the place back."""
-        return await admit(self.text, self.prepare, body, owner)
+        """A place in line (a full line is a 429 at once, before any work), what the request reads
+        from the store, the prepared turn, and its row written when it is stored; the caller runs
+        the turn through ``stream.events`` and gives the place back."""
+        text = self.text
+        place = enter(text)
+        try:
+            rules.check(body, self.settings)
+            loaded = await self.load_async(body, owner)
+            turn = await text.prepared(self.prepare, body, owner, loaded)
+            record = turn.record
+            if record is not None and record.store:
+                rid = turn.state.id
+                self.store.claim(rid)   # before its row exists: this instance's sweep never fails it
+                try:
+                    await self.io(self.store.put_response, turn.state.snapshot(), owner, record.input)
+                except BaseException:
+                    self.store.release(rid)
+                    raise
+        except BaseException:
+            place.release()
+            raise
+        return turn, place
 
     async def respond(self, request: Request, body: CreateResponse, owner: str) -> Any:
         text = self.text
@@ -249,16 +262,13 @@ class ResponsesService:
             place.release()
 
     # compaction ----------------------------------------------------------------------------------
-    def _compaction_plan(self, body: CompactRequest, owner: str) -> compaction.Plan:
-        refuse_unknown_fields(body, self.settings.allow_unknown_fields)
-        who = self.visible_to(owner)
-        history, _ = self._context(body, who)
-        new = self._items(body, history, who)
+    def _compaction_plan(self, body: CompactRequest, loaded: Loaded) -> compaction.Plan:
+        new = self._items(body, loaded)
         if new and new[-1]["type"] == "compaction_trigger":
             raise InvalidRequestError("input ends with a compaction_trigger, which /v1/responses/compact does not "
                                       "need: it compacts what it is sent. Remove the item.",
                                       param=f"input[{len(new) - 1}]")
-        context = compaction.expand([*history, *new])
+        context = compaction.expand([*loaded.history, *new])
         if not context:
             raise InvalidRequestError("There is nothing to compact: send input, or a previous_response_id.",
                                       param="input")
@@ -270,7 +280,14 @@ class ResponsesService:
         """POST /v1/responses/compact: the user messages that fit a quarter of the context, then
         one compaction item standing for the whole window; nothing is stored."""
         text = self.text
-        plan, place = await admit(text, self._compaction_plan, body, owner)
+        place = enter(text)
+        try:
+            refuse_unknown_fields(body, self.settings.allow_unknown_fields)
+            loaded = await self.load_async(body, owner)
+            plan = await text.prepared(self._compaction_plan, body, loaded)
+        except BaseException:
+            place.release()
+            raise
         try:
             async def run() -> str:
                 async with place:
@@ -294,7 +311,7 @@ class ResponsesService:
                        starting_after: int | None = None) -> Any:
         self.require_store()
         run = self._live(response_id, owner)
-        body = run.turn.state.snapshot() if run else await anyio.to_thread.run_sync(
+        body = run.turn.state.snapshot() if run else await self.io(
             self.store.response, response_id, self.visible_to(owner))
         if body is None:
             raise not_found("Response", response_id)
@@ -312,7 +329,7 @@ class ResponsesService:
         if run is not None:
             return event_stream(run.follow(after), send_timeout=self.settings.stream_send_timeout,
                                 framing=stream.Framing(run.turn))
-        events = await anyio.to_thread.run_sync(self.store.events, response_id)
+        events = await self.io(self.store.events, response_id)
         return event_stream(_replay([e for e in events if e["sequence_number"] > after]),
                             send_timeout=self.settings.stream_send_timeout, framing=stream.Framing(None))
 
@@ -320,7 +337,7 @@ class ResponsesService:
         self.require_store()
         if self._live(response_id, owner) is not None:
             await self.background.cancel(response_id)
-        if not await anyio.to_thread.run_sync(self.store.delete_response, response_id, self.visible_to(owner)):
+        if not await self.io(self.store.delete_response, response_id, self.visible_to(owner)):
             raise not_found("Response", response_id)
         return {"id": response_id, "object": "response", "deleted": True}
 
@@ -330,7 +347,7 @@ class ResponsesService:
             stopped = await self.background.cancel(response_id)
             if stopped is not None:
                 return stopped
-        body = await anyio.to_thread.run_sync(self.store.response, response_id, self.visible_to(owner))
+        body = await self.io(self.store.response, response_id, self.visible_to(owner))
         if body is None:
             raise not_found("Response", response_id)
         if not body.get("background"):
@@ -346,7 +363,7 @@ class ResponsesService:
     async def input_items(self, response_id: str, owner: str, *, after: str | None, limit: int,
                           order: str) -> dict[str, Any]:
         self.require_store()
-        found = await anyio.to_thread.run_sync(self.store.input_items, response_id, self.visible_to(owner))
+        found = await self.io(self.store.input_items, response_id, self.visible_to(owner))
         if found is None:
             raise not_found("Response", response_id)
         return items.page(found, after=after, limit=limit, order=order)
@@ -354,15 +371,15 @@ class ResponsesService:
     async def input_tokens(self, body: InputTokensRequest, owner: str) -> dict[str, Any]:
         """Tokens of the prompt this input would be rendered into, instructions and tools included."""
         self.text.require_model()
+        loaded = await self.load_async(body, owner)
 
         def count() -> int:
-            who = self.visible_to(owner)
-            history, _ = self._context(body, who)
-            new = self._items(body, history, who)
-            job = convert.prepare(self.text, body, history, new, allow_unknown=self.settings.allow_unknown_fields)
+            new = self._items(body, loaded)
+            job = convert.prepare(self.text, body, loaded.history, new,
+                                  allow_unknown=self.settings.allow_unknown_fields)
             return job.prompt_tokens
 
-        tokens = await anyio.to_thread.run_sync(count, limiter=self.text.prepare_limiter)
+        tokens = await self.text.tokenizer_work(count)
         return {"object": "response.input_tokens", "input_tokens": tokens}
 
     def close(self) -> None:

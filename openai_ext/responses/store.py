@@ -19,6 +19,16 @@
   polls (``stopping``); a response whose instance is dead is marked cancelled at once.
 - The schema is versioned: each backend's ``MIGRATIONS`` bring an older database forward when it
   opens, and a database written by a newer version of the server is refused (``SchemaTooNew``).
+- Every call has a deadline (``timeout``: the database_timeout setting) that the backend enforces
+  whatever the database does, and ``health`` (store_health.py) turns the calls' failures into a
+  prompt 503 for the requests that need the store while it is down.
+- Nothing a client was told is lost: a response this instance runs is ``claim``ed before its row is
+  written and ``settle``d at its end, the final write made before the client is told. A final
+  write that fails raises (the client is told the response failed, naming the store) and is kept
+  (``owed``) to be written, as failed, as soon as the store answers again; and every
+  ``SWEEP_EVERY`` heartbeats this instance fails its own rows still queued or in progress that it
+  no longer runs. So no row stays queued or in progress for long after the store is back,
+  whatever failed.
 """
 
 from __future__ import annotations
@@ -29,11 +39,14 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Iterable, Protocol, TypeVar
+from typing import Any, Callable, Protocol, TypeVar
 
 from . import store_upkeep as upkeep
+from .store_conversations import ConversationRows
+from .store_health import StoreHealth, StoreUnavailable
+from .store_responses import ResponseRows
 from .store_sqlite import FILE, MIGRATIONS, SqliteDatabase
-from .store_upkeep import RUNNING
+from .store_upkeep import RUNNING, visible
 from .store_upkeep import dump as _dump
 
 __all__ = ["FILE", "MIGRATIONS", "PRUNE_EVERY", "Store"]
@@ -43,6 +56,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 PRUNE_EVERY = 64    # writes between two retention passes
 HEARTBEAT_S = 5.0   # an instance's heartbeat
+PROBE_S = 1.0       # the heartbeat's pace while the store is down, or writes are owed to it
 LEASE_S = 30.0      # an instance silent for longer is dead: its running responses are failed
 SWEEP_EVERY = 6     # heartbeats between two sweeps for dead instances' responses
 
@@ -60,30 +74,34 @@ class Database(Protocol):
     def close(self) -> None: ...
 
 
-def _visible(row_owner: str, owner: str | None) -> bool:
-    return owner is None or row_owner == owner
+_visible = visible
 
 
-class Store:
+class Store(ResponseRows, ConversationRows):
     def __init__(self, folder: Path | str | None = None, *, max_stored: int = 0, max_age_days: float = 0,
-                 database_url: str = ""):
+                 database_url: str = "", timeout: float = 5.0):
         self.db: Database
         if database_url:
             from .store_postgres import PostgresDatabase
-            self.db = PostgresDatabase(database_url)
+            self.db = PostgresDatabase(database_url, timeout=timeout)
         elif folder is not None:
-            self.db = SqliteDatabase(folder)
+            self.db = SqliteDatabase(folder, timeout=timeout)
         else:
             raise ValueError("a store needs a data folder or a database_url")
         self.max_stored = max_stored
         self.max_age_days = max_age_days
         self.instance_id = uuid.uuid4().hex
-        self._lock = threading.Lock()
+        self.health = StoreHealth(self.db.what)
+        self._lock = threading.Lock()      # the sets below; never held over a call to the database
+        self._opening = threading.Lock()   # opening and closing
         self._opened = False
         self._closed = False
         self._writes = 0
         self._stop = threading.Event()
+        self._wake = threading.Event()   # the heartbeat's next beat now: closing, or a prune is due
         self._heart: threading.Thread | None = None
+        self._running: set[str] = set()              # responses this instance runs (claimed, not settled)
+        self._owed: dict[str, dict[str, Any]] = {}   # final bodies whose write failed, to write when it can
 
     @property
     def path(self) -> Path:
@@ -100,7 +118,7 @@ class Store:
     def open(self) -> None:
         """Connects, migrates, registers this instance and sweeps; done on first use otherwise.
         A server with database_url opens at start, so a database it cannot use stops it there."""
-        with self._lock:
+        with self._opening:
             if self._closed:
                 raise RuntimeError("the store is closed")
             if self._opened:
@@ -115,26 +133,33 @@ class Store:
             log.info("stored responses: %s", self.db.what)
 
     def _run(self, work: Callable[[Any], T], *, write: bool = False) -> T:
-        """Runs ``work(conn)`` in one transaction."""
-        if not self._opened:
-            self.open()
-        out = self.db.run(work, write=write)
+        """Runs ``work(conn)`` in one transaction, within the deadline; while the store is known to
+        be down, raises its StoreUnavailable at once (store_health.py)."""
+        self.health.check()
+        try:
+            if not self._opened:
+                self.open()
+            out = self.db.run(work, write=write)
+        except StoreUnavailable as e:
+            self.health.failed(e)
+            raise
+        self.health.ok()
         if write:
             with self._lock:
-                self._writes += 1
-                prune = self._writes % PRUNE_EVERY == 0
-            if prune:
-                self.db.run(self._prune_, write=True)
+                self._writes += 1   # the heartbeat prunes every PRUNE_EVERY writes, off the requests' path
+                if self._writes >= PRUNE_EVERY:
+                    self._wake.set()
         return out
 
     def close(self) -> None:
         """Stops the heartbeat; this instance's responses that still run are marked failed (it
         will not finish them) and its instance row is removed."""
-        with self._lock:
+        with self._opening:
             if self._closed:
                 return
             self._closed = True
             self._stop.set()
+            self._wake.set()
             if self._opened:
                 try:
                     self.db.run(self._retire_, write=True)
@@ -144,180 +169,41 @@ class Store:
         if self._heart is not None and self._heart is not threading.current_thread():
             self._heart.join(timeout=HEARTBEAT_S)
 
-    # responses ---------------------------------------------------------------------------------
-    def put_response(self, body: dict[str, Any], owner: str, input_items: list[dict[str, Any]]) -> None:
-        """A new response (queued or in progress) and its input items."""
-        def work(conn: Any) -> None:
-            now = time.time()
-            conn.execute("INSERT INTO responses (id, owner, created_at, updated_at, status, previous_response_id, "
-                         "body, instance) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
-                         "owner = excluded.owner, updated_at = excluded.updated_at, status = excluded.status, "
-                         "body = excluded.body, instance = excluded.instance",
-                         (body["id"], owner, body["created_at"], now, body["status"],
-                          body.get("previous_response_id"), _dump(body), self.instance_id))
-            self._put_items(conn, body["id"], "input", input_items)
-        self._run(work, write=True)
+    # what this instance runs, and owes the store ------------------------------------------------
+    def claim(self, response_id: str) -> None:
+        """This instance runs ``response_id`` (called before its row is written)."""
+        with self._lock:
+            self._running.add(response_id)
 
-    @staticmethod
-    def _put_items(conn: Any, response_id: str, role: str, items: Iterable[dict[str, Any]]) -> None:
-        conn.executemany("INSERT INTO items (response_id, item_id, role, body) VALUES (?, ?, ?, ?)",
-                         [(response_id, it["id"], role, _dump(it)) for it in items])
+    def release(self, response_id: str) -> None:
+        """It no longer runs here, and its row says how it ended (or it never had one)."""
+        with self._lock:
+            self._running.discard(response_id)
 
-    def save_response(self, body: dict[str, Any], *,
-                      conversation: tuple[str, list[dict[str, Any]]] | None = None) -> None:
-        """The response as it ended: its body, its output items, and the turn appended to its
-        conversation."""
-        def work(conn: Any) -> None:
-            now = time.time()
-            found = conn.execute("UPDATE responses SET status = ?, updated_at = ?, body = ? WHERE id = ?",
-                                 (body["status"], now, _dump(body), body["id"])).rowcount
-            if not found:
-                return   # deleted while it ran
-            conn.execute("DELETE FROM items WHERE response_id = ? AND role = 'output'", (body["id"],))
-            self._put_items(conn, body["id"], "output", body["output"])
-            if conversation is not None:
-                cid, turn_items = conversation
-                if conn.execute("UPDATE conversations SET updated_at = ? WHERE id = ?", (now, cid)).rowcount:
-                    self._add_conversation_items(conn, cid, turn_items)
-        self._run(work, write=True)
+    def settle(self, body: dict[str, Any], conversation: tuple[str, list[dict[str, Any]]] | None,
+               lost: Callable[[StoreUnavailable], dict[str, Any]]) -> None:
+        """Writes a response as it ended. When the write fails, the StoreUnavailable is raised, and
+        ``lost(error)`` (the body the client is then shown: failed, naming the store) is owed to the
+        store: written by the heartbeat as soon as the store answers again."""
+        try:
+            self.save_response(body, conversation=conversation)
+        except StoreUnavailable as e:
+            with self._lock:
+                self._owed[body["id"]] = lost(e)
+            raise
+        finally:
+            self.release(body["id"])
 
-    def put_events(self, response_id: str, events: list[dict[str, Any]]) -> None:
-        """A background response's events, for streams that replay it after it ended."""
-        def work(conn: Any) -> None:
-            if conn.execute("SELECT 1 FROM responses WHERE id = ?", (response_id,)).fetchone():
-                conn.executemany("INSERT INTO events VALUES (?, ?, ?) ON CONFLICT (response_id, seq) "
-                                 "DO UPDATE SET body = excluded.body",
-                                 [(response_id, e["sequence_number"], _dump(e)) for e in events])
-        self._run(work, write=True)
-
-    def response(self, response_id: str, owner: str | None) -> dict[str, Any] | None:
-        row = self._run(lambda c: c.execute("SELECT owner, body FROM responses WHERE id = ?",
-                                            (response_id,)).fetchone())
-        return json.loads(row[1]) if row and _visible(row[0], owner) else None
-
-    def delete_response(self, response_id: str, owner: str | None) -> bool:
-        def work(conn: Any) -> bool:
-            row = conn.execute("SELECT owner FROM responses WHERE id = ?", (response_id,)).fetchone()
-            if not row or not _visible(row[0], owner):
-                return False
-            conn.execute("DELETE FROM responses WHERE id = ?", (response_id,))
-            conn.execute("DELETE FROM items WHERE response_id = ?", (response_id,))
-            conn.execute("DELETE FROM events WHERE response_id = ?", (response_id,))
-            return True
-        return self._run(work, write=True)
-
-    def input_items(self, response_id: str, owner: str | None) -> list[dict[str, Any]] | None:
-        def work(conn: Any) -> list[dict[str, Any]] | None:
-            row = conn.execute("SELECT owner FROM responses WHERE id = ?", (response_id,)).fetchone()
-            if not row or not _visible(row[0], owner):
-                return None
-            rows = conn.execute("SELECT body FROM items WHERE response_id = ? AND role = 'input' ORDER BY seq",
-                                (response_id,)).fetchall()
-            return [json.loads(r[0]) for r in rows]
-        return self._run(work)
-
-    def history(self, response_id: str, owner: str | None) -> list[dict[str, Any]]:
-        """Every item a continuation of ``response_id`` sees: the input and output items of it and
-        of the responses it continued from, oldest first. A deleted link ends the chain."""
-        def work(conn: Any) -> list[dict[str, Any]]:
-            chain, seen, rid = [], set(), response_id
-            while rid is not None and rid not in seen:
-                row = conn.execute("SELECT owner, previous_response_id FROM responses WHERE id = ?", (rid,)).fetchone()
-                if not row or not _visible(row[0], owner):
-                    break
-                seen.add(rid)
-                chain.append(rid)
-                rid = row[1]
-            out = []
-            for rid in reversed(chain):
-                rows = conn.execute("SELECT body FROM items WHERE response_id = ? ORDER BY role = 'output', seq",
-                                    (rid,)).fetchall()
-                out += [json.loads(r[0]) for r in rows]
-            return out
-        return self._run(work)
-
-    def item(self, item_id: str, owner: str | None) -> dict[str, Any] | None:
-        """A stored item by id (for item_reference): the newest one the caller may see."""
-        def work(conn: Any) -> dict[str, Any] | None:
-            rows = conn.execute("SELECT r.owner, i.body FROM items i JOIN responses r ON r.id = i.response_id "
-                                "WHERE i.item_id = ? ORDER BY i.seq DESC", (item_id,)).fetchall()
-            rows += conn.execute("SELECT c.owner, i.body FROM conversation_items i JOIN conversations c "
-                                 "ON c.id = i.conversation_id WHERE i.item_id = ? ORDER BY i.seq DESC",
-                                 (item_id,)).fetchall()
-            return next((json.loads(body) for row_owner, body in rows if _visible(row_owner, owner)), None)
-        return self._run(work)
-
-    def events(self, response_id: str) -> list[dict[str, Any]]:
-        rows = self._run(lambda c: c.execute("SELECT body FROM events WHERE response_id = ? ORDER BY seq",
-                                             (response_id,)).fetchall())
-        return [json.loads(r[0]) for r in rows]
-
-    # conversations -----------------------------------------------------------------------------
-    def put_conversation(self, conv: dict[str, Any], owner: str, items: list[dict[str, Any]]) -> None:
-        def work(conn: Any) -> None:
-            conn.execute("INSERT INTO conversations VALUES (?, ?, ?, ?, ?)",
-                         (conv["id"], owner, conv["created_at"], time.time(), _dump(conv["metadata"])))
-            self._add_conversation_items(conn, conv["id"], items)
-        self._run(work, write=True)
-
-    @staticmethod
-    def _add_conversation_items(conn: Any, cid: str, items: list[dict[str, Any]]) -> None:
-        conn.executemany("INSERT INTO conversation_items (conversation_id, item_id, body) VALUES (?, ?, ?)",
-                         [(cid, it["id"], _dump(it)) for it in items])
-
-    @staticmethod
-    def _conversation(conn: Any, cid: str, owner: str | None) -> dict[str, Any] | None:
-        row = conn.execute("SELECT owner, created_at, metadata FROM conversations WHERE id = ?", (cid,)).fetchone()
-        if not row or not _visible(row[0], owner):
-            return None
-        return {"id": cid, "object": "conversation", "created_at": int(row[1]), "metadata": json.loads(row[2])}
-
-    def conversation(self, cid: str, owner: str | None) -> dict[str, Any] | None:
-        return self._run(lambda c: self._conversation(c, cid, owner))
-
-    def set_metadata(self, cid: str, owner: str | None, metadata: dict[str, Any]) -> dict[str, Any] | None:
-        def work(conn: Any) -> dict[str, Any] | None:
-            if self._conversation(conn, cid, owner) is None:
-                return None
-            conn.execute("UPDATE conversations SET metadata = ?, updated_at = ? WHERE id = ?",
-                         (_dump(metadata), time.time(), cid))
-            return self._conversation(conn, cid, owner)
-        return self._run(work, write=True)
-
-    def delete_conversation(self, cid: str, owner: str | None) -> bool:
-        def work(conn: Any) -> bool:
-            if self._conversation(conn, cid, owner) is None:
-                return False
-            conn.execute("DELETE FROM conversations WHERE id = ?", (cid,))
-            conn.execute("DELETE FROM conversation_items WHERE conversation_id = ?", (cid,))
-            return True
-        return self._run(work, write=True)
-
-    def add_conversation_items(self, cid: str, owner: str | None, items: list[dict[str, Any]]) -> bool:
-        def work(conn: Any) -> bool:
-            if self._conversation(conn, cid, owner) is None:
-                return False
-            conn.execute("UPDATE conversations SET updated_at = ? WHERE id = ?", (time.time(), cid))
-            self._add_conversation_items(conn, cid, items)
-            return True
-        return self._run(work, write=True)
-
-    def conversation_items(self, cid: str, owner: str | None) -> list[dict[str, Any]] | None:
-        def work(conn: Any) -> list[dict[str, Any]] | None:
-            if self._conversation(conn, cid, owner) is None:
-                return None
-            rows = conn.execute("SELECT body FROM conversation_items WHERE conversation_id = ? ORDER BY seq",
-                                (cid,)).fetchall()
-            return [json.loads(r[0]) for r in rows]
-        return self._run(work)
-
-    def delete_conversation_item(self, cid: str, item_id: str, owner: str | None) -> bool:
-        def work(conn: Any) -> bool:
-            if self._conversation(conn, cid, owner) is None:
-                return False
-            return conn.execute("DELETE FROM conversation_items WHERE conversation_id = ? AND item_id = ?",
-                                (cid, item_id)).rowcount > 0
-        return self._run(work, write=True)
+    def _pay(self) -> None:
+        """Writes the bodies owed (on the heartbeat); those the store still refuses stay owed."""
+        with self._lock:
+            owed = list(self._owed.values())
+        for body in owed:
+            self.db.run(lambda conn: self._save(conn, body, None, if_running=True), write=True)
+            with self._lock:
+                self._owed.pop(body["id"], None)
+            log.warning("response %s, whose end could not be stored when it happened, is stored now as %s",
+                        body["id"], body["status"])
 
     # several instances -------------------------------------------------------------------------
     def progress(self, body: dict[str, Any]) -> None:
@@ -328,7 +214,8 @@ class Store:
 
     def request_cancel(self, response_id: str, owner: str | None) -> str:
         """Asks the instance that runs a response to stop it: "asked"; "cancelled" when that
-        instance is dead (marked cancelled here); "ended" when it no longer runs; "missing"."""
+        instance is dead, or is this one and no longer runs it (marked cancelled here); "ended"
+        when it no longer runs; "missing"."""
         def work(conn: Any) -> str:
             row = conn.execute("SELECT owner, status, instance, body FROM responses WHERE id = ?",
                                (response_id,)).fetchone()
@@ -336,7 +223,11 @@ class Store:
                 return "missing"
             if row[1] not in ("queued", "in_progress"):
                 return "ended"
-            if row[2] is not None and conn.execute(
+            mine = row[2] == self.instance_id
+            if mine and self.runs(response_id):
+                conn.execute("UPDATE responses SET cancel_requested = 1 WHERE id = ?", (response_id,))
+                return "asked"
+            if not mine and row[2] is not None and conn.execute(
                     f"SELECT 1 FROM instances WHERE id = ? AND heartbeat_at >= {self.db.now} - ?",
                     (row[2], LEASE_S)).fetchone():
                 conn.execute("UPDATE responses SET cancel_requested = 1 WHERE id = ?", (response_id,))
@@ -358,18 +249,44 @@ class Store:
         kept = {r[0] for r in rows if not r[1]}
         return set(response_ids) - kept
 
+    def runs(self, response_id: str) -> bool:
+        """Whether this instance runs the response, or still owes the store its end."""
+        with self._lock:
+            return response_id in self._running or response_id in self._owed
+
+    def sweep(self) -> None:
+        """Fails the responses left queued or in progress by dead instances, and this instance's
+        own that it no longer runs (the heartbeat's, every SWEEP_EVERY beats)."""
+        self.db.run(self._sweep_, write=True)
+        self.db.run(self._orphans_, write=True)
+
     def _beat(self) -> None:
+        """The heartbeat: this instance's row renewed; while the store is down, or writes are owed,
+        every PROBE_S, so the store is found again (and paid) by itself, with no request needed."""
         beats = 0
-        while not self._stop.wait(HEARTBEAT_S):
+        while True:
+            self._wake.wait(HEARTBEAT_S if self.health.up and not self._owed else PROBE_S)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
             beats += 1
             try:
                 self.db.run(self._register_, write=True)
+                self.health.ok()
+                if self._owed:
+                    self._pay()
                 if beats % SWEEP_EVERY == 0:
-                    self.db.run(self._sweep_, write=True)
+                    self.sweep()
+                with self._lock:
+                    prune, self._writes = self._writes >= PRUNE_EVERY, self._writes % PRUNE_EVERY
+                if prune:
+                    self.db.run(self._prune_, write=True)
             except RuntimeError:
                 return   # closed
+            except StoreUnavailable as e:
+                self.health.failed(e)
             except Exception as e:  # noqa: BLE001 - the database may come back: the next beat tries again
-                log.warning("the store's heartbeat failed (%s); trying again in %g s", e, HEARTBEAT_S)
+                log.warning("the store's heartbeat failed (%s); trying again", e)
 
     # upkeep (store_upkeep.py) -------------------------------------------------------------------
     def _register_(self, conn: Any) -> None:
@@ -377,6 +294,12 @@ class Store:
 
     def _sweep_(self, conn: Any) -> None:
         upkeep.sweep(conn, self.db.now, LEASE_S)
+
+    def _orphans_(self, conn: Any) -> None:
+        def running() -> set[str]:
+            with self._lock:
+                return self._running | set(self._owed)
+        upkeep.orphans(conn, self.instance_id, running)
 
     def _retire_(self, conn: Any) -> None:
         upkeep.retire(conn, self.instance_id)

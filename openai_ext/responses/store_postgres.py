@@ -1,11 +1,15 @@
 """The store's PostgreSQL backend (``database_url``), for several servers sharing one store.
 
 - A small pool of connections (psycopg 3, autocommit, a transaction per call), opened as needed
-  up to ``POOL_SIZE``; a call that finds every connection busy waits ``ACQUIRE_S`` at most.
-- Nothing waits forever: connecting gives up after ``CONNECT_TIMEOUT_S``, a statement after
-  ``STATEMENT_TIMEOUT_MS``, and TCP keepalives notice a server that vanished mid-call. A database
-  that cannot be reached is ``StoreUnavailable`` (503, in the API's error shape); a pooled
-  connection the server dropped (a restart) is replaced and the call run once more.
+  up to ``POOL_SIZE``.
+- Every call has one deadline (``timeout``: the database_timeout setting), enforced here, not by
+  the database: waiting for a pooled connection, connecting, and the statements all fit in it.
+  Past it, the watchdog (core/watchdog.py) shuts the connection's socket down, which ends the call
+  even when the database's process is frozen and its kernel still acknowledges every packet; the
+  connection is dropped. ``statement_timeout`` is set to the same, so a live database stops the
+  work too, and TCP keepalives notice a server that vanished. A database that cannot be reached,
+  or not in time, is ``StoreUnavailable`` (503, in the API's error shape, naming the store); a
+  pooled connection the server dropped (a restart) is replaced and the call run once more.
 - The schema version is one row in ``openai_ext_schema``; migrations run under an advisory lock,
   so servers starting at once take turns and the later ones find the work done.
 - The URL is logged and reported with its password masked (``masked``).
@@ -13,20 +17,24 @@
 
 from __future__ import annotations
 
+import functools
+import math
+import os
 import re
+import socket
 import threading
+import time
 from typing import Any, Callable, TypeVar
 from urllib.parse import urlsplit
 
-from ..core.errors import ServiceUnavailableError
 from ..core.migrations import Migration, refuse_newer
+from ..core.watchdog import Watchdog
+from .store_health import StoreUnavailable
 
 T = TypeVar("T")
 
 POOL_SIZE = 8
-ACQUIRE_S = 10.0
-CONNECT_TIMEOUT_S = 5
-STATEMENT_TIMEOUT_MS = 15000
+MIGRATE_S = 60.0   # the deadline of the schema's migration at start (servers starting at once take turns)
 VERSION_TABLE = "openai_ext_schema"
 LOCK_KEY = 0x6F61695F657874   # pg_advisory_xact_lock's key for migrations ("oai_ext")
 
@@ -59,10 +67,6 @@ CREATE TABLE instances (
 MIGRATIONS: list[Migration] = [SCHEMA]
 
 
-class StoreUnavailable(ServiceUnavailableError):
-    """The database of stored responses cannot be reached or did not answer in time."""
-
-
 def masked(url: str) -> str:
     """The URL with its password replaced by ***, fit for a log line or an error message."""
     out = url
@@ -89,6 +93,8 @@ def migrate(conn: Any, migrations: list[Migration], *, what: str) -> int:
     returns the version it found. A newer database is refused (SchemaTooNew), untouched."""
     known = len(migrations)
     with conn.transaction():
+        # servers starting at once wait here for each other: longer than a request's deadline
+        conn.execute(f"SET LOCAL statement_timeout = {int(MIGRATE_S * 1000):d}")
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
         conn.execute(f"CREATE TABLE IF NOT EXISTS {VERSION_TABLE} (version INTEGER NOT NULL)")
         row = conn.execute(f"SELECT version FROM {VERSION_TABLE}").fetchone()
@@ -126,17 +132,20 @@ class PostgresDatabase:
 
     now = "extract(epoch from clock_timestamp())"
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, *, timeout: float = 5.0):
         self.url = url
         self.what = masked(url)
+        self.timeout = timeout
         self._idle: list[Any] = []
         self._slots = threading.BoundedSemaphore(POOL_SIZE)
         self._lock = threading.Lock()
+        self._watchdog = Watchdog("store-deadlines")
         self._migrated = False
         self._closed = False
 
-    def unavailable(self, e: BaseException) -> StoreUnavailable:
-        detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    def unavailable(self, e: BaseException | str) -> StoreUnavailable:
+        text = e if isinstance(e, str) else str(e).strip()
+        detail = text.splitlines()[0] if text else type(e).__name__
         try:
             password = urlsplit(self.url).password
         except ValueError:
@@ -144,25 +153,28 @@ class PostgresDatabase:
         if password:
             detail = detail.replace(password, "***")
         return StoreUnavailable(f"The database of stored responses ({self.what}) cannot be used: {detail}. Check that "
-                                "it is running and that database_url points to it; retrying may help.")
+                                f"it is running, that database_url points to it, and that database_timeout "
+                                f"({self.timeout:g} s) gives it time enough; retrying may help.")
 
-    def _connect(self) -> Any:
+    def _connect(self, deadline: float) -> Any:
         psycopg = _driver()
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise self.unavailable(f"no answer within {self.timeout:g} s")
         try:
-            conn = psycopg.connect(self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S, keepalives=1,
+            # libpq counts whole seconds, 2 at least; the watchdog keeps the exact deadline after
+            return psycopg.connect(self.url, autocommit=True, connect_timeout=max(2, math.ceil(left)), keepalives=1,
                                    keepalives_idle=10, keepalives_interval=3, keepalives_count=3)
-            conn.execute(f"SET statement_timeout = {STATEMENT_TIMEOUT_MS:d}")
         except psycopg.Error as e:
             raise self.unavailable(e) from None
-        return conn
 
-    def _take(self) -> tuple[Any, bool]:
+    def _take(self, deadline: float) -> tuple[Any, bool]:
         with self._lock:
             if self._closed:
                 raise RuntimeError("the store is closed")
             if self._idle:
                 return self._idle.pop(), False
-        return self._connect(), True
+        return self._connect(deadline), True
 
     def _give(self, conn: Any) -> None:
         with self._lock:
@@ -176,39 +188,50 @@ class PostgresDatabase:
         if self._migrated:
             return
         self.run(lambda tx: None)   # a clear StoreUnavailable first when the server cannot be reached
-        conn, _ = self._take()
-        try:
-            migrate(conn, MIGRATIONS, what=f"The database {self.what}")
-        except _driver().OperationalError as e:
-            conn.close()
-            raise self.unavailable(e) from None
-        except BaseException:
-            self._give(conn)
-            raise
-        self._give(conn)
+        self.run(lambda tx: migrate(tx.conn, MIGRATIONS, what=f"The database {self.what}"), raw=True,
+                 timeout=max(self.timeout, MIGRATE_S))
         self._migrated = True
 
-    def run(self, work: Callable[[Any], T], *, write: bool = False) -> T:
-        """``work(tx)`` in one transaction on a pooled connection."""
+    def run(self, work: Callable[[Any], T], *, write: bool = False, raw: bool = False,
+            timeout: float | None = None) -> T:
+        """``work(tx)`` in one transaction on a pooled connection, within ``timeout`` seconds in all
+        (default: the store's). ``raw``: ``work`` makes its own transactions."""
         psycopg = _driver()
-        if not self._slots.acquire(timeout=ACQUIRE_S):
-            raise StoreUnavailable(f"Every connection to the database of stored responses ({self.what}) stayed busy "
-                                   f"for {ACQUIRE_S:g} s; retry later.")
+        timeout = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        if not self._slots.acquire(timeout=timeout):
+            raise self.unavailable(f"every connection stayed busy for {self.timeout:g} s")
         try:
             for attempt in range(2):
-                conn, fresh = self._take()
+                conn, fresh = self._take(deadline)
+                armed = self._watchdog.arm(deadline, functools.partial(_shut, conn))
                 try:
-                    with conn.transaction():
+                    if fresh:
+                        conn.execute(f"SET statement_timeout = {max(1, int(self.timeout * 1000)):d}")
+                    if raw:
                         out = work(_Tx(conn))
+                    else:
+                        with conn.transaction():
+                            out = work(_Tx(conn))
                 except (psycopg.OperationalError, psycopg.InterfaceError) as e:
+                    in_time = armed.disarm()
+                    if not in_time:
+                        conn.close()
+                        raise self.unavailable(f"no answer within {self.timeout:g} s") from None
                     broken = conn.closed or conn.broken
                     self._give(conn)
                     if broken and not fresh and attempt == 0:
                         continue   # a pooled connection the server dropped: once more, on a new one
                     raise self.unavailable(e) from None
                 except BaseException:
+                    if not armed.disarm():
+                        conn.close()
+                        raise
                     self._give(conn)
                     raise
+                if not armed.disarm():   # it ended just as its deadline came: the socket may be shut
+                    conn.close()
+                    return out
                 self._give(conn)
                 return out
             raise AssertionError("unreachable")
@@ -221,3 +244,11 @@ class PostgresDatabase:
             idle, self._idle = self._idle, []
         for conn in idle:
             conn.close()
+
+
+def _shut(conn: Any) -> None:
+    """Breaks a call that is waiting on ``conn``: its socket is shut down (on a copy of the
+    descriptor, so the connection's own is closed by its owner), and the call ends with an error."""
+    fd = conn.pgconn.socket
+    with socket.socket(fileno=os.dup(fd)) as sock:
+        sock.shutdown(socket.SHUT_RDWR)

@@ -5,6 +5,9 @@ driver.
   shared by every thread under a lock; WAL journaling, so another process (a second server on the
   same folder) reads while this one writes, and ``busy_timeout`` makes writers wait for each other
   instead of failing. Every call is one transaction: a crash leaves each object whole or absent.
+- Every call has one deadline (``timeout``: the database_timeout setting) for the lock, SQLite's
+  own locks and the statements: past it the watchdog interrupts the statement (a disk that
+  stalls, another process that holds the file), and the call is ``StoreUnavailable``.
 - The schema version is ``PRAGMA user_version`` (core/migrations.py).
 """
 
@@ -18,6 +21,8 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from ..core.migrations import Migration, migrate
+from ..core.watchdog import Watchdog
+from .store_health import StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +73,8 @@ def _transaction(conn: sqlite3.Connection, work: Callable[[Any], T], *, write: b
     try:
         out = work(conn)
     except BaseException:
-        conn.execute("ROLLBACK")
+        if conn.in_transaction:   # an interrupted statement has rolled its transaction back already
+            conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
     return out
@@ -95,11 +101,13 @@ class SqliteDatabase:
     # the database's clock, in seconds since 1970 (heartbeats are compared on one clock)
     now = "((julianday('now') - 2440587.5) * 86400.0)"
 
-    def __init__(self, folder: Path | str):
+    def __init__(self, folder: Path | str, *, timeout: float = 5.0):
         self.folder = Path(folder).expanduser()
+        self.timeout = timeout
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
         self._closed = False
+        self._watchdog = Watchdog("store-deadlines")
 
     @property
     def path(self) -> Path:
@@ -118,11 +126,11 @@ class SqliteDatabase:
             raise RuntimeError("the store is closed")
         if self._conn is None:
             self.folder.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=10)
+            conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=self.timeout)
             try:
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute("PRAGMA synchronous=NORMAL")   # WAL: durable at checkpoints, never corrupt
-                conn.execute("PRAGMA busy_timeout=10000")
+                conn.execute(f"PRAGMA busy_timeout={max(1, int(self.timeout * 1000)):d}")
                 _retrying(lambda: migrate(conn, MIGRATIONS, what=str(self.path)))
             except BaseException:
                 conn.close()
@@ -131,10 +139,29 @@ class SqliteDatabase:
         return self._conn
 
     def run(self, work: Callable[[Any], T], *, write: bool = False) -> T:
-        """``work(conn)`` in one transaction, under the lock."""
-        with self._lock:
+        """``work(conn)`` in one transaction, under the lock, within ``timeout`` seconds in all."""
+        deadline = time.monotonic() + self.timeout
+        if not self._lock.acquire(timeout=self.timeout):
+            raise self._late()
+        try:
             conn = _retrying(self._connect)
-            return _retrying(lambda: _transaction(conn, work, write=write))
+            armed = self._watchdog.arm(deadline, conn.interrupt)
+            try:
+                return _retrying(lambda: _transaction(conn, work, write=write))
+            except sqlite3.OperationalError as e:
+                if not armed.disarm():
+                    raise self._late() from None
+                raise StoreUnavailable(f"The database of stored responses ({self.path}) cannot be used: {e}. Check "
+                                       "the disk and the folder's permissions (data_dir).") from None
+            finally:
+                armed.disarm()
+        finally:
+            self._lock.release()
+
+    def _late(self) -> StoreUnavailable:
+        return StoreUnavailable(f"The database of stored responses ({self.path}) did not answer within "
+                                f"{self.timeout:g} s (database_timeout): another program may hold it, or its disk "
+                                "stalls; retrying may help.")
 
     def close(self) -> None:
         with self._lock:

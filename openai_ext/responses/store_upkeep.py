@@ -6,12 +6,19 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Any
+from typing import Any, Callable
 
 log = logging.getLogger(__name__)
 
 RUNNING = "('queued', 'in_progress')"
 STOPPED = {"code": "server_error", "message": "The server stopped before this response finished."}
+ORPHANED = {"code": "server_error", "message": "The server lost track of this response (its end could not be "
+                                              "stored); it did not finish. Send it again."}
+
+
+def visible(row_owner: str, owner: str | None) -> bool:
+    """Whether a row of ``row_owner`` is seen by a caller of ``owner`` (None: everything is shared)."""
+    return owner is None or row_owner == owner
 
 
 def dump(obj: Any) -> str:
@@ -24,11 +31,16 @@ def register(conn: Any, now: str, instance: str) -> None:
                  f"ON CONFLICT (id) DO UPDATE SET heartbeat_at = {now}", (instance,))
 
 
-def fail(conn: Any, where: str, params: tuple[Any, ...]) -> int:
-    """Marks failed the running responses that ``where`` selects; how many."""
+def fail(conn: Any, where: str, params: tuple[Any, ...], *, keep: Callable[[], set[str]] | None = None,
+         error: dict[str, str] = STOPPED) -> int:
+    """Marks failed the running responses that ``where`` selects, but those of ``keep()`` (asked
+    once the rows are read); how many."""
     rows = conn.execute(f"SELECT id, body FROM responses WHERE status IN {RUNNING} AND {where}", params).fetchall()
+    if keep is not None:
+        kept = keep()
+        rows = [(rid, raw) for rid, raw in rows if rid not in kept]
     for rid, raw in rows:
-        body = dict(json.loads(raw), status="failed", error=STOPPED)
+        body = dict(json.loads(raw), status="failed", error=error)
         conn.execute(f"UPDATE responses SET status = 'failed', body = ?, updated_at = ? WHERE id = ? AND "
                      f"status IN {RUNNING}", (dump(body), time.time(), rid))
     return len(rows)
@@ -42,6 +54,15 @@ def sweep(conn: Any, now: str, lease_s: float) -> None:
     conn.execute(f"DELETE FROM instances WHERE heartbeat_at < {now} - ?", (lease_s,))
     if n:
         log.warning("%d stored responses were still running when their server stopped: marked failed", n)
+
+
+def orphans(conn: Any, instance: str, running: Callable[[], set[str]]) -> None:
+    """Fails this instance's rows still queued or in progress that it no longer runs (``running()``,
+    asked after the rows are read: a response is claimed before its row is written, and one that
+    ended meanwhile is no longer running in its row, which ``fail`` checks again as it writes)."""
+    n = fail(conn, "instance = ?", (instance,), keep=running, error=ORPHANED)
+    if n:
+        log.warning("%d stored responses of this server were left queued or in progress: marked failed", n)
 
 
 def retire(conn: Any, instance: str) -> None:

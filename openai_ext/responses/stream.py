@@ -86,7 +86,8 @@ class Turn:
         return self._settled
 
     async def settle(self) -> None:
-        """Stores the response as it ended, once, even while being cancelled."""
+        """Stores the response as it ended, once, even while being cancelled. A store that fails
+        raises its error, the response then failed (``settle_work`` sees to that)."""
         if self._settled or self.settle_work is None:
             return
         self._settled = True
@@ -98,7 +99,8 @@ class Turn:
         if not self._settled and self.settle_work is not None:
             self._settled = True
             self.fail(asyncio.CancelledError())
-            self.settle_work(self)
+            with contextlib.suppress(OpenAIError):   # owed to the store, which keeps it (store.py)
+                self.settle_work(self)
 
 
 class _Output:
@@ -299,12 +301,18 @@ async def events(text: TextService, turn: Turn, place: Place) -> AsyncGenerator[
                         elif ev.result is not None:
                             for e in out.finish(ev.result):
                                 yield e
+        # Stored before it is told: a client that reads "completed" finds it stored. A store that
+        # fails here raises, and the client is told the response failed, naming the store.
+        await turn.settle()
         yield turn.event(f"response.{state.status}", response=state.snapshot())
     except BaseException as e:
         turn.fail(e)
         raise
     finally:
-        await turn.settle()
+        # A response that did not end well (failed, cancelled, its client gone) is stored too; a
+        # store that fails now has its end owed (store.py), and nothing is left to tell.
+        with contextlib.suppress(OpenAIError):
+            await turn.settle()
 
 
 async def _compact(text: TextService, turn: Turn) -> list[dict[str, Any]]:

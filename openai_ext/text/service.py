@@ -107,6 +107,11 @@ class TextService:
             self._prepare = anyio.CapacityLimiter(1)
         return self._prepare
 
+    async def prepared(self, prepare: Callable[..., T], *args: Any) -> T:
+        """``prepare(*args)``, a request's rendering and tokenizing, on the prepare thread (one
+        request at a time): every 400 of a text request happens there, before anything runs."""
+        return await anyio.to_thread.run_sync(prepare, *args, limiter=self.prepare_limiter)
+
     async def tokenizer_work(self, fn: Callable[..., Any], *args: Any) -> Any:
         """A tokenizer call, run as prompts are prepared: on a worker thread, one at a time."""
         return await anyio.to_thread.run_sync(fn, *args, limiter=self.prepare_limiter)
@@ -151,17 +156,22 @@ class TextEndpoint(Protocol):
     def stream(self, text: TextService, job: Any, place: Place) -> Any: ...
 
 
-async def admit(text: TextService, prepare: Callable[..., T], *args: Any) -> tuple[T, Place]:
+def enter(text: TextService) -> Place:
     """The front door of every text request (chat, completions, Messages, Responses and its
-    compaction): the model checked, the line sized to the host's slots, a place in line taken,
-    and ``prepare(*args)`` run on the prepare thread. The place is taken first: when the line is
-    full, the 429 comes at once, not after every earlier request's prepare. Every 400 happens in
-    ``prepare``, before anything runs, and a request that fails there gives its place back."""
+    compaction): the model checked, the line sized to the host's slots, and a place in line
+    taken, first, so that when the line is full the 429 comes at once, before any work. The
+    caller gives the place back if it fails before running (``admit`` does)."""
     text.require_model()
     text.follow_host()
-    place = text.queue.admit()
+    return text.queue.admit()
+
+
+async def admit(text: TextService, prepare: Callable[..., T], *args: Any) -> tuple[T, Place]:
+    """``enter``, then ``prepare(*args)`` run on the prepare thread. Every 400 happens in
+    ``prepare``, before anything runs, and a request that fails there gives its place back."""
+    place = enter(text)
     try:
-        job = await anyio.to_thread.run_sync(prepare, *args, limiter=text.prepare_limiter)
+        job = await text.prepared(prepare, *args)
     except BaseException:
         place.release()
         raise

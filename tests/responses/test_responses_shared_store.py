@@ -11,7 +11,7 @@ import openai
 import pytest
 from support.responses_api import create, parse_events, poll
 from support.scripted import held
-from support.servers import idle, openai_client, run_together
+from support.servers import idle, openai_client, run_together, wait_until
 from support.spec import assert_valid, error_of
 
 from openai_ext.app import create_app
@@ -134,7 +134,13 @@ def test_a_database_that_goes_away_is_a_503_and_its_return_needs_no_restart(scri
             error = e.value.response.json()["error"]
             assert error["type"] == "server_error" and "database_url" in error["message"]
             assert "hunter2" not in error["message"] and "***" in error["message"]
+            health = httpx.get(server.url.removesuffix("/v1") + "/health").json()
+            assert health["status"] == "store unavailable" and not health["store"]["ok"]
+            assert "hunter2" not in health["store"]["error"]
             admin.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS true")
+        # found again by the store's own heartbeat, with no request needed
+        wait_until(lambda: httpx.get(server.url.removesuffix("/v1") + "/health").json()["store"]["ok"],
+                   "the store answers again", tries=600)
         assert client.responses.retrieve(resp.id).id == resp.id
     finally:
         server.stop()

@@ -9,7 +9,7 @@ import threading
 import time
 
 import pytest
-from support.servers import run_together
+from support.servers import run_together, wait_until
 
 from openai_ext.responses.store import PRUNE_EVERY, Store
 
@@ -88,10 +88,12 @@ def test_history_follows_the_chain_and_stops_at_a_deleted_link(make_store):
 
 def test_retention_by_count_and_by_age(make_store, monkeypatch):
     store = make_store(max_stored=5)
-    n = PRUNE_EVERY // 2   # two writes per response: a retention pass runs after the last one
+    n = PRUNE_EVERY // 2   # two writes per response: a retention pass is due after the last one
     for i in range(n):
         store.put_response(response(i, "in_progress"), "", [item(i)])
         store.save_response(response(i))
+    # the store's own thread prunes, off the requests' path
+    wait_until(lambda: store.response("resp_0", None) is None, "the retention pass", tries=600)
     kept = [i for i in range(n) if store.response(f"resp_{i}", None)]
     assert kept == list(range(n - 5, n))
     assert store.item("msg_in_0", None) is None and store.item(f"msg_in_{kept[-1]}", None)
