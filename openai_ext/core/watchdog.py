@@ -85,3 +85,7 @@ class Watchdog:
                         break
                     self._cond.wait(wait)
             armed._fire()
+
+
+# One for the process: every database shares it (its thread starts on first use).
+WATCHDOG = Watchdog("deadlines")

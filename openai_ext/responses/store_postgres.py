@@ -28,7 +28,7 @@ from typing import Any, Callable, TypeVar
 from urllib.parse import urlsplit
 
 from ..core.migrations import Migration, refuse_newer
-from ..core.watchdog import Watchdog
+from ..core.watchdog import WATCHDOG
 from .store_health import StoreUnavailable
 
 T = TypeVar("T")
@@ -139,7 +139,6 @@ class PostgresDatabase:
         self._idle: list[Any] = []
         self._slots = threading.BoundedSemaphore(POOL_SIZE)
         self._lock = threading.Lock()
-        self._watchdog = Watchdog("store-deadlines")
         self._migrated = False
         self._closed = False
 
@@ -204,7 +203,7 @@ class PostgresDatabase:
         try:
             for attempt in range(2):
                 conn, fresh = self._take(deadline)
-                armed = self._watchdog.arm(deadline, functools.partial(_shut, conn))
+                armed = WATCHDOG.arm(deadline, functools.partial(_shut, conn))
                 try:
                     if fresh:
                         conn.execute(f"SET statement_timeout = {max(1, int(self.timeout * 1000)):d}")

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from ..core.migrations import Migration, migrate
-from ..core.watchdog import Watchdog
+from ..core.watchdog import WATCHDOG
 from .store_health import StoreUnavailable
 
 log = logging.getLogger(__name__)
@@ -107,7 +107,6 @@ class SqliteDatabase:
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
         self._closed = False
-        self._watchdog = Watchdog("store-deadlines")
 
     @property
     def path(self) -> Path:
@@ -145,7 +144,7 @@ class SqliteDatabase:
             raise self._late()
         try:
             conn = _retrying(self._connect)
-            armed = self._watchdog.arm(deadline, conn.interrupt)
+            armed = WATCHDOG.arm(deadline, conn.interrupt)
             try:
                 return _retrying(lambda: _transaction(conn, work, write=write))
             except sqlite3.OperationalError as e:
