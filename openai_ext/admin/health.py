@@ -38,12 +38,18 @@ def router(text: TextService, store: StoreHealth | None) -> APIRouter:
         host = text.host
         loaded = host.loaded
         problem = host.unavailable() if loaded else None
+        upstream = host.readiness() if loaded else None
         queue = text.queue
-        status = "ok" if loaded and problem is None else "no model" if not loaded else "unavailable"
+        ready = loaded and problem is None and (upstream is None or upstream["ready"])
+        status = "ok" if ready else "no model" if not loaded else "unavailable"
         body: dict[str, Any] = {"status": status, "model_loaded": loaded, "queued": queue.waiting,
                                 "running": queue.running}
         if problem is not None:
             body["error"] = str(problem)   # what happened, and what to do
+        if upstream is not None:
+            body["upstream"] = upstream
+            if not ready and "error" not in body and upstream.get("error"):
+                body["error"] = upstream["error"]
         if store is not None:
             body["store"] = store.describe()
             if not store.up and status == "ok":

@@ -184,6 +184,12 @@ class Host(ABC):
         error to answer with; None while it can."""
         return None
 
+    def readiness(self) -> dict[str, Any] | None:
+        """For health checks, where the host depends on something it checks by itself (an
+        upstream engine): {"ready", "error", ...} as last seen, never waiting; None where
+        ``unavailable()`` says it all."""
+        return None
+
     def kv_cells(self) -> dict[str, int] | None:
         """KV cache cells in use and in all ({"used", "total"}), where the host can tell."""
         return None

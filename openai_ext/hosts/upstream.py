@@ -6,12 +6,16 @@ prompt is rendered with the upstream's own template, through its template route)
 the upstream takes them, stop strings, token accounting, every API family and its stream framing.
 The upstream only continues a prompt, given as token ids, through ``/v1/completions`` streamed.
 
-Faults are answered, never waited on: an upstream that cannot be reached is a 503 within the
-connect timeout, an upstream 4xx keeps its message and param, a 5xx or a stream cut short is a
-502; a generation that is stopped (its client left) closes its connection, which the engines take
-as a cancel. Connections are pooled, one pool per host, as large as the generations allowed at
-once (``parallel``: more wait in this server's line, and get its 429 beyond it). When the
-upstream comes back, the next request finds it: nothing here needs a restart.
+Faults are answered, never waited on, and named as the upstream's: an upstream that cannot be
+reached is a 503 within the connect timeout; one that does not begin its answer within the
+first-byte timeout, or goes silent mid-stream past the idle timeout, a 504 (upstream_timeout); an
+upstream 4xx keeps its message and param; a 5xx, a malformed or cut stream, a body that is not a
+stream, a 502 (upstream_error; see upstream_stream.py). A generation that is stopped (its client
+left) is cut at once, even while it waits for the upstream's headers, and its connection closed,
+which the engines take as a cancel (upstream_calls.py). After a few faults in a row, requests are
+refused at once until the upstream answers again (upstream_breaker.py). Connections are pooled,
+one pool per host, as large as the generations allowed at once (``parallel``: more wait in this
+server's line, and get its 429 beyond it). Nothing here needs a restart when the upstream is back.
 """
 
 from __future__ import annotations
@@ -24,16 +28,22 @@ from typing import Any, Iterator
 from urllib.parse import urlsplit, urlunsplit
 
 import requests
-from requests.adapters import HTTPAdapter
+from urllib3.exceptions import ReadTimeoutError
 
 from ..core.errors import InvalidRequestError, OpenAIError, ServiceUnavailableError, UpstreamError
-from .base import ChatPrompt, Host, HostAbilities, Piece, Pieces, Prompt, TokenLogprob
+from . import upstream_calls
+from .base import ChatPrompt, Host, HostAbilities, Piece, Pieces, Prompt
 from .request import NO_CHAT_OPTIONS, ChatOptions, GenerationSettings
+from .upstream_breaker import Breaker
+from .upstream_calls import Call, Calls
 from .upstream_dialects import Dialect, detect, error_of
+from .upstream_stream import StreamFault, is_event_stream, not_a_stream, read_pieces
 
 log = logging.getLogger(__name__)
 
 CALL_TIMEOUT = 30.0   # seconds for a tokenizer or template call to answer
+CHECK_TIMEOUT = 3.0   # seconds for the model list to answer a check of the upstream's health
+HEAD_BYTES = 2048     # of a body that is not the stream asked for, read to quote it
 
 # Request fields the sampler names become on each kind of engine (the host samplers of a request).
 SAMPLERS: dict[str, dict[str, str]] = {
@@ -64,40 +74,61 @@ class UpstreamHost(Host):
     max_token_bytes = 256
 
     def __init__(self, url: str, *, api_key: str = "", model: str | None = None, parallel: int = 8,
-                 connect_timeout: float = 3.0, read_timeout: float = 600.0, context: int = 0):
+                 connect_timeout: float = 3.0, first_byte_timeout: float = 60.0, idle_timeout: float = 60.0,
+                 context: int = 0):
         self.root = url.rstrip("/").removesuffix("/v1")
         self.shown = redact(self.root)
         self.wanted = model
         self.model_id = model or "upstream"
         self.parallel = parallel
-        self.timeouts = (connect_timeout, read_timeout)
+        self.connect_timeout = connect_timeout
+        self.first_byte_timeout = first_byte_timeout
+        self.idle_timeout = idle_timeout
         self.default_context = context or 4096
-        self.session = requests.Session()
-        self.session.mount("http://", HTTPAdapter(pool_connections=1, pool_maxsize=parallel + 4))
-        self.session.mount("https://", HTTPAdapter(pool_connections=1, pool_maxsize=parallel + 4))
+        self.session = upstream_calls.session(parallel + 4)
+        self.calls = Calls()
+        self.breaker = Breaker(self.shown, self._check)
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.dialect: Dialect | None = None
         self._error: OpenAIError | None = None   # why the first contact failed
         self._probing = threading.Lock()
         self._stops: set[threading.Event] = set()
         self.abilities = self._abilities(None)
-        self._try_probe()
+        self.breaker.check_once()   # the first contact: what the upstream serves
         if self.dialect is None:
             log.warning("the upstream engine cannot serve yet (%s); requests are refused until it can",
                         self._error.message if self._error else "no answer")
 
     # talking to it -----------------------------------------------------------------------------
-    def _call(self, method: str, path: str, body: Any = None) -> Any:
+    def _call(self, method: str, path: str, body: Any = None, *, timeout: float = CALL_TIMEOUT) -> Any:
+        """One quick call (a tokenizer, a template, the model list), its JSON answer. Its read
+        timeout is short: prompts are prepared one at a time, so one that hangs must not hold up
+        every request behind it for long."""
         try:
-            # A short read timeout: these calls (tokens, templates) are quick, and prompts are
-            # prepared one at a time, so one that hangs must not hold up every request behind it.
             r = self.session.request(method, self.root + path, json=body, headers=self.headers,
-                                     timeout=(self.timeouts[0], CALL_TIMEOUT))
-        except (requests.ConnectionError, requests.Timeout) as e:
+                                     timeout=(self.connect_timeout, timeout))
+        except requests.RequestException as e:
+            if _timed_out(e) and not isinstance(e, requests.ConnectTimeout):
+                raise UpstreamError(f"The upstream engine at {self.shown} did not answer {path} within {timeout:g} s.",
+                                    status=504, code="upstream_timeout") from None
             raise self._unreachable(e) from None
         if r.status_code >= 400:
             raise self._refused(r.status_code, r.content)
-        return r.json()
+        try:
+            return json.loads(r.content)
+        except ValueError:
+            raise UpstreamError(f"The upstream engine at {self.shown} answered {path} with a body that is not JSON "
+                                f"({r.headers.get('Content-Type') or 'no Content-Type'}).",
+                                code="upstream_error") from None
+
+    def _ask(self, method: str, path: str, body: Any = None) -> Any:
+        """A dialect's call while a request is prepared: a fault of the upstream counts toward
+        the breaker (detect() asks through _call, where a failure is an answer)."""
+        try:
+            return self._call(method, path, body)
+        except OpenAIError as e:
+            self.breaker.failed(e)
+            raise
 
     def _unreachable(self, e: BaseException) -> ServiceUnavailableError:
         return ServiceUnavailableError(f"The upstream engine at {self.shown} cannot be reached "
@@ -124,7 +155,8 @@ class UpstreamHost(Host):
         with self._probing:
             if self.dialect is not None:
                 return self.dialect
-            models = self._call("GET", "/v1/models").get("data") or []
+            found = self._call("GET", "/v1/models", timeout=CHECK_TIMEOUT)
+            models = (found.get("data") if isinstance(found, dict) else None) or []
             ids = [m.get("id") for m in models if isinstance(m, dict)]
             if self.wanted is not None and self.wanted not in ids:
                 served = ", ".join(map(str, ids)) or "no model"
@@ -154,22 +186,39 @@ class UpstreamHost(Host):
 
     # the contract --------------------------------------------------------------------------------
     def unavailable(self) -> Exception | None:
-        """None once the upstream has answered: from then on a request finds a fault out itself,
-        within the connect timeout, and is served as soon as the upstream is back. Before that
-        (it was down when this server started), the upstream is asked again off the event loop,
-        and the answer is why it cannot serve."""
-        if self.dialect is not None:
-            return None
-        if not self._probing.locked():
-            threading.Thread(target=self._try_probe, name="upstream-probe", daemon=True).start()
-        return self._error or ServiceUnavailableError(f"The upstream engine at {self.shown} has not answered yet.",
-                                                      code="upstream_unavailable", headers={"Retry-After": "2"})
+        """Why requests are refused now, at once and before they take a place in line: the
+        upstream has never answered (it is asked again, off the event loop), or the breaker is
+        open after faults in a row. None otherwise: a request then finds a fault out itself,
+        within the timeouts, and is served as soon as the upstream is back."""
+        if self.dialect is None:
+            self.breaker.check_soon()
+            return self._error or ServiceUnavailableError(f"The upstream engine at {self.shown} has not answered "
+                                                          "yet.", code="upstream_unavailable",
+                                                          headers={"Retry-After": "2"})
+        return self.breaker.refusal()
 
-    def _try_probe(self) -> None:
-        try:
-            self._probe()
-        except OpenAIError as e:
-            self._error = e
+    def readiness(self) -> dict[str, Any]:
+        """Whether the upstream can serve, for health checks: {"ready", "error" (what is wrong and
+        what to do, or None), "upstream", "engine", "breaker" ("closed" or "open"), "failures" (in
+        a row), "checked_ago" (seconds since the upstream was last checked)}. Never waits: it is
+        what was last seen, and asking has the upstream checked again in the background when
+        that is over a second old, so an idle server notices an upstream gone down."""
+        state = self.breaker.state()
+        if self.dialect is None:
+            problem = self.unavailable()
+            state.update(ready=False, error=str(problem) if problem is not None else None)
+        return {**state, "upstream": self.shown, "engine": self.dialect.name if self.dialect else None}
+
+    def _check(self) -> None:
+        """Asks the upstream whether it answers; raises what it got if not (the breaker's check)."""
+        if self.dialect is None:
+            try:
+                self._probe()
+            except OpenAIError as e:
+                self._error = e
+                raise
+        else:
+            self._call("GET", "/v1/models", timeout=CHECK_TIMEOUT)
 
     def context_length(self) -> int:
         return self.dialect.context if self.dialect is not None else self.default_context
@@ -177,13 +226,13 @@ class UpstreamHost(Host):
     def tokenize(self, text: str, *, add_bos: bool = True) -> list[int]:
         dialect = self._known
         known = dialect.recall(text, add_bos)
-        return list(known) if known is not None else dialect.tokenize(self._call, self.model_id, text, add_bos)
+        return list(known) if known is not None else dialect.tokenize(self._ask, self.model_id, text, add_bos)
 
     def detokenize(self, tokens: list[int]) -> str:
-        return self._known.detokenize(self._call, self.model_id, tokens)
+        return self._known.detokenize(self._ask, self.model_id, tokens)
 
     def chat_prompt(self, messages: list[dict[str, Any]], options: ChatOptions = NO_CHAT_OPTIONS) -> ChatPrompt:
-        return ChatPrompt(self._known.chat_prompt(self._call, self.model_id, messages))
+        return ChatPrompt(self._known.chat_prompt(self._ask, self.model_id, messages))
 
     def _body(self, prompt: Prompt, s: GenerationSettings) -> dict[str, Any]:
         """The engine's /v1/completions body. Temperature 0 is greedy on every engine; a sampler
@@ -213,60 +262,69 @@ class UpstreamHost(Host):
             yield Piece("", tokens=0, finish_reason="length")
             return
         body = self._body(prompt, settings)
-        top = settings.logprobs
-        try:
-            r = self.session.post(self.root + "/v1/completions", json=body, headers=self.headers,
-                                  timeout=self.timeouts, stream=True)
-        except (requests.ConnectionError, requests.Timeout) as e:
-            raise self._unreachable(e) from None
         self._stops.add(stop_event)
-        # Closing the response closes its connection: the engine sees the client gone and stops.
-        with contextlib.closing(r):
-            try:
-                if r.status_code >= 400:
-                    raise self._refused(r.status_code, r.content)
-                yield from self._pieces(r, stop_event, top)
-            except (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError) as e:
-                raise UpstreamError(f"The upstream engine at {self.shown} ended the stream early "
-                                    f"({type(e).__name__}).", code="upstream_error") from None
-            finally:
-                self._stops.discard(stop_event)
+        try:
+            with self.calls.track(stop_event, self.first_byte_timeout) as call:
+                try:
+                    yield from self._stream(call, body, stop_event, settings.logprobs)
+                except (requests.RequestException, StreamFault) as e:
+                    if stop_event.is_set() or call.reason == "stopped":
+                        return   # the client left (its call was cut for that): nobody reads an error
+                    error = self._fault(e, call)
+                    self.breaker.failed(error)
+                    raise error from None
+                except OpenAIError as e:   # the upstream's own error answer (_refused)
+                    self.breaker.failed(e)
+                    raise
+        finally:
+            self._stops.discard(stop_event)
 
-    def _pieces(self, r: requests.Response, stop_event: threading.Event, top: int | None) -> Iterator[Piece]:
-        for raw in _lines(r):
-            if stop_event.is_set():
-                return
-            if not raw.startswith(b"data:"):
-                continue
-            data = raw[5:].strip()
-            if data == b"[DONE]":
-                return
-            chunk = json.loads(data)
-            if "error" in chunk:
-                message, _ = error_of(data)
-                raise UpstreamError(f"The upstream engine at {self.shown} failed while generating: {message}",
-                                    code="upstream_error")
-            for choice in chunk.get("choices") or []:
-                text = choice.get("text") or ""
-                finish = choice.get("finish_reason")
-                entries = _logprobs(choice.get("logprobs"), top) if top is not None else []
-                if entries and "".join(e.token for e in entries) == text:
-                    for e in entries[:-1]:
-                        yield Piece(e.token, tokens=1, logprob=e)
-                    last = entries[-1]
-                    yield Piece(last.token, tokens=1, logprob=last,
-                                finish_reason=_finish(finish))
-                elif text or finish:
-                    # The engine's chunks are not tokens: the reply's tokens are counted at its end.
-                    yield Piece(text, tokens=None, finish_reason=_finish(finish))
-                if finish:
-                    return
+    def _stream(self, call: Call, body: dict[str, Any], stop_event: threading.Event, top: int | None) -> Pieces:
+        # The socket's own read timeout only backs the watcher's deadlines up (upstream_calls).
+        with call.sending():
+            r = self.session.post(self.root + "/v1/completions", json=body, headers=self.headers, stream=True,
+                                  timeout=(self.connect_timeout, max(self.first_byte_timeout, self.idle_timeout)))
+        call.answered = True
+        call.expect(self.idle_timeout)   # for the rest of an error or of a body that is not a stream
+        # Closing the response closes its connection: the engine sees its client gone and stops.
+        with contextlib.closing(r):
+            if r.status_code >= 400:
+                raise self._refused(r.status_code, r.content)
+            kind = r.headers.get("Content-Type", "")
+            if not is_event_stream(kind):
+                raise not_a_stream(kind, next(r.iter_content(HEAD_BYTES), b""))
+            yield from read_pieces(_lines(r, call, self.idle_timeout), stop_event, top)
+        if not stop_event.is_set():
+            self.breaker.succeeded()
+
+    def _fault(self, e: Exception, call: Call) -> OpenAIError:
+        """The error a failed generation answers with, naming the upstream."""
+        if isinstance(e, requests.ConnectTimeout):
+            return self._unreachable(e)
+        if call.reason == "timeout" or _timed_out(e):
+            if not call.answered:
+                return UpstreamError(
+                    f"The upstream engine at {self.shown} did not begin its answer within {self.first_byte_timeout:g} "
+                    "s. Raise upstream_first_byte_timeout if it needs longer to start (a long prompt, a full batch).",
+                    status=504, code="upstream_timeout")
+            return UpstreamError(
+                f"The upstream engine at {self.shown} went silent for {self.idle_timeout:g} s in the middle of its "
+                "answer; the answer is incomplete. Raise upstream_idle_timeout if it pauses longer between tokens.",
+                status=504, code="upstream_timeout")
+        if isinstance(e, StreamFault):
+            return UpstreamError(f"The upstream engine at {self.shown} {e}", code="upstream_error")
+        if not call.answered:
+            return self._unreachable(e)   # refused, or closed before it answered
+        return UpstreamError(f"The upstream engine at {self.shown} ended the stream early ({type(e).__name__}); "
+                             "the answer is incomplete.", code="upstream_error")
 
     def stop_all(self) -> None:
         for event in list(self._stops):
             event.set()
 
     def close(self) -> None:
+        self.breaker.close()
+        self.calls.close()
         self.session.close()
 
     def describe(self) -> dict[str, Any]:
@@ -276,10 +334,17 @@ class UpstreamHost(Host):
                 "parallel": self.parallel, "token_counts": "exact" if dialect and dialect.exact_tokens else "estimated"}
 
 
-def _lines(r: requests.Response) -> Iterator[bytes]:
-    """The stream's lines as the bytes arrive (a fixed read size would wait for the next token)."""
+def _lines(r: requests.Response, call: Call, idle: float) -> Iterator[bytes]:
+    """The stream's lines as the bytes arrive (a fixed read size would wait for the next token).
+    The upstream has ``idle`` seconds for each read; none while the lines read are handed on."""
+    chunks = r.iter_content(chunk_size=None)
     pending = b""
-    for data in r.iter_content(chunk_size=None):
+    while True:
+        call.expect(idle)
+        data = next(chunks, None)
+        call.expect(None)
+        if data is None:
+            break
         pending += data
         *lines, pending = pending.split(b"\n")
         for line in lines:
@@ -288,27 +353,6 @@ def _lines(r: requests.Response) -> Iterator[bytes]:
         yield pending
 
 
-def _finish(reason: str | None) -> str | None:
-    if reason is None:
-        return None
-    return "length" if reason == "length" else "stop"
-
-
-def _logprobs(lp: Any, top: int) -> list[TokenLogprob]:
-    """A chunk's log-probabilities, in OpenAI's legacy completions shape (vLLM, this server) or in
-    the chat shape llama-server uses for completions too; ``top`` alternatives each at most."""
-    if not isinstance(lp, dict):
-        return []
-    if isinstance(lp.get("content"), list):
-        return [TokenLogprob(e["token"], float(e["logprob"]), e.get("bytes"),
-                             [(t["token"], float(t["logprob"]), t.get("bytes"))
-                              for t in (e.get("top_logprobs") or [])[:top]])
-                for e in lp["content"]]
-    tokens, lps = lp.get("tokens") or [], lp.get("token_logprobs") or []
-    tops: list[Any] = lp.get("top_logprobs") or [None] * len(tokens)
-    out = []
-    for tok, value, alt in zip(tokens, lps, tops):
-        alts = sorted((alt or {}).items(), key=lambda kv: -kv[1])
-        out.append(TokenLogprob(tok, float(value if value is not None else 0.0), None,
-                                [(t, float(v), None) for t, v in alts[:top]]))
-    return out
+def _timed_out(e: BaseException) -> bool:
+    """A read that timed out (requests wraps one in the middle of a body in a ConnectionError)."""
+    return isinstance(e, requests.Timeout) or any(isinstance(a, ReadTimeoutError) for a in e.args)

@@ -145,8 +145,12 @@ def test_an_upstream_that_dies_and_comes_back(tmp_path, make_server):
         with pytest.raises(anthropic.APIStatusError) as ea:
             claude.messages.create(model="x", max_tokens=8, messages=[{"role": "user", "content": "Hi"}])
         assert ea.value.status_code == 503 and ea.value.body["type"] == "error"
-        # back on the same port: served again, without restarting the front
+        # three faults in a row: the breaker is open, and the next request is refused at once
+        assert host.readiness()["breaker"] == "open"
+        # back on the same port: the breaker's own checks find it, and it is served again,
+        # without restarting the front
         upstream = processes.serve(tmp_path, "--parallel", "2", "--n-ctx", "2048", port=upstream.port)
+        wait_until(lambda: host.readiness()["ready"], "the front finds the upstream back", tries=600)
         assert chat(client, **ask).choices[0].message.content is not None
     finally:
         processes.stop(upstream)
