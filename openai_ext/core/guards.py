@@ -13,10 +13,11 @@ import logging
 import re
 from typing import Any, Awaitable, Callable
 
+import anyio
 from starlette.responses import JSONResponse
 from starlette.websockets import WebSocket
 
-from .bodies import check_json_text
+from .bodies import ON_THREAD, check_json_text
 from .dialects import OPENAI_ONLY, ErrorShapes
 from .errors import (
     InvalidRequestError,
@@ -135,7 +136,8 @@ class HostGuard:
 class BodyLimit:
     """Refuses request bodies over a limit with a 413, before the app reads them. Uploads (audio
     files) have their own, larger limit. A JSON body that is not Unicode text is refused here
-    too (bodies.check_json_text), since this is where every body is read whole."""
+    too, as is one that nests too deep or holds a number that is not finite
+    (bodies.check_json_text), since this is where every body is read whole."""
 
     def __init__(self, app: Any, json_limit: int, upload_limit: int, upload_suffixes: tuple[str, ...],
                  shapes: ErrorShapes = OPENAI_ONLY):
@@ -179,9 +181,13 @@ class BodyLimit:
             if not message.get("more_body", False):
                 break
         chunks = [b"".join(chunks)]
-        if limit == self.json_limit:
+        # a JSON body, also where a route takes uploads (OpenAI's JSON form of some)
+        if limit == self.json_limit or (header(scope, b"content-type") or "").lower().startswith("application/json"):
             try:
-                check_json_text(chunks[0])
+                if len(chunks[0]) > ON_THREAD:
+                    await anyio.to_thread.run_sync(check_json_text, chunks[0])
+                else:
+                    check_json_text(chunks[0])
             except OpenAIError as e:
                 await send_error(send, e, scope, self.shapes)
                 return

@@ -8,10 +8,10 @@ own objects (core.errors), carried in the event's ``error``; the session goes on
 
 from __future__ import annotations
 
-import json
 import uuid
 from typing import Any
 
+from ..core.bodies import NotJson, load_json
 from ..core.errors import InvalidRequestError, OpenAIError
 
 # The client events this server takes, as OpenAI's spec names them.
@@ -53,10 +53,12 @@ def parse(raw: str | bytes, limit: int) -> dict[str, Any]:
                                "setting). Send audio in smaller input_audio_buffer.append events.",
                                code="event_too_large")
     try:
-        doc = json.loads(raw)
-    except ValueError as e:
-        raise ClientEventError(f"The event is not valid JSON ({e}). Send one JSON object per message, such as "
-                               '{"type": "response.create"}.', code="invalid_json") from None
+        doc = load_json(raw)   # held to a request body's rules: nesting, finite numbers, Unicode
+    except NotJson as e:
+        raise ClientEventError(f"The event is not valid JSON ({e.reason}). Send one JSON object per message, such "
+                               'as {"type": "response.create"}.', code="invalid_json") from None
+    except InvalidRequestError as e:
+        raise ClientEventError(e.message, param=e.param, code=e.code) from None
     if not isinstance(doc, dict):
         raise ClientEventError('An event must be a JSON object with a "type", such as {"type": "response.create"}.',
                                code="invalid_json")

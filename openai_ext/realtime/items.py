@@ -177,5 +177,5 @@ def arguments_json(arguments: str) -> str:
     """Arguments as compact JSON when they parse (the model's spacing otherwise)."""
     try:
         return json.dumps(json.loads(arguments), ensure_ascii=False, separators=(",", ":"))
-    except ValueError:
+    except (ValueError, RecursionError):
         return arguments

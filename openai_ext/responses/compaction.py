@@ -30,7 +30,7 @@ from ..text.generation import Job, run_job
 from ..text.protocol import ChatCompletionRequest
 from ..text.service import TextService
 from . import items as items_
-from .compacted import decode, encode
+from .compacted import KEPT_BYTES, MAX_KEPT, Kept, decode, encode, size
 
 MAX_PASSES = 8                 # summarising passes per compaction; older text beyond is left out
 SUMMARY_ITEM = "compaction_summary"   # the internal item a compaction item expands into
@@ -152,7 +152,7 @@ def prepare(host: Host, older: list[dict[str, Any]], kept: list[dict[str, Any]],
     what it summarises (a third of it at most), whatever the model would write."""
     chunks, omitted, total = chunk(host, older, instructions)
     longest = min(summary_tokens(host.context_length()), max(64, total // 3))
-    return Plan(chunks, kept, model, omitted, longest)
+    return Plan(chunks, Kept(kept), model, omitted, longest)
 
 
 def chunk(host: Host, older: list[dict[str, Any]], instructions: str | None) -> tuple[list[str], int, int]:
@@ -182,32 +182,79 @@ def chunk(host: Host, older: list[dict[str, Any]], instructions: str | None) -> 
 
 def split(host: Host, context: list[dict[str, Any]], budget: int, *, users_only: bool,
           starts: list[int]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(older, kept): kept is what fits ``budget`` tokens, word for word. For a response
-    (``users_only`` false) it is the newest items from a point where the context may start
-    (``starts``; never an output without its call); at least the last such run is kept, as the
-    answer needs it. For /compact it is the newest user messages, as OpenAI keeps user messages."""
+    """(older, kept): kept is what fits ``budget`` tokens, word for word, and what a compaction
+    item holds (compacted.KEPT_BYTES of JSON, MAX_KEPT items). For a response (``users_only``
+    false) it is the newest items from a point where the context may start (``starts``), never
+    an output without its call; at least the last such run is kept, as the answer needs it. For
+    /compact it is the newest user messages, as OpenAI keeps user messages."""
+    def cost(its: list[dict[str, Any]]) -> int:
+        return sum(len(host.tokenize(line(it)[: budget * 6], add_bos=False)) + 4 for it in its)
+
     if users_only:
         kept_at: set[int] = set()
-        used = 0
+        used = nbytes = 0
         for i in range(len(context) - 1, -1, -1):
             it = context[i]
             if it["type"] == "message" and it["role"] == "user":
-                n = len(host.tokenize(line(it)[: budget * 6], add_bos=False)) + 4
-                if used + n > budget:
+                used, nbytes = used + cost([it]), nbytes + size(it)
+                if used > budget or nbytes > KEPT_BYTES or len(kept_at) == MAX_KEPT:
                     break
                 kept_at.add(i)
-                used += n
         return ([it for i, it in enumerate(context) if i not in kept_at],
                 [it for i, it in enumerate(context) if i in kept_at])
-    cut = starts[-1]
-    used = 0
+    whole = _whole(context)
+    # the least that is kept: the newest run that holds the calls of its outputs
+    cut = next((s for s in reversed(starts[1:]) if s in whole), starts[-1])
+    used = nbytes = count = 0
     for k in range(len(starts) - 1, 0, -1):   # starts[0] keeps everything: that is no compaction
         end = starts[k + 1] if k + 1 < len(starts) else len(context)
-        used += sum(len(host.tokenize(line(it)[: budget * 6], add_bos=False)) + 4 for it in context[starts[k]:end])
-        if used > budget:
+        run = context[starts[k]:end]
+        used, nbytes, count = used + cost(run), nbytes + sum(size(it) for it in run), count + len(run)
+        if starts[k] < cut and (used > budget or nbytes > KEPT_BYTES or count > MAX_KEPT):
             break
-        cut = starts[k]
-    return context[:cut], context[cut:]
+        if starts[k] in whole:
+            cut = min(cut, starts[k])
+    older, kept = context[:cut], context[cut:]
+    # what a compaction item cannot keep: the summary it replaces, and outputs whose call is not
+    # kept with them (they are summarised instead)
+    lost = {i for i in range(len(kept)) if kept[i]["type"] == SUMMARY_ITEM} | _orphans(kept)
+    if lost:
+        older, kept = [*older, *(kept[i] for i in sorted(lost))], [it for i, it in enumerate(kept) if i not in lost]
+    nbytes = sum(size(it) for it in kept)
+    if nbytes > KEPT_BYTES or len(kept) > MAX_KEPT:
+        raise InvalidRequestError(
+            f"This context cannot be compacted: its newest items, which a compaction keeps word for word for the "
+            f"answer, take {nbytes / 2**20:.1f} MiB in {len(kept)} items, more than a compaction item holds "
+            f"({KEPT_BYTES / 2**20:.1f} MiB, {MAX_KEPT} items; images count whole). Send fewer or smaller images "
+            "in the latest turn.", param="input")
+    return older, kept
+
+
+def _whole(context: list[dict[str, Any]]) -> set[int]:
+    """The indices from which the rest of the context holds the call of every output in it."""
+    unanswered: set[str] = set()   # outputs from here on whose call is not from here on
+    out = set()
+    for i in range(len(context) - 1, -1, -1):
+        it = context[i]
+        if it["type"] == "function_call_output":
+            unanswered.add(it["call_id"])
+        elif it["type"] == "function_call":
+            unanswered.discard(it["call_id"])
+        if not unanswered:
+            out.add(i)
+    return out
+
+
+def _orphans(kept: list[dict[str, Any]]) -> set[int]:
+    """The indices of the outputs in ``kept`` whose call is not before them in it."""
+    calls: set[str] = set()
+    out = set()
+    for i, it in enumerate(kept):
+        if it["type"] == "function_call":
+            calls.add(it["call_id"])
+        elif it["type"] == "function_call_output" and it["call_id"] not in calls:
+            out.add(i)
+    return out
 
 
 # the passes ----------------------------------------------------------------------------------

@@ -8,7 +8,9 @@ becomes the item OpenAI lists for it (``ItemResource``): an id, a status, and co
 (``input_text`` for user, system and developer messages; ``output_text`` for the assistant's),
 and ``input_image`` parts (images.py) where a user message or a function output holds images.
 
-Every error names the item and the field, e.g. ``input[2].content[0].type``.
+Every error names the item and the field, e.g. ``input[2].content[0].type``. The items a
+compaction item keeps are read the same way, with the same checks, and named inside it, e.g.
+``input[3].encrypted_content[0].role``.
 """
 
 from __future__ import annotations
@@ -20,8 +22,7 @@ from pydantic import BaseModel, ConfigDict, StrictStr, ValidationError
 
 from ..core.errors import InvalidRequestError, NotFoundError, from_validation_errors
 from ..text.images import no_vision
-from . import images
-from .compacted import decode
+from . import compacted, images
 
 # The types of items that belong to OpenAI's hosted tools: this server never produces them and
 # cannot act on them.
@@ -215,11 +216,21 @@ def parse(raw: Union[str, list[Any], None], *, where: str = "input", resolve: Re
     if isinstance(raw, str):
         return [{"id": new_id("msg"), "type": "message", "role": "user", "status": "completed",
                  "content": [{"type": "input_text", "text": raw}]}]
+    return _items(raw, (where,), resolve, vision, compacted.Budget())
+
+
+# The items a compaction keeps word for word: what compaction.split keeps.
+KEPT_ITEMS = ("message", "function_call", "function_call_output", "reasoning")
+
+
+def _items(raw: list[Any], loc: tuple[Any, ...], resolve: Resolver | None, vision: Vision,
+           budget: compacted.Budget) -> list[dict[str, Any]]:
+    """``raw``'s items, at ``loc`` in the request (an input, or the items a compaction keeps)."""
     out = []
     for i, item in enumerate(raw):
-        here = f"{where}[{i}]"
+        here = _path((*loc, i))
         kind = _kind(item, here)
-        parsed = _validate(_MODELS[kind], item, (where, i))
+        parsed = _validate(_MODELS[kind], item, (*loc, i))
         if kind == "message":
             out.append(_message(parsed, here, vision))
         elif kind == "function_call":
@@ -238,13 +249,8 @@ def parse(raw: Union[str, list[Any], None], *, where: str = "input", resolve: Re
                 entry["encrypted_content"] = parsed.encrypted_content
             out.append(entry)
         elif kind == "compaction":
-            # Not signed, so what it carries is read as input is: a crafted one gets a 400, not a crash.
-            inner = f"{here}.encrypted_content"
-            kept = parse(decode(parsed.encrypted_content, inner)[1], where=inner)
-            if any(k["type"] not in ("message", "function_call", "function_call_output", "reasoning") for k in kept):
-                raise _bad(inner, f"{inner} is not a compaction made by this server.")
-            out.append({"id": parsed.id or new_id("cmp"), "type": "compaction",
-                        "encrypted_content": parsed.encrypted_content})
+            content = _compaction(parsed.encrypted_content, (*loc, i, "encrypted_content"), vision, budget)
+            out.append({"id": parsed.id or new_id("cmp"), "type": "compaction", "encrypted_content": content})
         elif kind == "compaction_trigger":
             if i != len(raw) - 1:
                 raise _bad(f"{here}.type", f"{here} is a compaction_trigger, which must be the last input item.")
@@ -260,6 +266,23 @@ def parse(raw: Union[str, list[Any], None], *, where: str = "input", resolve: Re
     return out
 
 
+def _compaction(content: str, loc: tuple[Any, ...], vision: Vision, budget: compacted.Budget) -> str:
+    """A compaction item's content, checked. It is not signed, so what it keeps is read as input
+    items are, with the same checks and messages, each naming the kept item (e.g.
+    ``input[3].encrypted_content[0].role``). Returned in the stored shape of its items (made again
+    only when a kept item was not in it already), so that what it expands into is that shape."""
+    inner = _path(loc)
+    summary, kept = compacted.decode(content, inner, budget)
+    for j, item in enumerate(kept):
+        kind = _kind(item, f"{inner}[{j}]")
+        if kind not in KEPT_ITEMS:
+            raise _bad(f"{inner}[{j}].type", f"{inner}[{j}] is a '{kind}' item, which a compaction made by this "
+                                             f"server never keeps (it keeps {', '.join(KEPT_ITEMS)} items).")
+    stored = _items(kept, loc, None, vision, budget)
+    check_call_outputs([], stored, where=inner)
+    return content if stored == kept else compacted.encode(summary, stored)
+
+
 def text_of(item: dict[str, Any]) -> str:
     """A message's (or a function output's) text: its parts joined as chat joins text parts (an
     image as ``[image]``)."""
@@ -271,17 +294,28 @@ def text_of(item: dict[str, Any]) -> str:
 
 
 def check_call_outputs(history: list[dict[str, Any]], items: list[dict[str, Any]], where: str = "input") -> None:
-    """Every function_call_output answers a function_call made before it, as OpenAI requires (a
-    call a compaction item keeps counts)."""
+    """Every function_call_output answers a function_call made before it, as OpenAI requires: in
+    the history, earlier in ``items``, or kept by the latest compaction item before it (which
+    stands for everything before it). A compaction's content is read only for an output that no
+    call answers otherwise."""
     calls = {it["call_id"] for it in history if it["type"] == "function_call"}
-    for it in [*history, *items]:
-        if it["type"] == "compaction":
-            calls |= {k["call_id"] for k in decode(it["encrypted_content"], where)[1]
-                      if k.get("type") == "function_call" and isinstance(k.get("call_id"), str)}
+    latest = next((it for it in reversed(history) if it["type"] == "compaction"), None)
+    kept: dict[int, set[str]] = {}
+
+    def kept_calls(item: dict[str, Any]) -> set[str]:
+        if id(item) not in kept:
+            kept[id(item)] = {k["call_id"] for k in compacted.decode(item["encrypted_content"], where)[1]
+                              if isinstance(k, dict) and k.get("type") == "function_call"
+                              and isinstance(k.get("call_id"), str)}
+        return kept[id(item)]
+
     for i, it in enumerate(items):
-        if it["type"] == "function_call":
+        if it["type"] == "compaction":
+            latest = it
+        elif it["type"] == "function_call":
             calls.add(it["call_id"])
-        elif it["type"] == "function_call_output" and it["call_id"] not in calls:
+        elif it["type"] == "function_call_output" and it["call_id"] not in calls and (
+                latest is None or it["call_id"] not in kept_calls(latest)):
             raise _bad(f"{where}[{i}].call_id", f"No tool call found for function call output with call_id "
                                                 f"'{it['call_id']}'. Send the function_call item before its output, "
                                                 "or continue from the response that made it (previous_response_id "

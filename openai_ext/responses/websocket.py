@@ -33,6 +33,7 @@ from fastapi import WebSocket
 from pydantic import ValidationError
 
 from ..core import guards
+from ..core.bodies import ON_THREAD, NotJson, load_json
 from ..core.errors import (
     InvalidRequestError,
     OpenAIError,
@@ -128,15 +129,19 @@ class _Connection:
         """One client message: a response.create for its lane, or an error event."""
         raw = message.get("text")
         if raw is None:
-            raw = (message.get("bytes") or b"").decode("utf-8", "replace")
+            raw = message.get("bytes") or b""
         try:
-            event = json.loads(raw)
-        except ValueError:
+            # held to a request body's rules (nesting, finite numbers, Unicode); a long one off the loop
+            event = await anyio.to_thread.run_sync(load_json, raw) if len(raw) > ON_THREAD else load_json(raw)
+        except NotJson:
             event = None
+        except InvalidRequestError as e:
+            await self.send(_error_event(e, None))
+            return
         if not isinstance(event, dict):
             await self.send(_error_event(InvalidRequestError(
                 "A WebSocket message must be a JSON object, such as {\"type\": \"response.create\", \"model\": ..., "
-                "\"input\": ...}."), None))
+                "\"input\": ...}.", code="invalid_json"), None))
             return
         stream_id = event.get("stream_id")
         if stream_id is not None and (not isinstance(stream_id, str) or not _STREAM_ID.match(stream_id)):

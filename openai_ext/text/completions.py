@@ -19,7 +19,7 @@ from .service import TextService
 framing: Framing | None = None
 
 
-def _prompts(host: Host, req: CompletionRequest, truncate: bool) -> list[Prompt]:
+def _prompts(host: Host, req: CompletionRequest, truncate: bool, max_prompts: int) -> list[Prompt]:
     raw = req.prompt
     if isinstance(raw, str):
         items: list[str | list[int]] = [raw]
@@ -30,6 +30,7 @@ def _prompts(host: Host, req: CompletionRequest, truncate: bool) -> list[Prompt]
         items = list(cast("list[str | list[int]]", raw))
     if not items:
         raise InvalidRequestError("prompt is an empty list; send at least one prompt.", param="prompt")
+    params.check_prompts(len(items), max_prompts)   # before any of them is tokenized
     vocab = host.abilities.vocab_size
     prompts = []
     for i, item in enumerate(items):
@@ -55,7 +56,7 @@ def prepare(text: TextService, req: CompletionRequest) -> Job:
     if req.echo and req.suffix:
         raise InvalidRequestError("echo and suffix cannot be used together.", param="echo")
     prompts = [fit_prompt(host, p, requested=req.max_tokens, truncate=text.settings.truncate_prompt, param="prompt")
-               for p in _prompts(host, req, text.settings.truncate_prompt)]
+               for p in _prompts(host, req, text.settings.truncate_prompt, text.settings.max_prompts)]
     room = host.context_length() - max(len(p.tokens) for p in prompts)
     plan = params.plan(req, abilities=host.abilities, room=room, max_n=text.settings.max_n,
                        allow_unknown=text.settings.allow_unknown_fields)

@@ -5,7 +5,8 @@ to the event loop through a bounded queue: a slow reader holds the generator bac
 growing memory, and leaving the loop (client gone, stop string found) stops the host within a
 token and waits until it has really stopped, so the request's place is given back only then.
 ``run_job`` runs every choice of a request: in turn, or, on a host that batches, up to
-``HostAbilities.parallel`` of them at once (their deltas interleave; their ends come in order).
+``HostAbilities.parallel`` of them at once (their deltas interleave; their ends come in order),
+the choices beyond the first each in a place of the line taken while nobody waits there.
 """
 
 from __future__ import annotations
@@ -245,13 +246,62 @@ async def run_job(text: TextService, job: Job, place: Place | None) -> AsyncGene
                 yield Event(index, result=result)
 
 
+class _Lanes:
+    """The lanes of a request whose choices run together: the one its own place in line gives,
+    and more, each a place of its own taken from the line while one is free and nobody waits in
+    it. A lane that frees while someone waits is given back to the line instead of being used
+    again, so one request with many choices takes the whole batch only while no one else wants a
+    turn, and a newcomer gets one at the next choice boundary."""
+
+    def __init__(self, text: TextService, most: int):
+        self.line = text.queue
+        self.most = most
+        self.extra: list[Place] = []
+        self.busy = 0
+        self.launched = False   # every choice has started: lanes that free are given back
+        self.freed = asyncio.Event()
+
+    async def _grow(self) -> bool:
+        """Takes a free place from the line as one more lane, when nobody waits there. Such a
+        place is handed over at once (the line has free room and no turns pending), so this
+        never stands in line itself."""
+        line = self.line
+        if len(self.extra) + 1 >= self.most or line.waiting or line.running >= line.capacity:
+            return False
+        place = line.admit()
+        await place.turn()
+        self.extra.append(place)
+        return True
+
+    async def take(self) -> None:
+        """Waits for a lane, and takes it."""
+        while self.busy >= 1 + len(self.extra) and not await self._grow():
+            self.freed.clear()
+            await self.freed.wait()
+        self.busy += 1
+
+    def give(self) -> None:
+        """A choice ended: its lane goes back to the line when someone waits there (or nothing
+        is left to start), else to the next choice."""
+        self.busy -= 1
+        if self.extra and (self.line.waiting or self.launched):
+            self.extra.pop().release()
+        self.freed.set()
+
+    def close(self) -> None:
+        self.launched = True
+        while self.extra:
+            self.extra.pop().release()
+
+
 async def _together(text: TextService, job: Job, lanes: int) -> AsyncGenerator[Event, None]:
-    """The job's choices, up to ``lanes`` at once as sequences of the host's batch. Each choice's
-    events keep their order; its end (the result) comes after every earlier choice's end, so the
-    results arrive in index order as they do one at a time."""
+    """The job's choices, up to ``lanes`` at once as sequences of the host's batch, the lanes
+    beyond the first each holding a place in line (``_Lanes``). Each choice's events keep their
+    order; its end (the result) comes after every earlier choice's end, so the results arrive in
+    index order as they do one at a time."""
     plan, host = job.plan, job.host
     events: asyncio.Queue[Event | BaseException] = asyncio.Queue(maxsize=BUFFERED_PIECES)
-    lane = asyncio.Semaphore(lanes)
+    lane = _Lanes(text, lanes)
     tasks: list[asyncio.Task[None]] = []
 
     async def choice(index: int, prompt: Prompt, i: int, prompt_lp: list[TokenLogprob] | None) -> None:
@@ -269,7 +319,7 @@ async def _together(text: TextService, job: Job, lanes: int) -> AsyncGenerator[E
         except Exception as e:  # noqa: BLE001 - handed to the reader, which raises it
             await events.put(e)
         finally:
-            lane.release()
+            lane.give()
 
     async def launch() -> None:
         try:
@@ -278,8 +328,9 @@ async def _together(text: TextService, job: Job, lanes: int) -> AsyncGenerator[E
                 if plan.echo and plan.logprobs is not None:
                     prompt_lp = await text.run(host.prompt_logprobs, prompt.tokens, plan.logprobs)
                 for i in range(plan.best_of):
-                    await lane.acquire()
+                    await lane.take()
                     tasks.append(asyncio.create_task(choice(p * plan.best_of + i, prompt, i, prompt_lp)))
+            lane.launched = True
         except Exception as e:  # noqa: BLE001
             await events.put(e)
 
@@ -304,6 +355,7 @@ async def _together(text: TextService, job: Job, lanes: int) -> AsyncGenerator[E
         # Every choice stops its host and waits until it has (run_choice), even when cancelled.
         with anyio.CancelScope(shield=True):
             await asyncio.gather(launcher, *tasks, return_exceptions=True)
+        lane.close()
 
 
 def best_of(results: list[ChoiceResult], n: int) -> list[ChoiceResult]:

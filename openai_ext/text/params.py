@@ -30,7 +30,7 @@ BOTH, CHAT, COMPLETIONS = "both", "chat", "completions"
 RULES: tuple[Rule, ...] = (
     Rule("model", BOTH, "server", "-", "Any name is accepted and served by the loaded model; responses report the loaded model's id."),
     Rule("messages", CHAT, "server", "prompt", "Rendered with the model's chat template. Roles: system, developer (as system), user, assistant, tool. Content: a string or text parts; image_url parts (base64 data URLs) reach a vision model loaded in the web UI, else a 400 naming the part; audio and file parts get a 400."),
-    Rule("prompt", COMPLETIONS, "server", "prompt", "A string, a list of strings (one choice set per prompt), token ids, or a list of token-id lists."),
+    Rule("prompt", COMPLETIONS, "server", "prompt", "A string, a list of strings (one choice set per prompt; at most the max_prompts setting), token ids, or a list of token-id lists."),
     Rule("max_tokens", BOTH, "mapped", "max_new_tokens", "Default: 16 for completions; for chat the rest of the context, or the default_max_tokens setting when it is set. Clamped to the room left in the context."),
     Rule("max_completion_tokens", CHAT, "mapped", "max_new_tokens", "Takes precedence over max_tokens."),
     Rule("temperature", BOTH, "mapped", "temperature, do_sample", "Default 1. 0 means greedy decoding (do_sample off, top_k 1)."),
@@ -124,6 +124,14 @@ def _reject(param: str, message: str, **names: str) -> InvalidRequestError:
     """A 400 for ``param``. The message names request paths by slots ({param}, and ``names``:
     slot -> chat's path), so the families that serve chat under their own names rename them."""
     return InvalidRequestError(message, param=param, paths=names)
+
+
+def check_prompts(count: int, max_prompts: int) -> None:
+    """A list of more prompts than the max_prompts setting allows is a 400, as n above max_n is:
+    each prompt is a generation (n of them), so the count bounds the request's work."""
+    if count > max_prompts:
+        raise _reject("prompt", f"prompt holds {count} prompts, above this server's limit of {max_prompts} (the "
+                                "max_prompts setting). Send them in several requests.")
 
 
 def plan(req: CompletionRequest | ChatCompletionRequest, *, abilities: HostAbilities, room: int,

@@ -299,10 +299,11 @@ def test_n_choices_run_together_beside_another_client_and_share_the_prompts_cell
     first_finish = min(log.index("n3", f"finish {i}") for i in range(3))
     assert all(log.index("n3", f"token {i}") < first_finish for i in range(3))
     assert log.index("n3", "done") < log.index("other", "done")
-    # the prompt was read once; the two other choices copied its cells
+    # the prompt was read once; the two other choices copied its cells (the first choice may copy
+    # too: the chat template's opening tokens, from the other client's cells)
     prompt_len = len(batch_host.tokenize(batch_host.chat_prompt(
         [{"role": "system", "content": system}, {"role": "user", "content": "A short poem."}]).text))
-    assert after["copies"] - before["copies"] == 2
+    assert after["copies"] - before["copies"] >= 2
     assert after["reused_tokens"] - before["reused_tokens"] >= 2 * (prompt_len - 1)
 
 

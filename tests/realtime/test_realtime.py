@@ -273,6 +273,27 @@ def test_bad_events_get_error_events_and_the_session_goes_on(rt):
         assert raw_events(ws, "session.updated")[-1]["session"]["instructions"] == "Be brief."
 
 
+def test_hostile_frames_get_error_events_and_the_session_goes_on(rt):
+    """A frame nested past the limit, or holding a number JSON has not, is an error event, as
+    the same body over HTTP is a 400 (core/bodies.py reads both)."""
+    from openai_ext.core.bodies import MAX_DEPTH
+
+    with websockets.sync.client.connect(ws_url(rt), additional_headers={"Authorization": f"Bearer {KEY}"},
+                                        max_size=None) as ws:
+        raw_events(ws, "session.created")
+        ws.send('{"type": "session.update", "event_id": "d1", "session": ' + "[" * 50_000 + "]" * 50_000 + "}")
+        error = raw_events(ws, "error")[-1]["error"]
+        assert error["code"] == "invalid_json" and str(MAX_DEPTH) in error["message"], error
+        for literal in ("NaN", "-Infinity", "1e999"):
+            ws.send('{"type": "session.update", "session": {"type": "realtime", "audio": {"input": {"turn_detection": '
+                    '{"type": "server_vad", "threshold": ' + literal + "}}}}}")
+            error = raw_events(ws, "error")[-1]["error"]
+            assert error["param"] == "session.audio.input.turn_detection.threshold", error
+            assert error["code"] == "invalid_value" and "finite number" in error["message"]
+        ws.send(json.dumps({"type": "session.update", "session": {"type": "realtime", "instructions": "Be brief."}}))
+        assert raw_events(ws, "session.updated")[-1]["session"]["instructions"] == "Be brief."
+
+
 def test_a_wrong_key_is_refused_and_the_browser_subprotocol_is_taken(rt):
     for headers in ({"Authorization": "Bearer wrong"}, {}):
         with pytest.raises(websockets.exceptions.InvalidStatus) as refused:

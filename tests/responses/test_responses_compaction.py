@@ -5,6 +5,11 @@ running inside the context, usage, the events, and every body against OpenAI's s
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import json
+import zlib
+
 import httpx
 import openai
 import pytest
@@ -12,6 +17,8 @@ from support.responses_api import create, parse_events
 from support.scripted import forced
 from support.spec import assert_valid, error_of
 
+from openai_ext.responses import compacted, compaction, convert
+from openai_ext.responses import items as items_
 from openai_ext.responses.compacted import decode
 
 FACTS = ["the cat is called Tom", "the dog is called Rex", "the fish is called Bubbles", "the bird is called Kiwi",
@@ -194,3 +201,190 @@ def test_compaction_errors(srserver, srclient):
         assert err["param"] == param, err
     # the server is still serving
     assert create(srclient, input="Hi", max_output_tokens=16)[0].status in ("completed", "incomplete")
+
+
+# --- forged compaction items ------------------------------------------------------------------
+# encrypted_content is not signed: a client may send any. Reading one costs at most what the
+# largest one this server makes costs, and what it keeps is checked as input items are.
+def forged(kept: list, summary: str = "S") -> str:
+    return compacted.PREFIX + base64.urlsafe_b64encode(zlib.compress(json.dumps(
+        {"summary": summary, "kept": kept}).encode(), 9)).decode()
+
+
+def with_compaction(content: str, *after: dict) -> dict:
+    return {"model": "x", "max_output_tokens": 16, "input": [
+        {"role": "user", "content": "Earlier."}, {"type": "compaction", "encrypted_content": content}, *after,
+        {"role": "user", "content": "Go on."}]}
+
+
+class Spies:
+    """What reading compaction items cost: the bytes the decompressor produced, the items
+    validated, and whether any of it ran on a thread with a running event loop."""
+
+    def __init__(self, monkeypatch):
+        self.produced = 0
+        self.validated = 0
+        self.on_loop = 0
+        spies = self
+        real_zlib, real_validate = zlib, items_._validate
+
+        class Unpacker:
+            def __init__(self):
+                self.real = real_zlib.decompressobj()
+
+            def decompress(self, data, max_length=0):
+                try:
+                    asyncio.get_running_loop()
+                    spies.on_loop += 1
+                except RuntimeError:
+                    pass
+                out = self.real.decompress(data, max_length)
+                spies.produced += len(out)
+                return out
+
+            def __getattr__(self, name):
+                return getattr(self.real, name)
+
+        class Zlib:
+            error = real_zlib.error
+            compress = staticmethod(real_zlib.compress)
+            decompressobj = Unpacker
+
+        def validate(model, raw, loc):
+            spies.validated += "encrypted_content" in loc
+            return real_validate(model, raw, loc)
+
+        monkeypatch.setattr(compacted, "zlib", Zlib)
+        monkeypatch.setattr(items_, "_validate", validate)
+
+
+MESSAGE = {"type": "message", "role": "user", "id": "msg_1", "status": "completed",
+           "content": [{"type": "input_text", "text": "Hi"}]}
+
+
+def test_a_forged_compaction_that_unpacks_past_the_bound_is_refused_as_it_unpacks(srserver, monkeypatch):
+    # the operator's fuzzing case: a few hundred KB that unpack to tens of MB of kept items
+    content = forged([MESSAGE] * 500_000)
+    assert len(content) < 400_000
+    spies = Spies(monkeypatch)
+    err = error_of(httpx.post(f"{srserver.url}/responses", json=with_compaction(content), timeout=60), 400)
+    assert err["param"] == "input[1].encrypted_content" and err["code"] == "invalid_encrypted_content"
+    assert "8 MiB" in err["message"]
+    # the decompressor stopped one byte past the bound; nothing kept was validated
+    assert spies.produced <= compacted.MAX_DECODED + 1 and spies.validated == 0 and spies.on_loop == 0
+
+
+def test_a_forged_compaction_that_keeps_too_many_items_is_refused_before_any_is_validated(srserver, monkeypatch):
+    content = forged([{"role": "user", "content": "x"}] * (compacted.MAX_KEPT + 1))
+    spies = Spies(monkeypatch)
+    err = error_of(httpx.post(f"{srserver.url}/responses", json=with_compaction(content), timeout=60), 400)
+    assert err["param"] == "input[1].encrypted_content" and str(compacted.MAX_KEPT) in err["message"]
+    assert spies.validated == 0 and spies.on_loop == 0
+    # a long content is refused before it is even unpacked
+    spies.produced = 0
+    err = error_of(httpx.post(f"{srserver.url}/responses", json=with_compaction(
+        compacted.PREFIX + "A" * compacted.MAX_CONTENT), timeout=60), 400)
+    assert err["param"] == "input[1].encrypted_content" and spies.produced == 0
+
+
+def test_the_compaction_items_of_one_request_share_one_bound(srserver, monkeypatch):
+    """Each within its own bound, but together past the request's: everything before the latest
+    one is replaced by it, so the client is told to send that one alone."""
+    big = forged([{"role": "user", "content": "y" * (compacted.MAX_DECODED // 2)}])
+    spies = Spies(monkeypatch)
+    body = with_compaction(big, *[{"type": "compaction", "encrypted_content": big}] * 4)
+    err = error_of(httpx.post(f"{srserver.url}/responses", json=body, timeout=60), 400)
+    # four of them unpack to more than twice the bound of one: the fourth is refused
+    assert err["param"] == "input[4].encrypted_content" and "only the latest one" in err["message"]
+    assert spies.produced <= compacted.MAX_DECODED_TOTAL + 1
+
+
+SAME_CHECKS = [
+    {"type": "message", "content": "no role"},
+    {"type": "message", "role": "user", "content": "x", "colour": "red"},
+    {"type": "message", "role": "user", "content": [{"type": "input_audio"}]},
+    {"type": "message", "role": "user", "content": [{"type": "output_text", "text": "x"}]},
+    {"type": "function_call", "call_id": "c1", "name": "f"},
+    {"type": "function_call_output", "call_id": "nobody", "output": "orphan"},
+    {"type": "web_search_call"},
+]
+
+
+@pytest.mark.parametrize("bad", SAME_CHECKS, ids=[str(b)[:40] for b in SAME_CHECKS])
+def test_kept_items_get_the_checks_input_items_get(srserver, bad):
+    """The same 400 as for an input item, its param and message naming the kept item inside
+    the compaction item's content."""
+    url = f"{srserver.url}/responses"
+    as_input = error_of(httpx.post(url, json={"model": "x", "input": [MESSAGE, bad]}, timeout=30), 400)
+    as_kept = error_of(httpx.post(url, json=with_compaction(forged([MESSAGE, bad])), timeout=30), 400)
+    assert as_input["param"].startswith("input[1]"), as_input
+    inside = "input[1].encrypted_content[1]"
+    assert as_kept["param"] == as_input["param"].replace("input[1]", inside, 1), (as_input, as_kept)
+    assert as_kept["message"] == as_input["message"].replace("input[1]", inside), (as_input, as_kept)
+    assert as_kept["code"] == as_input["code"]
+
+
+def test_kept_items_a_compaction_never_holds_are_refused(srserver):
+    for kind in ({"type": "item_reference", "id": "msg_1"}, {"type": "compaction", "encrypted_content": "x"},
+                 {"type": "compaction_trigger"}):
+        err = error_of(httpx.post(f"{srserver.url}/responses", json=with_compaction(forged([kind])), timeout=30), 400)
+        assert err["param"] == "input[1].encrypted_content[0].type" and "never keeps" in err["message"], err
+    err = error_of(httpx.post(f"{srserver.url}/responses", json=with_compaction(forged(["text"])), timeout=30), 400)
+    assert err["param"] == "input[1].encrypted_content[0]" and "must be an object" in err["message"], err
+
+
+def test_kept_items_in_any_input_shape_are_read_as_input_is(srclient, scripted_host):
+    """A kept item as a client may write an input item (no type, no id, a string) is taken, in
+    the shape it is stored in; the model sees it after the summary."""
+    content = forged([{"role": "user", "content": "The cat is called Tom."},
+                      {"type": "function_call", "call_id": "c1", "name": "look", "arguments": "{}"},
+                      {"type": "function_call_output", "call_id": "c1", "output": "seen"}], summary="Farm talk.")
+    resp, _ = create(srclient, input=[{"type": "compaction", "encrypted_content": content},
+                                      {"type": "function_call_output", "call_id": "c1", "output": "again"},
+                                      {"role": "user", "content": "Who is Tom?"}], max_output_tokens=16)
+    assert resp.status in ("completed", "incomplete")
+    prompt = scripted_host.calls[-1].prompt.text
+    assert "Farm talk." in prompt and "The cat is called Tom." in prompt and "Who is Tom?" in prompt
+
+
+def test_a_compaction_keeps_no_output_without_its_call(scripted_host):
+    """Parallel calls and their outputs are kept together, however small the budget, and an
+    output whose call is summarised is summarised with it: what is kept passes the checks a
+    compaction item's kept items get when it comes back."""
+    def fc(c):
+        return {"type": "function_call", "call_id": c, "name": "f", "arguments": "{}", "id": f"fc_{c}"}
+
+    def out(c):
+        return {"type": "function_call_output", "call_id": c, "output": "r " * 50, "id": f"fco_{c}"}
+
+    user = {**MESSAGE, "content": [{"type": "input_text", "text": "Do it. " * 40}]}
+    for context in ([user, fc("a"), fc("b"), out("a"), out("b")],
+                    [{"type": compaction.SUMMARY_ITEM, "text": "Before."}, out("z"), user, fc("a"), out("a")],
+                    [{"type": compaction.SUMMARY_ITEM, "text": "Before."}, out("z")]):
+        older, kept = compaction.split(scripted_host, context, 8, users_only=False, starts=convert.starts(context))
+        assert [it["type"] for it in [*older, *kept]].count("function_call_output") == \
+            [it["type"] for it in context].count("function_call_output")
+        assert all(it["type"] != compaction.SUMMARY_ITEM for it in kept)
+        items_.check_call_outputs([], kept)
+        items_.parse([{"type": "compaction", "encrypted_content": compaction.item("S", kept)["encrypted_content"]}])
+
+
+def test_a_compaction_keeps_what_its_item_can_hold(scripted_host):
+    many = [{**MESSAGE, "id": f"msg_{i}"} for i in range(compacted.MAX_KEPT + 10)]
+    _, kept = compaction.split(scripted_host, many, 10**9, users_only=True, starts=[])
+    assert len(kept) == compacted.MAX_KEPT and kept[-1] is many[-1]
+    large = [{**MESSAGE, "id": f"msg_{i}", "content": [{"type": "input_text", "text": "z " * 2**20}]}
+             for i in range(6)]
+    _, kept = compaction.split(scripted_host, large, 10**9, users_only=True, starts=[])
+    assert sum(compacted.size(it) for it in kept) <= compacted.KEPT_BYTES and 0 < len(kept) < 6
+
+
+def test_kept_items_packed_ahead_make_the_same_content():
+    """The kept items are packed where the compaction is planned; the item made from them once
+    the summary is written reads back as one packed whole."""
+    kept = [{**MESSAGE, "id": f"msg_{i}", "content": [{"type": "input_text", "text": f"Fact {i}. " * i}]}
+            for i in range(200)]
+    for summary in ("", "A summary.", "é" * compacted.SUMMARY_CHARS * 2):
+        content = compacted.encode(summary, compacted.Kept(kept))
+        assert decode(content, "x") == decode(compacted.encode(summary, kept), "x") == \
+            (summary[:compacted.SUMMARY_CHARS], kept)

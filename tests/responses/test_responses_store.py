@@ -51,7 +51,9 @@ def test_nothing_is_created_until_something_is_stored(tmp_path):
 
 
 def test_concurrent_writers_never_corrupt_it(make_store, tmp_path):
-    stores = [make_store(), make_store()]   # two servers on one folder or database: two connections
+    # two servers on one folder or database: two connections. The subject is integrity, not the
+    # deadline: on a loaded machine eight writers may wait on each other longer than the default.
+    stores = [make_store(timeout=120), make_store(timeout=120)]
 
     def writer(w: int) -> None:
         store = stores[w % 2]

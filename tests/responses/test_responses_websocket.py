@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -17,9 +18,11 @@ import websockets
 from openai import AsyncOpenAI
 from support.hosts import FailingHost
 from support.responses_api import create
-from support.scripted import forced, held
+from support.scripted import Reply, forced, held
 from support.servers import openai_client, wait_until
 from support.spec import assert_valid
+
+from openai_ext.core.bodies import MAX_DEPTH
 
 agents = pytest.importorskip("agents")
 
@@ -283,3 +286,43 @@ def test_an_upgrade_the_server_cannot_take_says_to_use_http(srserver):
     assert_valid("ErrorResponse", r.json())
     r = app.get("/v1/responses")
     assert r.status_code == 405 and r.headers["allow"] == "POST"
+
+
+def test_hostile_frames_get_error_events_and_the_other_lanes_serve_on(srserver, script):
+    """A frame nested past the limit, or holding a number JSON has not, is an ``error`` event,
+    as the same body over HTTP is a 400 (core/bodies.py reads both); a response running on
+    another lane meanwhile goes on, and the connection takes the next request."""
+    running = Reply("The first lane's answer goes on and ends well.", gate=threading.Event(), gate_at=2)
+    script.script(running, "Hello again.")
+
+    async def go():
+        client = ws_client(srserver)
+        seen: list[dict] = []
+        async with client.responses.connect() as connection:
+            await connection.send({"type": "response.create", "stream_id": "a", "model": "x", "input": "Hi",
+                                   "max_output_tokens": 40})
+            await asyncio.to_thread(running.started.wait, 60)
+            deep = "[" * 50_000 + "]" * 50_000
+            await connection.send_raw('{"type": "response.create", "stream_id": "b", "model": "x", "input": "Hi", '
+                                      f'"metadata": {deep}}}')
+            seen += await frames(connection, until=("error",))
+            await connection.send_raw('{"type": "response.create", "stream_id": "b", "model": "x", "input": "Hi", '
+                                      '"temperature": NaN}')
+            seen += await frames(connection, until=("error",))
+            running.gate.set()
+            seen += await frames(connection)
+            await connection.send({"type": "response.create", "stream_id": "b", "model": "x", "input": "Hi",
+                                   "max_output_tokens": 16})
+            seen += await frames(connection)
+        await client.close()
+        return seen
+
+    seen = asyncio.run(go())
+    too_deep, not_finite = [e for e in seen if e["type"] == "error"]
+    assert too_deep["status"] == 400 and too_deep["error"]["code"] == "invalid_json"
+    assert str(MAX_DEPTH) in too_deep["error"]["message"]
+    assert not_finite["status"] == 400 and not_finite["error"]["param"] == "temperature"
+    assert "finite number" in not_finite["error"]["message"]
+    done = {e["stream_id"]: e["response"] for e in seen if e["type"] == "response.completed"}
+    assert done["a"]["output"][0]["content"][0]["text"] == running.text
+    assert done["b"]["output"][0]["content"][0]["text"] == "Hello again."
