@@ -264,23 +264,35 @@ def event_stream(chunks: AsyncGenerator[Any, None], send_timeout: float | None =
 
 
 async def until_disconnect(request: Request, work: Awaitable[Any]) -> Any:
-    """Runs ``work``; if the client goes away first, cancels it, which stops its generation."""
-    task = asyncio.ensure_future(work)
+    """Runs ``work``; if the client goes away first, cancels it, which stops its generation.
+
+    The cancel is anyio's (a cancel scope), not a bare task cancel: work that is shielded from it
+    (a blocking call on a worker thread, a host that is stopping) is waited for, so the request's
+    turn passes on only once that work has really ended, and nothing is closed under a thread
+    that still runs it."""
+    scope = anyio.CancelScope()
+    left = object()
+
+    async def run() -> Any:
+        with scope:
+            return await work
+        return left   # the scope was cancelled: the client left
+
+    task = asyncio.ensure_future(run())
 
     async def watch() -> None:
         while True:
             message = await request.receive()
             if message["type"] == "http.disconnect":
-                task.cancel()
+                scope.cancel()
                 return
 
     watcher = asyncio.ensure_future(watch())
     try:
-        return await task
-    except asyncio.CancelledError:
-        if task.cancelled() and watcher.done():
-            log.info("client disconnected; its work was stopped")
-            return Response(status_code=499)
-        raise
+        result = await task
     finally:
         watcher.cancel()
+    if result is left:
+        log.info("client disconnected; its work was stopped")
+        return Response(status_code=499)
+    return result

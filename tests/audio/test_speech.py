@@ -32,6 +32,7 @@ TEXT = "The quick brown fox jumps over the lazy dog. A journey of a thousand mil
 SHORT = "The quick brown fox jumps over the lazy dog."
 SENTENCES = [f"Sentence number {n} is here to make the input long." for n in range(1, 9)]
 TABLE = read_settings_file()["tts_voices"]     # the table that ships in settings.json
+WAIT_S = 120      # at most, for an event that is due (only a failing test waits this long)
 
 
 # --- helpers -------------------------------------------------------------------------------
@@ -69,25 +70,51 @@ def speak(client, **kw) -> bytes:
 
 
 class SpeakSpy:
-    """Wraps the real engine's speak() to see when each piece finishes."""
+    """Wraps the real engine's speak() to see what it is asked, and when each piece finishes; a
+    test may hold a piece until an event of its own (see hold)."""
 
     def __init__(self, tts):
         self.real = tts.speak
+        self.texts: list[str] = []                 # each piece, as its synthesis begins
         self.finished: list[float] = []
         self.made: list[tuple[int, int]] = []      # samples and sample rate of each piece
-        self.lock = threading.Lock()
+        self.holds: dict[int, tuple[threading.Event, threading.Event]] = {}
+        self.stuck: list[int] = []                 # held pieces whose event never came
+        self.changed = threading.Condition()
+
+    def hold(self, n: int, until: threading.Event) -> threading.Event:
+        """The ``n``-th piece (from 0) waits for ``until`` before it is synthesized; the event
+        returned is set when it begins to wait."""
+        began = threading.Event()
+        self.holds[n] = (began, until)
+        return began
 
     def __call__(self, text, voice, speed=1.0):
+        with self.changed:
+            n = len(self.texts)
+            self.texts.append(text)
+        if n in self.holds:
+            began, until = self.holds[n]
+            began.set()
+            if not until.wait(WAIT_S):
+                self.stuck.append(n)
         pcm, rate = out = self.real(text, voice, speed)
-        with self.lock:
+        with self.changed:
             self.finished.append(time.monotonic())
             self.made.append((len(pcm), rate))
+            self.changed.notify_all()
         return out
 
     @property
     def calls(self) -> int:
-        with self.lock:
+        with self.changed:
             return len(self.finished)
+
+    def wait_finished(self, n: int) -> bool:
+        """Until ``n`` pieces have finished (a piece whose request has gone still finishes on its
+        thread)."""
+        with self.changed:
+            return self.changed.wait_for(lambda: len(self.finished) >= n, WAIT_S)
 
 
 # --- fixtures ------------------------------------------------------------------------------
@@ -113,19 +140,6 @@ def spy(tts, monkeypatch):
     s = SpeakSpy(tts)
     monkeypatch.setattr(tts, "speak", s)
     return s
-
-
-def wait_idle(server, spy: SpeakSpy, quiet: float = 1.5, timeout: float = 30) -> None:
-    """Until no synthesis has run for ``quiet`` seconds and no request holds the engine."""
-    turns = server.app.state.api.speech.turns
-    start = time.monotonic()
-    deadline = start + timeout
-    while time.monotonic() < deadline:
-        last = max(spy.finished[-1] if spy.finished else 0, start)
-        if turns.borrowed_tokens == 0 and time.monotonic() - last > quiet:
-            return
-        time.sleep(0.1)
-    raise AssertionError("synthesis did not stop")
 
 
 # --- formats -------------------------------------------------------------------------------
@@ -177,18 +191,18 @@ def test_voices_openai_names_own_names_and_voice_objects(client, voice):
 
 def test_instructions_are_accepted_and_ignored(client, spy):
     """Ignored, not obeyed: the engine is asked for exactly what it is asked without them."""
-    spy.texts = []
+    asked: list[tuple] = []
     real = spy.real
 
     def recording(text, voice, speed=1.0):
-        spy.texts.append((text, voice, speed))
+        asked.append((text, voice, speed))
         return real(text, voice, speed)
     spy.real = recording
     data = speak(client, model="gpt-4o-mini-tts", instructions="Speak like a pirate.", response_format="wav")
-    with_instructions, spy.texts = spy.texts, []
+    with_instructions, asked[:] = asked[:], []
     plain = speak(client, model="gpt-4o-mini-tts", response_format="wav")
     assert_plausible_speech(*decode(data, "wav")[:2], SHORT)
-    assert with_instructions and with_instructions == spy.texts   # (piper's noise varies the audio itself)
+    assert with_instructions and with_instructions == asked   # (piper's noise varies the audio itself)
     assert_plausible_speech(*decode(plain, "wav")[:2], SHORT)
 
 
@@ -262,6 +276,10 @@ def test_missing_or_mistyped_fields(server, body, param):
 def test_first_chunk_arrives_before_synthesis_ends(client, spy):
     text = " ".join(SENTENCES)
     assert len(split_sentences(text)) == len(SENTENCES)
+    # The last sentence waits until the client has its first chunk: a server that sent nothing
+    # before the end would leave it stuck (an order of events, however loaded the machine is).
+    got_first = threading.Event()
+    spy.hold(len(SENTENCES) - 1, until=got_first)
     data, first_at, sent_at = b"", None, time.monotonic()
     with client.audio.speech.with_streaming_response.create(model="tts-1", voice="alloy", input=text,
                                                             response_format="mp3") as resp:
@@ -269,7 +287,9 @@ def test_first_chunk_arrives_before_synthesis_ends(client, spy):
         for chunk in resp.iter_bytes():
             if first_at is None:
                 first_at, done_then = time.monotonic(), spy.calls
+                got_first.set()
             data += chunk
+    assert not spy.stuck, "the first chunk came only once the last sentence had been synthesized"
     assert spy.calls == len(SENTENCES)
     assert done_then < len(SENTENCES) and first_at < spy.finished[-1]
     # the engine's time for the first sentence, reported apart from the server's own
@@ -279,16 +299,21 @@ def test_first_chunk_arrives_before_synthesis_ends(client, spy):
     assert_plausible_speech(*decode(data, "mp3")[:2], text)
 
 
-def test_disconnecting_client_stops_synthesis(server, client, spy):
+def test_disconnecting_client_stops_synthesis(server, client, spy, leaving):
     text = " ".join(SENTENCES * 20)[:4096]     # the longest input allowed, about 80 sentences
     pieces = len(split_sentences(text))
+    watch = leaving(server)
+    # The second sentence waits until the server has seen the client go, however long the client
+    # takes to leave: the server must stop before a third one.
+    spy.hold(1, until=watch.left)
     with client.audio.speech.with_streaming_response.create(model="tts-1", voice="alloy", input=text,
                                                             response_format="wav") as resp:
         first = next(resp.iter_bytes())
         assert first[:4] == b"RIFF"
     # leaving the block closes the connection
-    wait_idle(server, spy)
-    assert spy.calls <= 3 < pieces, f"{spy.calls} of {pieces} sentences were synthesized after the client left"
+    assert watch.over.wait(WAIT_S), "the server went on with the request of a client that had left"
+    assert len(spy.texts) <= 2 < pieces and not spy.stuck, \
+        f"{len(spy.texts)} of {pieces} sentences were synthesized after the client left"
     assert_plausible_speech(*decode(speak(client, response_format="wav"), "wav")[:2], SHORT)   # still serving
 
 
@@ -340,27 +365,34 @@ def test_sse_stream_format(client, fmt):
 
 def test_sse_first_event_arrives_before_synthesis_ends(client, spy):
     text = " ".join(SENTENCES)
+    got_first = threading.Event()
+    spy.hold(len(SENTENCES) - 1, until=got_first)     # as test_first_chunk_arrives_before_synthesis_ends
     raw, first_at = "", None
     with client.audio.speech.with_streaming_response.create(model="gpt-4o-mini-tts", voice="alloy", input=text,
                                                             response_format="mp3", stream_format="sse") as resp:
         for chunk in resp.iter_text():
             if first_at is None and "speech.audio.delta" in chunk:
                 first_at, done_then = time.monotonic(), spy.calls
+                got_first.set()
             raw += chunk
     events = _sse_events(raw)
+    assert not spy.stuck, "the first event came only once the last sentence had been synthesized"
     assert spy.calls == len(SENTENCES)
     assert done_then < len(SENTENCES) and first_at < spy.finished[-1]
     assert_plausible_speech(*decode(b"".join(base64.b64decode(e["audio"]) for e in events[:-1]), "mp3")[:2], text)
 
 
-def test_sse_client_leaving_stops_synthesis(server, client, spy):
+def test_sse_client_leaving_stops_synthesis(server, client, spy, leaving):
     text = " ".join(SENTENCES * 20)[:4096]
     pieces = len(split_sentences(text))
+    watch = leaving(server)
+    spy.hold(1, until=watch.left)          # as test_disconnecting_client_stops_synthesis
     with client.audio.speech.with_streaming_response.create(model="gpt-4o-mini-tts", voice="alloy", input=text,
                                                             response_format="wav", stream_format="sse") as resp:
         assert "speech.audio.delta" in next(resp.iter_text())
-    wait_idle(server, spy)
-    assert spy.calls <= 3 < pieces, f"{spy.calls} of {pieces} sentences were synthesized after the client left"
+    assert watch.over.wait(WAIT_S), "the server went on with the request of a client that had left"
+    assert len(spy.texts) <= 2 < pieces and not spy.stuck, \
+        f"{len(spy.texts)} of {pieces} sentences were synthesized after the client left"
 
 
 def test_sse_errors_before_the_stream_are_plain_errors(server):
@@ -538,24 +570,18 @@ def test_render_in_process(tts):
 
 # --- failures and clients that leave -------------------------------------------------------
 
-def test_client_leaving_during_the_first_sentence(server, tts, spy, monkeypatch):
-    # The first sentence is held until the client has given up, so the client surely leaves
-    # while it is synthesized, however fast the machine is.
-    gave_up = threading.Event()
-
-    def held(text, voice, speed=1.0):
-        gave_up.wait(30)
-        return spy(text, voice, speed)
-
-    monkeypatch.setattr(tts, "speak", held)
+def test_client_leaving_during_the_first_sentence(server, spy, leaving, hang_up):
+    # Ordered by events, not time: the client hangs up once the first sentence is being
+    # synthesized, and that sentence is held until the server has seen the client go.
+    watch = leaving(server)
+    began = spy.hold(0, until=watch.left)
     text = "This first sentence is held back until the client has gone. Then more."
-    assert len(split_sentences(text)) == 2
-    with pytest.raises(httpx.ReadTimeout):
-        httpx.post(f"{server.url}/audio/speech", json={"model": "tts-1", "voice": "alloy", "input": text},
-                   timeout=httpx.Timeout(30, read=0.3))
-    gave_up.set()
-    wait_idle(server, spy)
-    assert spy.calls == 1     # the first sentence finishes on its thread; the second never starts
+    first, _ = split_sentences(text)
+    hang_up(f"{server.url}/audio/speech", began, json={"model": "tts-1", "voice": "alloy", "input": text})
+    assert watch.over.wait(WAIT_S), "the server went on with the request of a client that had left"
+    assert watch.statuses == [499]          # it stopped the work: nothing was sent
+    assert spy.wait_finished(1)             # the first sentence finishes on its thread ...
+    assert spy.texts == [first] and not spy.stuck      # ... and the second never starts
 
 
 class Breaks:
@@ -636,23 +662,34 @@ def test_round_trip_through_the_transcription_endpoint(client, fmt, speed, max_w
     assert word_error_rate(SPOKEN, heard) <= max_wer, heard
 
 
-def test_a_full_line_is_a_429_with_retry_after(llama_host, make_server):
-    """Speech has its own bounded line: two syntheses run, max_queue wait, the rest are refused."""
+def test_a_full_line_is_a_429_with_retry_after(llama_host, make_server, monkeypatch):
+    """Speech has its own bounded line: two syntheses run, max_queue wait, the rest are refused.
+    The first synthesis is held until the refusals have come: no request finishes and frees its
+    place before the others have arrived, however slowly they arrive."""
     import asyncio
 
-    import httpx
-
     server = make_server(llama_host, max_queue=1)
+    spy = SpeakSpy(server.app.state.api.speech.engine.get_blocking())
+    monkeypatch.setattr(server.app.state.api.speech.engine.get_blocking(), "speak", spy)
+    admitted = 2 + 1          # at most, while nothing finishes: two running, max_queue waiting
+    refusals_came = threading.Event()
+    spy.hold(0, until=refusals_came)
     body = {"model": "tts-1", "voice": "alloy", "input": TEXT * 3, "response_format": "pcm"}
+    answers: list[httpx.Response] = []
+
+    async def one(c: httpx.AsyncClient) -> None:
+        answers.append(await c.post("/audio/speech", json=body))
+        if sum(r.status_code == 429 for r in answers) >= 8 - admitted:
+            refusals_came.set()
 
     async def run():
         async with httpx.AsyncClient(base_url=server.url, timeout=120) as c:
-            return await asyncio.gather(*[c.post("/audio/speech", json=body) for _ in range(8)])
+            await asyncio.gather(*[one(c) for _ in range(8)])
 
-    answers = asyncio.run(run())
+    asyncio.run(run())
     refused = [r for r in answers if r.status_code == 429]
     served = [r for r in answers if r.status_code == 200]
-    assert len(served) + len(refused) == 8 and 1 <= len(served) <= 3 and refused
+    assert len(served) + len(refused) == 8 and 1 <= len(served) <= admitted and not spy.stuck
     for r in refused:
         assert r.json()["error"]["type"] == "rate_limit_error" and int(r.headers["retry-after"]) >= 1
     assert all(len(r.content) > 24_000 for r in served)   # whole answers, over a second of audio each

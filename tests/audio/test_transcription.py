@@ -49,6 +49,7 @@ LONG = [FOX, UMBRELLA, "Our team finished the project two weeks ahead of schedul
         "The doctor told him to drink more water and sleep eight hours a night."]
 SPANISH = "Buenos días. Me llamo Carlos y vivo en Madrid. Hoy hace mucho calor y vamos a la playa."
 RATE = 22050
+WAIT_S = 120      # at most, for an event that is due (only a failing test waits this long)
 
 
 # --- audio made here -----------------------------------------------------------------------------
@@ -601,87 +602,146 @@ def test_unloadable_model_folder(make_server, llama_host, fox_wav, tmp_path):
 
 # --- the model, the event loop, turns and disconnects ---------------------------------------------
 
+def wait_until(condition) -> bool:
+    """Until ``condition()`` holds (it is due: only a failing test waits WAIT_S)."""
+    deadline = time.monotonic() + WAIT_S
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 def test_model_loads_lazily_and_once(make_server, llama_host, fox_wav, monkeypatch):
-    loads = []
+    loads, servers, crowded = [], [], []
     real = stt.load
 
     def counting(settings, source):
         loads.append(source.model_id)
-        time.sleep(0.5)            # let the concurrent requests pile up on the loading
+        # the load goes on once all three requests are in line: each asks for the model while it loads
+        line = servers[0].app.state.api.transcription.line
+        crowded.append(wait_until(lambda: line.running + line.waiting >= 3))
         return real(settings, source)
     monkeypatch.setattr(stt, "load", counting)
     server = make_server(llama_host)
+    servers.append(server)
     client = openai_client(server)
     client.models.list()
     assert loads == []
     with concurrent.futures.ThreadPoolExecutor(3) as pool:
         texts = list(pool.map(lambda _: transcribe(client, fox_wav).text, range(3)))
-    assert loads == ["whisper-tiny.en"] and len(set(texts)) == 1 and wer(FOX, texts[0]) <= 0.10
+    assert loads == ["whisper-tiny.en"] and crowded == [True]
+    assert len(set(texts)) == 1 and wer(FOX, texts[0]) <= 0.10
     transcribe(client, fox_wav)
     assert loads == ["whisper-tiny.en"]
 
 
-def test_event_loop_stays_free_while_transcribing(live, client, long_wav):
-    transcribe(client, long_wav[:400_000])      # loads the model (a cut-off wav is fine)
-    worker = threading.Thread(target=transcribe, args=(client, long_wav))
-    worker.start()
-    time.sleep(0.5)
-    # order, not time: other requests are answered while the transcription is still running
-    answered_during = 0
-    while worker.is_alive():
-        assert httpx.get(f"{live.url}/models", timeout=30).status_code == 200
-        answered_during += worker.is_alive()
-        time.sleep(0.1)
-    worker.join()
-    assert answered_during > 0
+class Segments:
+    """Wraps a server's model to count the segments it decodes. ``second`` is set once the first
+    segment is out and the second is about to be decoded; with ``hold_second`` that decoding waits
+    for the event first (``stuck`` says it never came), and ``second_done`` is set once it is over."""
+
+    def __init__(self, server, hold_second: threading.Event | None = None):
+        self.produced: list = []
+        self.second, self.second_done = threading.Event(), threading.Event()
+        self.hold, self.stuck = hold_second, False
+        engine = engine_of(server)
+        self.real = engine.transcribe
+        engine.transcribe = self.transcribe
+
+    def transcribe(self, audio, **kw):
+        transcript = self.real(audio, **kw)
+        transcript.segments = self.counted(transcript.segments)
+        return transcript
+
+    def counted(self, inner):
+        try:
+            while True:
+                second = len(self.produced) == 1
+                if second:
+                    self.second.set()
+                    if self.hold is not None and not self.hold.wait(WAIT_S):
+                        self.stuck = True
+                try:
+                    segment = next(inner, None)
+                finally:
+                    if second:
+                        self.second_done.set()
+                if segment is None:
+                    return
+                self.produced.append(segment)
+                yield segment
+        finally:
+            inner.close()
 
 
-def _counting_segments(server, produced: list):
-    engine = engine_of(server)
+def test_event_loop_stays_free_while_transcribing(live, client, long_wav, monkeypatch):
+    """Order, not time: the transcription is held in the middle of its decoding until another
+    request has been answered. Decoding on the event loop would hold that answer back for good."""
+    engine = engine_of(live)
+    decoding, answered, stuck = threading.Event(), threading.Event(), []
     real = engine.transcribe
 
-    def transcribe_counting(audio, **kw):
+    def held(audio, **kw):
         transcript = real(audio, **kw)
         inner = transcript.segments
 
-        def counted():
-            try:
-                for s in inner:
-                    produced.append(s)
-                    yield s
-            finally:
-                inner.close()
-        transcript.segments = counted()
+        def segments():
+            decoding.set()
+            if not answered.wait(WAIT_S):
+                stuck.append(True)
+            yield from inner
+        transcript.segments = segments()
         return transcript
-    engine.transcribe = transcribe_counting
+    monkeypatch.setattr(engine, "transcribe", held)
+    result: dict = {}
+    worker = threading.Thread(target=lambda: result.update(text=transcribe(client, long_wav).text))
+    worker.start()
+    try:
+        assert decoding.wait(WAIT_S)
+        # answered while the transcription is in the middle of its decoding
+        assert httpx.get(f"{live.url}/models", timeout=30).status_code == 200
+    finally:
+        answered.set()
+        worker.join(WAIT_S)
+    assert not stuck and wer(" ".join(LONG), result["text"]) <= 0.10
 
 
-def test_client_leaving_a_stream_stops_decoding(make_server, llama_host, fox_wav, long_wav):
+def test_client_leaving_a_stream_stops_decoding(make_server, llama_host, fox_wav, long_wav, leaving):
     server = make_server(llama_host)
     client = openai_client(server)
     full = transcribe(client, long_wav, response_format="verbose_json")
-    produced: list = []
-    _counting_segments(server, produced)
+    watch = leaving(server)
+    # the second segment waits until the server has seen the client go: it must stop before a third
+    segments = Segments(server, hold_second=watch.left)
     with httpx.stream("POST", f"{server.url}/audio/transcriptions", data={"model": "whisper-1", "stream": "true"},
                       files={"file": ("a.wav", long_wav)}, timeout=60) as r:
         for line in r.iter_lines():
             if line.startswith("data:"):
                 break
+    assert watch.over.wait(WAIT_S), "the server went on with the request of a client that had left"
     assert turns_free(server)
-    assert 1 <= len(produced) < len(full.segments)
+    assert 1 <= len(segments.produced) <= 2 < len(full.segments) and not segments.stuck
     assert wer(FOX, transcribe(client, fox_wav).text) <= 0.10     # the next request has its turn
 
 
-def test_client_leaving_a_plain_request_stops_decoding(make_server, llama_host, fox_wav, long_wav):
+def test_client_leaving_a_plain_request_stops_decoding(make_server, llama_host, fox_wav, long_wav, leaving,
+                                                       hang_up):
     server = make_server(llama_host)
     client = openai_client(server)
     full = transcribe(client, long_wav, response_format="verbose_json")
-    produced: list = []
-    _counting_segments(server, produced)
-    with pytest.raises(httpx.ReadTimeout):
-        post(server, "transcriptions", long_wav, timeout=httpx.Timeout(60, read=1.0))
+    watch = leaving(server)
+    # the client hangs up once the first segment is decoded; the second waits until the server has
+    # seen it go
+    segments = Segments(server, hold_second=watch.left)
+    hang_up(f"{server.url}/audio/transcriptions", segments.second, data={"model": "whisper-1"},
+            files={"file": ("a.wav", long_wav, "audio/wav")})
+    assert watch.over.wait(WAIT_S), "the server went on with the request of a client that had left"
+    # the decoding under way when the client left ended before the request did (its turn was not
+    # handed on under a running decode) ...
+    assert segments.second_done.is_set() and watch.statuses == [499]
     assert turns_free(server)
-    assert len(produced) < len(full.segments)
+    assert len(segments.produced) == 2 < len(full.segments) and not segments.stuck     # ... and no more
     assert wer(FOX, transcribe(client, fox_wav).text) <= 0.10
 
 

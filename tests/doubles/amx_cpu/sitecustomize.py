@@ -3,10 +3,12 @@
 What it stands for: on a CPU that reports Intel AMX (Xeon Sapphire Rapids and later), a
 llama-cpp-python built there puts a model's weights into ggml's AMX buffer type when the model is
 loaded with its extra buffer types on (``use_extra_bufts``, llama.cpp's default), and the first
-``llama_decode`` of more than one token dies with SIGSEGV (llama.cpp issue 20824); one token at a
-time works, and a model loaded with the extra buffer types off works. This does the same on any
-CPU: a process with this folder on PYTHONPATH imports it at start (Python's sitecustomize hook),
-and from then on such a decode kills the process with a real SIGSEGV.
+``llama_decode`` of more than one token dies with SIGSEGV (llama.cpp issue 20824; SIGILL on some
+machines); one token at a time works, and a model loaded with the extra buffer types off works.
+This does the same on any CPU: a process with this folder on PYTHONPATH imports it at start
+(Python's sitecustomize hook), and from then on such a decode kills the process with a real
+SIGSEGV before llama.cpp's own decode runs, so a test sees the same signal on a CPU whose own AMX
+path dies another way.
 
 Where it differs: the real crash happens inside ggml's AMX kernels and only for weight types that
 have them (Q4_0, Q4_1, Q8_0 and some K-quants); this crashes for any model loaded with the extra
