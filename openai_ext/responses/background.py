@@ -46,6 +46,7 @@ class Run:
         self.log: list[dict[str, Any]] = []
         self.done = False
         self.task: asyncio.Task[None] | None = None
+        self.noted: asyncio.Future[None] | None = None   # the store told that it runs
         self._changed = asyncio.Event()
 
     def append(self, event: dict[str, Any]) -> None:
@@ -114,7 +115,9 @@ class Background:
                 async for event in events:
                     run.append(event)
                     if event["type"] == "response.in_progress":
-                        await anyio.to_thread.run_sync(self._progress, run)
+                        # told to the store beside the run, not before it goes on: a slow store must
+                        # not hold the generation's turn (a later end is never overwritten by it)
+                        run.noted = asyncio.ensure_future(anyio.to_thread.run_sync(self._progress, run))
         except asyncio.CancelledError:
             pass   # POST /cancel (or shutdown): the response is stored as cancelled
         except Exception as e:  # noqa: BLE001 - the response is stored as failed, with its error
