@@ -44,10 +44,12 @@ ON_THREAD = 256 * 1024
 # lone half on the parsed text, so this only has to find candidates cheaply.
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 # Numbers that may not be finite, looked for outside strings with digits made '0' and 'E' made
-# 'e': an exponent of three digits (1e400, 1.5E+308), or 309 digits in a row (a float written out
-# that long is too large as well). A finite one (1e300) only costs parsing the text once more.
+# 'e': any number with an exponent (1e400, and a long mantissa with a small one: 1 and 300 zeros,
+# e10), or 309 digits in a row (a float written out that long is too large as well). A finite
+# one (1e-5) only costs parsing the text once more; outside strings, "e" after a digit is only
+# ever an exponent (true and false put it after a letter).
 _DIGITS = bytes.maketrans(b"123456789E", b"000000000e")
-_NUMBER_HINTS = (b"NaN", b"Infinity", b"0e000", b"0e+000", b"0" * 309)
+_NUMBER_HINTS = (b"NaN", b"Infinity", b"0e", b"0" * 309)
 # Above this many quotes, outside_strings cuts the text with arrays instead of splitting it.
 _FEW_QUOTES = 65_536
 # Every byte but the brackets (deleted before they are counted), and a bracket's weight, by byte.

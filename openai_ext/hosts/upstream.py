@@ -28,6 +28,7 @@ from typing import Any, Iterator
 from urllib.parse import urlsplit, urlunsplit
 
 import requests
+import urllib3
 from urllib3.exceptions import ReadTimeoutError
 
 from ..core.errors import InvalidRequestError, OpenAIError, ServiceUnavailableError, UpstreamError
@@ -88,6 +89,7 @@ class UpstreamHost(Host):
         self.session = upstream_calls.session(parallel + 4)
         self.calls = Calls()
         self.breaker = Breaker(self.shown, self._check)
+        self.api_key = api_key
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.dialect: Dialect | None = None
         self._error: OpenAIError | None = None   # why the first contact failed
@@ -137,6 +139,8 @@ class UpstreamHost(Host):
 
     def _refused(self, status: int, content: bytes) -> OpenAIError:
         message, param = error_of(content)
+        if self.api_key:   # an engine (or a proxy before it) that echoes the key must not show it
+            message = message.replace(self.api_key, "***")
         if status == 429:
             return OpenAIError(f"The upstream engine is busy: {message}", status=429, code="rate_limit_exceeded",
                                headers={"Retry-After": "1"})
@@ -334,10 +338,28 @@ class UpstreamHost(Host):
                 "parallel": self.parallel, "token_counts": "exact" if dialect and dialect.exact_tokens else "estimated"}
 
 
+def _reads(r: requests.Response) -> Iterator[bytes]:
+    """The body as it arrives. A chunked body comes chunk by chunk; one that is not (its end is
+    where the connection closes) is read as it comes too, whatever is there at each read, where
+    iter_content would wait for its end."""
+    read1 = getattr(r.raw, "read1", None)   # (urllib3 2.3 and later)
+    if r.raw.chunked or read1 is None:
+        yield from r.iter_content(chunk_size=None)
+        return
+    while True:
+        try:
+            data = read1(65536)
+        except urllib3.exceptions.HTTPError as e:   # as iter_content reports it
+            raise requests.ConnectionError(e) from None
+        if not data:
+            return
+        yield data
+
+
 def _lines(r: requests.Response, call: Call, idle: float) -> Iterator[bytes]:
     """The stream's lines as the bytes arrive (a fixed read size would wait for the next token).
     The upstream has ``idle`` seconds for each read; none while the lines read are handed on."""
-    chunks = r.iter_content(chunk_size=None)
+    chunks = _reads(r)
     pending = b""
     while True:
         call.expect(idle)

@@ -77,6 +77,9 @@ class Breaker:
             if self.opened is None:
                 return None
             failures, last = self.failures, self.last
+        # A check thread that was just ending as a fault opened the breaker again started none:
+        # while it is open, every refusal makes sure one runs (a no-op while one does).
+        self.check_soon()
         why = f" (the latest: {last.message})" if last is not None else ""
         return ServiceUnavailableError(
             f"The upstream engine at {self.shown} failed {failures} times in a row{why}. Requests are refused at "

@@ -28,6 +28,7 @@ from ..core.admission import Place
 from ..core.errors import OpenAIError, ServiceUnavailableError
 from ..text.service import TextService
 from . import stream
+from .render import TERMINAL
 from .store import Store
 from .stream import Turn
 
@@ -56,6 +57,14 @@ class Run:
     def close(self) -> None:
         self.done = True
         self._changed.set()
+
+    def snapshot(self) -> dict[str, Any]:
+        """The response as a GET shows it: still in progress until its end is stored (the final
+        event is sent only then), so that no client continues from an end the store lacks."""
+        body = self.turn.state.snapshot()
+        if body["status"] in TERMINAL and not self.done:
+            body.update(status="in_progress", completed_at=None, error=None, incomplete_details=None)
+        return body
 
     async def follow(self, after: int = -1) -> AsyncGenerator[dict[str, Any], None]:
         """Its events with a sequence_number above ``after``, then the rest as they come."""
@@ -116,8 +125,10 @@ class Background:
                     run.append(event)
                     if event["type"] == "response.in_progress":
                         # told to the store beside the run, not before it goes on: a slow store must
-                        # not hold the generation's turn (a later end is never overwritten by it)
-                        run.noted = asyncio.ensure_future(anyio.to_thread.run_sync(self._progress, run))
+                        # not hold the generation's turn. The body is the event's (in progress),
+                        # and the store writes it only over "queued", never over a later end.
+                        run.noted = asyncio.ensure_future(anyio.to_thread.run_sync(
+                            self._progress, run.turn.state.id, event["response"]))
         except asyncio.CancelledError:
             pass   # POST /cancel (or shutdown): the response is stored as cancelled
         except Exception as e:  # noqa: BLE001 - the response is stored as failed, with its error
@@ -135,11 +146,11 @@ class Background:
                     await turn.settle()
                 await anyio.to_thread.run_sync(self._keep_events, run)
 
-    def _progress(self, run: Run) -> None:
+    def _progress(self, response_id: str, body: dict[str, Any]) -> None:
         try:
-            self.store.progress(run.turn.state.snapshot())
+            self.store.progress(body)
         except Exception as e:  # noqa: BLE001 - the run goes on; only other servers see it queued
-            log.warning("cannot store that background response %s is in progress (%s)", run.turn.state.id, e)
+            log.warning("cannot store that background response %s is in progress (%s)", response_id, e)
 
     def _keep_events(self, run: Run) -> None:
         try:
@@ -153,10 +164,7 @@ class Background:
         run.place.release()
         run.close()
         if not run.turn.settled:
-            try:
-                run.turn.settle_now()
-            except RuntimeError:
-                pass
+            run.turn.settle_soon()
         self.runs.pop(run.turn.state.id, None)
 
     def get(self, response_id: str) -> Run | None:

@@ -253,7 +253,7 @@ class ResponsesService:
             def closed() -> None:
                 place.release()
                 if not turn.settled:   # the client left before the stream began
-                    turn.settle_now()
+                    turn.settle_soon()
             return event_stream(stream.events(text, turn, place), send_timeout=timeout,
                                 framing=stream.Framing(turn), on_close=closed)
         try:
@@ -311,7 +311,7 @@ class ResponsesService:
                        starting_after: int | None = None) -> Any:
         self.require_store()
         run = self._live(response_id, owner)
-        body = run.turn.state.snapshot() if run else await self.io(
+        body = run.snapshot() if run else await self.io(
             self.store.response, response_id, self.visible_to(owner))
         if body is None:
             raise not_found("Response", response_id)

@@ -91,6 +91,7 @@ class Store(ResponseRows, ConversationRows):
         self.max_stored = max_stored
         self.max_age_days = max_age_days
         self.instance_id = uuid.uuid4().hex
+        self.timeout = timeout
         self.health = StoreHealth(self.db.what)
         self._lock = threading.Lock()      # the sets below; never held over a call to the database
         self._opening = threading.Lock()   # opening and closing
@@ -118,19 +119,27 @@ class Store(ResponseRows, ConversationRows):
     def open(self) -> None:
         """Connects, migrates, registers this instance and sweeps; done on first use otherwise.
         A server with database_url opens at start, so a database it cannot use stops it there."""
-        with self._opening:
+        if not self._opening.acquire(timeout=self.timeout):   # another caller is opening it, slowly
+            raise StoreUnavailable(f"The store of responses ({self.db.what}) is still being opened after "
+                                   f"{self.timeout:g} s (database_timeout); retrying may help.")
+        try:
             if self._closed:
                 raise RuntimeError("the store is closed")
             if self._opened:
                 return
+            if self._heart is None:
+                # started whether or not this first try works: while it does not, the heartbeat
+                # tries again every second, so the store is found by itself once it answers
+                self._heart = threading.Thread(target=self._beat, name="store-heartbeat", daemon=True)
+                self._heart.start()
             self.db.open()
             self.db.run(self._register_, write=True)
             self.db.run(self._sweep_, write=True)
             self.db.run(self._prune_, write=True)
             self._opened = True
-            self._heart = threading.Thread(target=self._beat, name="store-heartbeat", daemon=True)
-            self._heart.start()
             log.info("stored responses: %s", self.db.what)
+        finally:
+            self._opening.release()
 
     def _run(self, work: Callable[[Any], T], *, write: bool = False) -> T:
         """Runs ``work(conn)`` in one transaction, within the deadline; while the store is known to
@@ -190,6 +199,7 @@ class Store(ResponseRows, ConversationRows):
         except StoreUnavailable as e:
             with self._lock:
                 self._owed[body["id"]] = lost(e)
+            self._wake.set()   # the heartbeat now beats every PROBE_S until it is paid
             raise
         finally:
             self.release(body["id"])
@@ -207,9 +217,10 @@ class Store(ResponseRows, ConversationRows):
 
     # several instances -------------------------------------------------------------------------
     def progress(self, body: dict[str, Any]) -> None:
-        """A queued response began to run: its status for the other instances to see."""
-        self._run(lambda c: c.execute("UPDATE responses SET status = ?, updated_at = ?, body = ? WHERE id = ? AND "
-                                      "status = 'queued'", (body["status"], time.time(), _dump(body), body["id"])),
+        """A queued response began to run: its status for the other instances to see (written over
+        "queued" only, so never over an end stored first)."""
+        self._run(lambda c: c.execute("UPDATE responses SET status = 'in_progress', updated_at = ?, body = ? WHERE "
+                                      "id = ? AND status = 'queued'", (time.time(), _dump(body), body["id"])),
                   write=True)
 
     def request_cancel(self, response_id: str, owner: str | None) -> str:
@@ -271,6 +282,8 @@ class Store(ResponseRows, ConversationRows):
                 return
             beats += 1
             try:
+                if not self._opened:
+                    self.open()
                 self.db.run(self._register_, write=True)
                 self.health.ok()
                 if self._owed:

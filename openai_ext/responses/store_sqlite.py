@@ -80,16 +80,18 @@ def _transaction(conn: sqlite3.Connection, work: Callable[[Any], T], *, write: b
     return out
 
 
-def _retrying(run: Callable[[], T], attempts: int = 5) -> T:
+def _retrying(run: Callable[[], T], deadline: float | None = None, attempts: int = 5) -> T:
     """``run()``, again when SQLite answers "locked" at once. busy_timeout makes a writer wait for
     another, but a few of WAL mode's locks (another connection opening the database or
     checkpointing it) are refused without waiting; the transaction was rolled back, so it is
-    simply run again."""
+    simply run again, while time is left before ``deadline``."""
     for attempt in range(attempts):
         try:
             return run()
         except sqlite3.OperationalError as e:
             if "locked" not in str(e) and "busy" not in str(e) or attempt == attempts - 1:
+                raise
+            if deadline is not None and time.monotonic() + 0.01 * 2 ** attempt >= deadline:
                 raise
             time.sleep(0.01 * 2 ** attempt)
     raise AssertionError("unreachable")
@@ -117,8 +119,8 @@ class SqliteDatabase:
         return str(self.path)
 
     def open(self) -> None:
-        with self._lock:
-            self._connect()
+        """Connects (and migrates), within the deadline as any call."""
+        self.run(lambda conn: None)
 
     def _connect(self) -> sqlite3.Connection:
         if self._closed:
@@ -130,7 +132,7 @@ class SqliteDatabase:
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute("PRAGMA synchronous=NORMAL")   # WAL: durable at checkpoints, never corrupt
                 conn.execute(f"PRAGMA busy_timeout={max(1, int(self.timeout * 1000)):d}")
-                _retrying(lambda: migrate(conn, MIGRATIONS, what=str(self.path)))
+                _retrying(lambda: migrate(conn, MIGRATIONS, what=str(self.path)), time.monotonic() + self.timeout)
             except BaseException:
                 conn.close()
                 raise
@@ -143,19 +145,31 @@ class SqliteDatabase:
         if not self._lock.acquire(timeout=self.timeout):
             raise self._late()
         try:
-            conn = _retrying(self._connect)
+            try:
+                conn = _retrying(self._connect, deadline)
+                # SQLite's own wait for another connection's lock ends by the deadline too
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise self._late()
+                conn.execute(f"PRAGMA busy_timeout={max(1, int(left * 1000)):d}")
+            except sqlite3.OperationalError as e:
+                raise self._broken(e) from None
             armed = WATCHDOG.arm(deadline, conn.interrupt)
             try:
-                return _retrying(lambda: _transaction(conn, work, write=write))
+                return _retrying(lambda: _transaction(conn, work, write=write), deadline)
             except sqlite3.OperationalError as e:
                 if not armed.disarm():
                     raise self._late() from None
-                raise StoreUnavailable(f"The database of stored responses ({self.path}) cannot be used: {e}. Check "
-                                       "the disk and the folder's permissions (data_dir).") from None
+                raise self._broken(e) from None
             finally:
                 armed.disarm()
         finally:
             self._lock.release()
+
+    def _broken(self, e: sqlite3.Error) -> StoreUnavailable:
+        return StoreUnavailable(f"The database of stored responses ({self.path}) cannot be used: {e}. Check the disk, "
+                                "the folder's permissions (data_dir) and that no other program holds the file; "
+                                f"each call waits database_timeout ({self.timeout:g} s) at most.")
 
     def _late(self) -> StoreUnavailable:
         return StoreUnavailable(f"The database of stored responses ({self.path}) did not answer within "

@@ -63,7 +63,7 @@ class Turn:
     answer: bool = True                                    # false: the compaction alone (compaction_trigger)
     rebuild: Callable[[list[dict[str, Any]]], Job] | None = None   # the job again, from the compacted context
     _seq: int = 0
-    _settled: bool = False
+    _settling: "asyncio.Future[None] | None" = None   # the store's write of its end, once begun
 
     def event(self, kind: str, **fields: Any) -> dict[str, Any]:
         ev = {"type": kind, **fields, "sequence_number": self._seq}
@@ -83,24 +83,38 @@ class Turn:
 
     @property
     def settled(self) -> bool:
-        return self._settled
+        return self._settling is not None
 
     async def settle(self) -> None:
-        """Stores the response as it ended, once, even while being cancelled. A store that fails
-        raises its error, the response then failed (``settle_work`` sees to that)."""
-        if self._settled or self.settle_work is None:
+        """Stores the response as it ended, once, and waits for that, even while being cancelled
+        (also by a bare task cancel, which an anyio shield does not hold off: the write goes on
+        beside, and a later call waits for it). A store that fails raises its error, the response
+        then failed (``settle_work`` sees to that)."""
+        if self.settle_work is None:
             return
-        self._settled = True
+        if self._settling is None:
+            self._settling = _pending(anyio.to_thread.run_sync(self.settle_work, self))
         with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(self.settle_work, self)
+            await asyncio.shield(self._settling)
 
-    def settle_now(self) -> None:
-        """The same, for a stream whose client left before it began (no event loop work left)."""
-        if not self._settled and self.settle_work is not None:
-            self._settled = True
+    def settle_soon(self) -> None:
+        """The same, from a callback on the event loop (a stream whose client left before it
+        began): the response is cancelled, and stored on a worker thread, never on the loop; a
+        store that fails owes it (store.py)."""
+        if self._settling is None and self.settle_work is not None:
             self.fail(asyncio.CancelledError())
-            with contextlib.suppress(OpenAIError):   # owed to the store, which keeps it (store.py)
-                self.settle_work(self)
+            self._settling = _pending(anyio.to_thread.run_sync(self.settle_work, self))
+            self._settling.add_done_callback(lambda f: f.cancelled() or f.exception())   # (seen: not logged)
+
+
+_PENDING: set["asyncio.Future[None]"] = set()   # writes under way, kept until done (the loop keeps weak references)
+
+
+def _pending(work: Any) -> "asyncio.Future[None]":
+    future = asyncio.ensure_future(work)
+    _PENDING.add(future)
+    future.add_done_callback(_PENDING.discard)
+    return future
 
 
 class _Output:

@@ -287,3 +287,20 @@ def test_a_call_is_cut_while_it_waits_for_headers(fake):
     finally:
         calls.close()
         session.close()
+
+
+def test_a_stream_not_sent_in_chunks_is_passed_on_as_it_arrives(fake, gateway):
+    """An upstream whose stream is not chunked (it ends where its connection closes): its first
+    chunk reaches the client while the upstream still holds the rest."""
+    front, _ = gateway()
+    fake.mode = "unchunked"
+    with httpx.stream("POST", f"{front.url}/chat/completions", json={**ASK, "stream": True}, timeout=60) as r:
+        lines = r.iter_lines()
+        first = next(line for line in lines if line.startswith("data:") and '"content":"Hello"' in line)
+        assert json.loads(first[5:])["choices"][0]["delta"]["content"] == "Hello"
+        assert not fake.rest_sent   # it came while the upstream still held the rest
+        fake.release.set()   # only now does the upstream send the rest
+        rest = [line[5:].strip() for line in lines if line.startswith("data:")]
+    assert rest[-1] == "[DONE]"
+    chunks = [json.loads(x) for x in rest[:-1]]
+    assert "there" in text_of(chunks) and finish_reasons(chunks) == ["stop"]

@@ -261,3 +261,34 @@ def test_rows_this_server_no_longer_runs_are_failed_by_its_own_sweep(running):
         assert store.response("resp_3", None)["status"] == "failed"   # swept too
     finally:
         store.close()
+
+
+def test_a_sqlite_store_held_by_another_program_is_a_503_and_is_found_again_by_itself(scripted_host, tmp_path):
+    """The default store, its file locked by another program from the start: a request that needs
+    it gets a 503 naming it (never a 500), readiness says so, and once the file is free the server
+    finds the store by itself."""
+    import sqlite3
+
+    from openai_ext.responses.store_sqlite import FILE
+
+    holder = sqlite3.connect(tmp_path / FILE, isolation_level=None)
+    holder.execute("PRAGMA locking_mode=EXCLUSIVE")
+    holder.execute("BEGIN EXCLUSIVE")
+    server = start(scripted_host, data_dir=str(tmp_path), database_timeout=1)
+    try:
+        client = openai_client(server).with_options(max_retries=0)
+        for call in (lambda: client.responses.retrieve("resp_0123456789abcdef"),
+                     lambda: client.conversations.create()):
+            with pytest.raises(openai.InternalServerError) as e:
+                call()
+            err = error_of(e.value.response, 503)
+            assert err["code"] == "store_unavailable" and FILE in err["message"], err
+        wait_until(lambda: health(server)["status"] == "store unavailable", "readiness says so", tries=600)
+        holder.execute("COMMIT")
+        holder.close()
+        wait_until(lambda: health(server)["status"] == "ok", "the store is found again", tries=600)
+        with pytest.raises(openai.NotFoundError):
+            client.responses.retrieve("resp_0123456789abcdef")
+        assert create(client, input="Now it keeps.", max_output_tokens=200)[0].status == "completed"
+    finally:
+        server.stop()

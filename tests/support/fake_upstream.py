@@ -10,6 +10,8 @@ says:
 - ``hang_mid``: the headers and "Hello", then silence
 - ``garbage``: a chunk that is not JSON; ``shape``: a JSON chunk that is not a completion chunk
 - ``cut``: "Hello" and " there", then the connection closed cleanly (no finish_reason, no [DONE])
+- ``unchunked``: a whole stream in a body that is not chunked (it ends where the connection closes),
+  "Hello" first, the rest only once ``release`` is set
 - ``abort``: "Hello", then finish_reason "abort" (vLLM's, for a request it gave up on)
 - ``html``: a 200 HTML page; ``json``: a 200 completion as one JSON body (no stream)
 - ``error_event``: a 200 stream whose chunk is an error object
@@ -54,6 +56,8 @@ class FakeUpstream:
         self.connections = 0     # TCP connections accepted
         self.hanging = 0         # requests held by a hang now
         self.closed = 0          # hanging requests whose client closed the connection
+        self.release = threading.Event()   # lets an unchunked stream go on past its first chunk
+        self.rest_sent = False             # it has
         self._lock = threading.Lock()
         self._open: set[socket.socket] = set()   # connections open now, cut when the fake stops
         self.port = 0
@@ -215,6 +219,14 @@ class _Handler(BaseHTTPRequestHandler):
         if mode == "cut":
             self.start_stream(chunked=False)
             self.wfile.write(chunk(WORDS[0]) + chunk(WORDS[1]))
+            return None
+        if mode == "unchunked":
+            self.start_stream(chunked=False)
+            self.wfile.write(chunk(WORDS[0]))
+            self.wfile.flush()
+            self.upstream.release.wait(60)
+            self.upstream.rest_sent = True
+            self.wfile.write(chunk(WORDS[1]) + chunk("", "stop") + b"data: [DONE]\n\n")
             return None
         if mode == "abort":
             return self.stream(chunk(WORDS[0]), chunk("", "abort"), b"data: [DONE]\n\n")
