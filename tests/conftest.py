@@ -159,20 +159,9 @@ def failing_scripted(script, monkeypatch):
 def postgres():
     """A PostgreSQL server of its own for the session (Debian's postgresql package; .ci/run
     installs it); the tests that need one are skipped, with the reason, without it."""
-    from support.postgres import PostgresServer, binaries
+    from support.postgres import started
 
-    pytest.importorskip("psycopg", reason="psycopg is not installed (pip install -r requirements-dev.txt)")
-    found = binaries()
-    if found is None:
-        pytest.skip("PostgreSQL is not installed (initdb and pg_ctl not found; Debian: apt-get install postgresql)")
-    server = PostgresServer(found)
-    try:
-        server.start()
-    except BaseException:
-        server.stop()
-        raise
-    yield server
-    server.stop()
+    yield from started()
 
 
 @pytest.fixture

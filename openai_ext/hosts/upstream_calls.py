@@ -134,30 +134,25 @@ class _TLSConnection(HTTPSConnection):
         _connected(self)
 
 
-class _Pool(HTTPConnectionPool):
+class _Owning:
+    """A pool whose connections belong to the call they are handed out to, until they come back."""
+
+    def _get_conn(self, timeout: float | None = None) -> Any:
+        conn = super()._get_conn(timeout)   # type: ignore[misc]
+        _claim(conn)
+        return conn
+
+    def _put_conn(self, conn: Any) -> None:
+        _release(conn)
+        super()._put_conn(conn)   # type: ignore[misc]
+
+
+class _Pool(_Owning, HTTPConnectionPool):
     ConnectionCls = _Connection
 
-    def _get_conn(self, timeout: float | None = None) -> Any:
-        conn = super()._get_conn(timeout)
-        _claim(conn)
-        return conn
 
-    def _put_conn(self, conn: Any) -> None:
-        _release(conn)
-        super()._put_conn(conn)
-
-
-class _TLSPool(HTTPSConnectionPool):
+class _TLSPool(_Owning, HTTPSConnectionPool):
     ConnectionCls = _TLSConnection
-
-    def _get_conn(self, timeout: float | None = None) -> Any:
-        conn = super()._get_conn(timeout)
-        _claim(conn)
-        return conn
-
-    def _put_conn(self, conn: Any) -> None:
-        _release(conn)
-        super()._put_conn(conn)
 
 
 POOLS: dict[str, Any] = {"http": _Pool, "https": _TLSPool}

@@ -359,6 +359,13 @@ def test_one_bad_request_among_concurrent_good_ones_fails_alone(live, route, bod
     bad, *goods = asyncio.run(run())
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "input"
     assert [r.status_code for r in goods] == [200] * 10
+    # the same answer each time; its numbers only as equal as batches of other sizes make them (on a
+    # loaded machine the ten are not always one batch)
     first = goods[0].json()
-    assert all(r.json()["results" if route == "/moderations" else "data"] ==
-               first["results" if route == "/moderations" else "data"] for r in goods)
+    for r in goods:
+        if route == "/moderations":
+            a, b = r.json()["results"][0], first["results"][0]
+            assert a["flagged"] == b["flagged"] and a["categories"] == b["categories"]
+            assert a["category_scores"] == pytest.approx(b["category_scores"], abs=1e-4)
+        else:
+            assert r.json()["data"][0]["embedding"] == pytest.approx(first["data"][0]["embedding"], abs=1e-5)

@@ -29,19 +29,9 @@ psycopg = pytest.importorskip("psycopg")
 @pytest.fixture(scope="module")
 def cluster():
     """A PostgreSQL server of this module's own: its tests stop and freeze it."""
-    from support.postgres import PostgresServer, binaries
+    from support.postgres import started
 
-    found = binaries()
-    if found is None:
-        pytest.skip("PostgreSQL is not installed (initdb and pg_ctl not found; Debian: apt-get install postgresql)")
-    server = PostgresServer(found)
-    try:
-        server.start()
-    except BaseException:
-        server.stop()
-        raise
-    yield server
-    server.stop()
+    yield from started()
 
 
 @pytest.fixture

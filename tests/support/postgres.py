@@ -16,6 +16,7 @@ import subprocess
 import tempfile
 import uuid
 from pathlib import Path
+from typing import Iterator
 
 from support.servers import free_port
 
@@ -124,3 +125,22 @@ class PostgresServer:
             finally:
                 self.started = False
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def started() -> "Iterator[PostgresServer]":
+    """A server of its own for a fixture: started, yielded, stopped and removed at the end; the
+    test is skipped, with the reason, where PostgreSQL or its driver is not installed."""
+    import pytest
+
+    pytest.importorskip("psycopg", reason="psycopg is not installed (pip install -r requirements-dev.txt)")
+    found = binaries()
+    if found is None:
+        pytest.skip("PostgreSQL is not installed (initdb and pg_ctl not found; Debian: apt-get install postgresql)")
+    server = PostgresServer(found)
+    try:
+        server.start()
+    except BaseException:
+        server.stop()
+        raise
+    yield server
+    server.stop()
