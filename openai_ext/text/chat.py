@@ -93,6 +93,30 @@ def normalize_messages(req: ChatCompletionRequest, images: list[Any] | None = No
     return out
 
 
+def check_tool_answers(req: ChatCompletionRequest) -> None:
+    """Every tool call of an assistant message is answered by a tool message right after it (the
+    tool messages that follow it, in any order), as OpenAI requires: a history with calls left
+    unanswered is a 400 naming them, not a prompt the model would misread. Only the chat
+    endpoint's own requests are checked; the APIs served through chat check their own rules."""
+    messages = req.messages
+    for i, m in enumerate(messages):
+        if m.role != "assistant" or not m.tool_calls:
+            continue
+        answered, j = set(), i + 1
+        while j < len(messages) and messages[j].role == "tool":
+            answered.add(messages[j].tool_call_id)
+            j += 1
+        missing = [c.id for c in m.tool_calls if c.id not in answered]
+        if not missing:
+            continue
+        where = f"messages[{j}].role" if j < len(messages) else f"messages[{i}].tool_calls"
+        raise InvalidRequestError(
+            "An assistant message with 'tool_calls' must be followed by tool messages responding to each "
+            f"'tool_call_id'. The following tool_call_ids did not have response messages: {', '.join(missing)}. "
+            f"Right after messages[{i}], send a message with role 'tool' and that tool_call_id for each of them "
+            "(the tool's result, or an error text), before any other message.", param=where)
+
+
 @dataclass
 class TemplateInput:
     """What the host's chat template renders for a request, and the images its prompt carries

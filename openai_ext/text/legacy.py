@@ -70,6 +70,7 @@ def router(text: TextService, embeddings: EmbeddingsService, catalog: Catalog) -
     @r.post("/engines/{engine_id:path}/chat/completions")
     async def engine_chat(engine_id: str, body: ChatCompletionRequest, request: Request):
         body.model = body.model or engine_id
+        chat.check_tool_answers(body)
         return await generate(text, request, chat, body)
 
     @r.post("/engines/{engine_id:path}/completions")

@@ -18,6 +18,7 @@ def router(text: TextService) -> APIRouter:
 
     @r.post("/chat/completions")
     async def create_chat_completion(body: ChatCompletionRequest, request: Request):
+        chat.check_tool_answers(body)
         return await generate(text, request, chat, body)
 
     return r

@@ -7,6 +7,7 @@ import json
 import httpx
 import pytest
 from jsonschema import Draft202012Validator
+from support.spec import error_of
 
 from openai_ext.core.errors import InvalidRequestError
 from openai_ext.hosts.request import GenerationSettings
@@ -527,3 +528,43 @@ def test_a_call_failing_what_its_grammar_could_not_enforce(choice, is_call):
     s = tools.ToolCallStream(ts, incremental=False)
     content, calls = summarize(run(s, '<tool_call>\n{"name": "tag", "arguments": {"t": "xyz"}}\n</tool_call>', []))
     assert bool(calls) is is_call and (content == "") is is_call
+
+
+def _calls(*ids: str) -> dict:
+    return {"role": "assistant", "content": None, "tool_calls": [
+        {"id": i, "type": "function", "function": {"name": "get_time", "arguments": "{}"}} for i in ids]}
+
+
+SIX = [f"call_{n}" for n in "abcdef"]
+
+
+@pytest.mark.parametrize("after", [
+    [{"role": "tool", "tool_call_id": "call_a", "content": "noon"}, {"role": "user", "content": "And now?"}],
+    [{"role": "tool", "tool_call_id": "call_a", "content": "noon"}],
+    [],
+])
+def test_an_assistant_turn_whose_tool_calls_are_not_all_answered_is_a_400_naming_them(scripted, after):
+    """Six calls, and a tool message for the first only (then a user turn, or nothing): OpenAI
+    answers 400, naming the tool_call_ids without a tool message; the model is never run on a
+    history it would misread."""
+    r = httpx.post(f"{scripted.url}/chat/completions", timeout=60, json={
+        "model": "x", "max_tokens": 5, "tools": [TIME],
+        "messages": [{"role": "user", "content": "What time is it in six cities?"}, _calls(*SIX), *after]})
+    err = error_of(r, 400)
+    assert err["type"] == "invalid_request_error"
+    missing = SIX[1:] if after else SIX
+    assert f"did not have response messages: {', '.join(missing)}" in err["message"]
+    assert "messages[1]" in err["message"] and "'tool'" in err["message"]   # which turn, and what to send
+    assert err["param"] == (f"messages[{1 + len(after)}].role" if len(after) == 2 else "messages[1].tool_calls")
+
+
+def test_tool_calls_answered_in_any_order_pass(scripted, script):
+    script.script("Noon everywhere.")
+    answers = [{"role": "tool", "tool_call_id": i, "content": "noon"} for i in reversed(SIX)]
+    r = httpx.post(f"{scripted.url}/chat/completions", timeout=60, json={
+        "model": "x", "max_tokens": 20, "tools": [TIME],
+        "messages": [{"role": "user", "content": "Time?"}, _calls(*SIX), *answers,
+                     {"role": "user", "content": "Thanks"}, _calls("call_g"),
+                     {"role": "tool", "tool_call_id": "call_g", "content": "noon"}]})
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["message"]["content"] == "Noon everywhere."
