@@ -193,6 +193,7 @@ def _history(req: CountTokensRequest, names: dict[str, tuple[str, str]]) -> tupl
                     "content": req.system if isinstance(req.system, str) else _text(req.system, "system")})
     prefill = ""
     calls: set[str] = set()     # ids of the previous assistant turn's tool_use blocks
+    asked = -1                  # the index of that turn while the next turn must answer them
     last = len(req.messages) - 1
     last_user = max((i for i, m in enumerate(req.messages) if m.role == "user"), default=-1)
     if all(m.role == "system" for m in req.messages):
@@ -214,13 +215,35 @@ def _history(req: CountTokensRequest, names: dict[str, tuple[str, str]]) -> tupl
             if tool_calls and i > last_user:
                 raise _bad(f"messages[{i}] is an assistant turn with tool_use blocks; send their tool_result blocks "
                            "in a user turn after it.", f"messages[{i}]")
+            _check_answered(req.messages, asked, i)
+            asked = i if tool_calls else -1
             calls = {c["id"] for c in tool_calls}
             out.append({"role": "assistant", "content": text or (None if tool_calls else ""),
                         **({"tool_calls": tool_calls} if tool_calls else {})})
         else:
-            out.extend(_user(m, where, calls, names, len(out)))
+            out.extend(_user(m, where, calls, names, len(out)))   # a result for an unknown id first
+            _check_answered(req.messages, asked, i)
+            asked = -1
             calls = set()
     return out, prefill
+
+
+def _check_answered(messages: list[InputMessage], asked: int, i: int) -> None:
+    """The turn messages[i], which follows the assistant turn messages[asked] (-1: none, or one
+    without tool_use blocks), holds a tool_result block for each of its tool_use blocks, as
+    Anthropic requires."""
+    if asked < 0:
+        return
+    content = messages[i].content
+    answered = {b.tool_use_id for b in content if isinstance(b, ToolResultBlock)} if isinstance(content, list) else set()
+    uses = messages[asked].content
+    assert isinstance(uses, list), "an assistant turn with tool_use blocks holds blocks"
+    missing = [b.id for b in uses if isinstance(b, ToolUseBlock) and b.id not in answered]
+    if missing:
+        raise _bad(f"messages[{asked}]: `tool_use` ids were found without `tool_result` blocks immediately after: "
+                   f"{', '.join(missing)}. Each `tool_use` block must have a corresponding `tool_result` block in "
+                   f"the next message: send messages[{i}] as a user turn that begins with a tool_result block for "
+                   "each of them (the tool's output, or is_error with what went wrong).", f"messages[{i}].content")
 
 
 def _check_message(m: InputMessage, i: int) -> None:

@@ -135,3 +135,37 @@ def test_tool_refusals_are_anthropic_400s(sclaude, kw, says):
         create(sclaude, **{"messages": ASK, "max_tokens": 10, **kw})
     assert e.value.status_code == 400 and says in e.value.body["error"]["message"]
     assert_error(e.value.body, "invalid_request_error")
+
+
+SIX = [f"toolu_{n}" for n in "abcdef"]
+SIX_USES = {"role": "assistant", "content": [{"type": "text", "text": "Checking six cities."}] + [
+    {"type": "tool_use", "id": i, "name": "get_weather", "input": {"city": "Paris"}} for i in SIX]}
+
+
+@pytest.mark.parametrize("next_turn, missing", [
+    ([{"type": "tool_result", "tool_use_id": "toolu_a", "content": "18 C"}, {"type": "text", "text": "And?"}],
+     SIX[1:]),
+    ("What about Rome instead?", SIX),
+    ([{"type": "text", "text": "Never mind."}], SIX),
+])
+def test_tool_use_blocks_without_their_tool_results_in_the_next_turn_are_a_400(sclaude, next_turn, missing):
+    """As at Anthropic: each tool_use block of an assistant turn has its tool_result block in the
+    next (user) turn; a turn that answers only some, or none, is an invalid_request_error naming
+    the ids left without one."""
+    with pytest.raises(anthropic.BadRequestError) as e:
+        create(sclaude, max_tokens=10, tools=[WEATHER],
+               messages=[*ASK, SIX_USES, {"role": "user", "content": next_turn}])
+    assert_error(e.value.body, "invalid_request_error")
+    message = e.value.body["error"]["message"]
+    assert (f"messages[1]: `tool_use` ids were found without `tool_result` blocks immediately after: "
+            f"{', '.join(missing)}. Each `tool_use` block must have a corresponding `tool_result` block in the "
+            "next message") in message
+
+
+def test_tool_results_in_any_order_and_a_prefill_after_them_pass(sclaude, script):
+    script.script(" sunny everywhere.")
+    results = [{"type": "tool_result", "tool_use_id": i, "content": "18 C"} for i in reversed(SIX)]
+    msg = create(sclaude, max_tokens=10, tools=[WEATHER],
+                 messages=[*ASK, SIX_USES, {"role": "user", "content": results},
+                           {"role": "assistant", "content": "It is"}])
+    assert msg.content[0].text == " sunny everywhere." and msg.stop_reason == "end_turn"
