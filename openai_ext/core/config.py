@@ -68,6 +68,7 @@ class Settings(BaseSettings):
     max_upload_mb: float = Field(25.0, gt=0, description="Largest audio upload, in MB (OpenAI's limit is 25).")
     stream_send_timeout: float = Field(60.0, gt=0, description="Seconds a stream waits for a client that reads nothing; "
                                                                "then it is dropped, and its generation stopped so the queue moves on.")
+    websocket_lifetime: float = Field(3600.0, gt=0, description="Seconds a Responses WebSocket connection lasts (Open Responses: 60 minutes); then its work in flight finishes, and it ends with the error websocket_connection_limit_reached.")
     public_api: bool = Field(False, description="Open a TryCloudflare tunnel to the API.")
     public_api_id: str = Field("", description="Named Cloudflare tunnel id to use with public_api.")
     allow_open_tunnel: bool = Field(False, description="Allow the tunnel without an api_key (anyone could use the API).")

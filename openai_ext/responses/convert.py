@@ -29,7 +29,7 @@ _INSTEAD = {"messages": "input", "max_tokens": "max_output_tokens", "max_complet
             "response_format": "text.format", "logprobs": 'include: ["message.output_text.logprobs"]',
             "functions": "tools", "function_call": "tool_choice", "reasoning_effort": "reasoning.effort",
             "verbosity": "text.verbosity"}
-_NO_COUNTERPART = ("stop", "seed", "n", "presence_penalty", "frequency_penalty", "logit_bias", "modalities", "audio",
+_NO_COUNTERPART = ("stop", "seed", "n", "logit_bias", "modalities", "audio",
                    "prediction", "web_search_options", "best_of", "echo", "suffix")
 CHAT_ONLY = {**{k: f"It is a parameter of /v1/chat/completions; here, use {v}." for k, v in _INSTEAD.items()},
              **{k: "It is a parameter of /v1/chat/completions, with no counterpart here." for k in _NO_COUNTERPART}}
@@ -121,7 +121,8 @@ def to_chat(body: CreateResponse | InputTokensRequest, items: list[dict[str, Any
                             "conversation or a previous response.")
     kw: dict[str, Any] = {"messages": messages, "model": body.model}
     if isinstance(body, CreateResponse):
-        kw.update(temperature=body.temperature, top_p=body.top_p, max_completion_tokens=body.max_output_tokens)
+        kw.update(temperature=body.temperature, top_p=body.top_p, max_completion_tokens=body.max_output_tokens,
+                  presence_penalty=body.presence_penalty, frequency_penalty=body.frequency_penalty)
         if LOGPROBS in (body.include or []) or body.top_logprobs is not None:
             kw.update(logprobs=True, top_logprobs=body.top_logprobs or 0)
         if body.reasoning is not None and body.reasoning.effort is not None:

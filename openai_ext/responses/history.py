@@ -16,16 +16,22 @@ from .store import Store
 Body = Union[CreateResponse, InputTokensRequest, CompactRequest]
 
 
-def not_found(what: str, ident: str, param: str | None = None) -> NotFoundError:
-    return NotFoundError(f"{what} with id '{ident}' not found.", param=param)
+def not_found(what: str, ident: str, param: str | None = None, code: str | None = None) -> NotFoundError:
+    return NotFoundError(f"{what} with id '{ident}' not found.", param=param, code=code)
+
+
+def previous_not_found(pid: str) -> NotFoundError:
+    """The code OpenAI and Open Responses give it, which clients test for to start a new chain."""
+    return not_found("Previous response", pid, "previous_response_id", "previous_response_not_found")
 
 
 def check_conversation_id(cid: str, param: str) -> None:
     """A conversation id that could never be one is a 400, as at OpenAI (a well-formed unknown one
     is a 404)."""
     if not cid.startswith("conv"):
-        raise InvalidRequestError(f"Invalid '{param}': '{cid[:64]}'. Expected an ID that begins with 'conv'.",
-                                  param=param)
+        raise InvalidRequestError(f"Invalid '{param}': '{cid[:64]}'. Expected an ID that begins with 'conv', such "
+                                  "as 'conv_68f1a2b3c4d5e6f7' (the id of a conversation made with POST "
+                                  "/v1/conversations).", param=param, code="invalid_conversation_id")
 
 
 @dataclass
@@ -52,27 +58,32 @@ def needs_store(body: Body, settings: Settings) -> bool:
         body, "conversation", None) is not None or bool(references(body.input)))
 
 
+def check_chain(body: Body) -> None:
+    if body.previous_response_id is not None and getattr(body, "conversation", None) is not None:
+        raise InvalidRequestError("Send either conversation or previous_response_id, not both.",
+                                  param="conversation")
+
+
 def load(store: Store, settings: Settings, body: Body, who: str | None) -> Loaded:
     """What the request reads from the store, on a store thread: the items before this input (a
     previous response's or a conversation's), the conversation id, and the referenced items.
     A request that needs nothing from the store never calls it."""
+    check_chain(body)
     conversation = getattr(body, "conversation", None)   # /compact has none
-    if body.previous_response_id is not None and conversation is not None:
-        raise InvalidRequestError("Send either conversation or previous_response_id, not both.",
-                                  param="conversation")
     if not settings.responses_store:
         for param in ("previous_response_id", "conversation"):
             if getattr(body, param, None) is not None:
                 raise InvalidRequestError(f"Nothing is stored on this server (the responses_store setting is "
                                           f"off), so {param} cannot be used; send the history as input items.",
-                                          param=param)
+                                          param=param, code="previous_response_not_found"
+                                          if param == "previous_response_id" else "storage_disabled")
         return Loaded()
     loaded = Loaded()
     if body.previous_response_id is not None:
         pid = body.previous_response_id
         previous = store.response(pid, who)
         if previous is None:
-            raise not_found("Previous response", pid, "previous_response_id")
+            raise previous_not_found(pid)
         if previous["status"] in ("queued", "in_progress"):
             raise InvalidRequestError(f"Previous response '{pid}' is still {previous['status']}; continue from "
                                       "it once it has finished.", param="previous_response_id")

@@ -80,6 +80,9 @@ class CreateResponse(_Common):
     max_tool_calls: int | None = Field(None, ge=0)
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, ge=0, le=1)
+    # Open Responses' request body has them (OpenAI's has not): chat's ranges and meaning
+    presence_penalty: float | None = Field(None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(None, ge=-2, le=2)
     top_logprobs: int | None = Field(None, ge=0, le=20)
     include: list[IncludeName] | None = None
     metadata: Metadata | None = None
@@ -106,8 +109,9 @@ class InputTokensRequest(_Common):
 
 
 class CompactRequest(_Open):
-    """POST /v1/responses/compact (OpenAI's CompactResponseMethodPublicBody)."""
-    model: str | None = None
+    """POST /v1/responses/compact (OpenAI's CompactResponseMethodPublicBody): model is required there,
+    as in Open Responses' schema (any name is taken, as elsewhere)."""
+    model: str
     input: Union[StrictStr, Items, None] = None
     previous_response_id: str | None = None
     instructions: str | None = None

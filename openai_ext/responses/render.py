@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.errors import OpenAIError
 from ..hosts.base import TokenLogprob
 from . import tools
 from .protocol import CreateResponse
@@ -36,9 +37,17 @@ def output_logprobs(entries: list[TokenLogprob]) -> list[dict[str, Any]]:
 
 
 def delta_logprobs(entries: list[TokenLogprob]) -> list[dict[str, Any]]:
-    """Log-probabilities on a text delta event (no bytes there, as the spec has it)."""
-    return [{"token": e.token, "logprob": e.logprob,
-             "top_logprobs": [{"token": t, "logprob": lp} for t, lp, _ in e.top]} for e in entries]
+    """Log-probabilities on a text delta event: OpenAI's spec has no bytes there, Open Responses requires them
+    (OpenAI's lets them through), so they are the same as on the output_text part."""
+    return output_logprobs(entries)
+
+
+def error_fields(error: OpenAIError) -> dict[str, Any]:
+    """The fields of an ``error`` stream event: OpenAI's (code, message and param at the top) and Open Responses'
+    (the same in an ``error`` object, with the type); each spec lets the other's through."""
+    code = error.code or error.type
+    return {"code": code, "message": error.message, "param": error.param,
+            "error": {"type": error.type, "code": code, "message": error.message, "param": error.param}}
 
 
 def text_part(text: str = "", logprobs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -56,6 +65,16 @@ def call_item(item_id: str, status: str, call_id: str, name: str, arguments: str
     if namespace is not None:
         item["namespace"] = namespace
     return item
+
+
+def format_echo(fmt: dict[str, Any] | None) -> dict[str, Any]:
+    """text.format as the Response object repeats it: a json_schema format with its description (null when none
+    was sent, as OpenAI's API echoes it and Open Responses requires) and strict (false when not sent)."""
+    if not fmt:
+        return {"type": "text"}
+    if fmt.get("type") == "json_schema":
+        return {"description": None, "strict": False, **fmt}
+    return fmt
 
 
 def echo(body: CreateResponse, *, store: bool, conversation_id: str | None) -> dict[str, Any]:
@@ -76,12 +95,14 @@ def echo(body: CreateResponse, *, store: bool, conversation_id: str | None) -> d
         "service_tier": "default",
         "store": store,
         "temperature": 1.0 if body.temperature is None else body.temperature,
-        "text": {"format": (text.format if text and text.format else None) or {"type": "text"},
+        "text": {"format": format_echo(text.format if text else None),
                  "verbosity": (text.verbosity if text else None) or "medium"},
         "tool_choice": body.tool_choice if body.tool_choice is not None else "auto",
         "tools": tools.echo(body.tools),
         "top_logprobs": body.top_logprobs or 0,
         "top_p": 1.0 if body.top_p is None else body.top_p,
+        "presence_penalty": body.presence_penalty or 0.0,
+        "frequency_penalty": body.frequency_penalty or 0.0,
         "truncation": body.truncation or "disabled",
         "conversation": {"id": conversation_id} if conversation_id else None,
     }
@@ -119,10 +140,27 @@ class ResponseState:
         body = {"id": self.id, "object": "response", "created_at": self.created_at, "status": self.status,
                 "background": self.background, "completed_at": self.completed_at, "error": self.error,
                 "incomplete_details": {"reason": self.incomplete_reason} if self.incomplete_reason else None,
-                "model": self.model, "output": copy.deepcopy(self.output), **copy.deepcopy(self.echo)}
-        if self.usage is not None:
-            body["usage"] = dict(self.usage)
+                "model": self.model, "output": copy.deepcopy(self.output), **copy.deepcopy(self.echo),
+                # null until the end: Open Responses requires the key in every snapshot
+                "usage": dict(self.usage) if self.usage is not None else None}
         return body
+
+
+# Fields the Response object gained after earlier releases stored theirs (Open Responses requires
+# them): a body read back from the store is given their defaults, so it is as valid as a new one.
+GAINED: dict[str, Any] = {"presence_penalty": 0.0, "frequency_penalty": 0.0, "usage": None}
+
+
+def conform(body: dict[str, Any]) -> dict[str, Any]:
+    for key, value in GAINED.items():
+        body.setdefault(key, value)
+    return body
+
+
+def conform_event(event: dict[str, Any]) -> dict[str, Any]:
+    if isinstance(event.get("response"), dict):
+        conform(event["response"])
+    return event
 
 
 def output_text(response: dict[str, Any]) -> str:

@@ -39,7 +39,7 @@ from ..text.images import no_vision
 from ..text.service import TextService, enter
 from . import compaction, convert, images, items, render, rules, stream, tools
 from .background import Background
-from .history import Loaded, load, needs_store, not_found
+from .history import Loaded, check_chain, load, needs_store, not_found
 from .protocol import CompactRequest, CreateResponse, InputTokensRequest
 from .store import Store
 from .store_health import StoreUnavailable
@@ -147,7 +147,7 @@ class ResponsesService:
         turn = Turn(job, state, stream=bool(body.stream), max_tool_calls=body.max_tool_calls,
                     want_logprobs=job.plan.logprobs is not None, tools=tool_map,
                     record=stream.Record(owner, cid, new, store),
-                    compaction=plan, answer=not forced)
+                    compaction=plan, answer=not forced, before=history)
         if plan is not None:
             turn.rebuild = lambda compacted: convert.prepare(
                 self.text, body, [], compacted, allow_unknown=self.settings.allow_unknown_fields, tools=tool_map)
@@ -215,15 +215,25 @@ class ResponsesService:
         return state.snapshot()
 
     # answering ---------------------------------------------------------------------------------
-    async def begin(self, body: CreateResponse, owner: str) -> tuple[Turn, Place]:
+    async def begin(self, body: CreateResponse, owner: str,
+                    recent: Callable[[str], list[dict[str, Any]] | None] | None = None) -> tuple[Turn, Place]:
         """A place in line (a full line is a 429 at once, before any work), what the request reads
         from the store, the prepared turn, and its row written when it is stored; the caller runs
-        the turn through ``stream.events`` and gives the place back."""
+        the turn through ``stream.events`` and gives the place back. ``recent`` is a WebSocket
+        connection's own memory of its responses (id -> the items a continuation sees): a
+        previous_response_id found there is not read from the store, and need not be stored."""
         text = self.text
         place = enter(text)
         try:
             rules.check(body, self.settings)
-            loaded = await self.load_async(body, owner)
+            pid = body.previous_response_id
+            chain = recent(pid) if recent is not None and pid is not None else None
+            if chain is None:
+                loaded = await self.load_async(body, owner)
+            else:
+                check_chain(body)
+                loaded = await self.load_async(body.model_copy(update={"previous_response_id": None}), owner)
+                loaded.history = chain
             turn = await text.prepared(self.prepare, body, owner, loaded)
             record = turn.record
             if record is not None and record.store:

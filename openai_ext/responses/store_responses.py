@@ -7,6 +7,7 @@ import json
 import time
 from typing import Any, Callable, Iterable, TypeVar
 
+from .render import conform, conform_event
 from .store_conversations import add_items
 from .store_upkeep import RUNNING
 from .store_upkeep import dump as _dump
@@ -74,7 +75,7 @@ class ResponseRows:
     def response(self, response_id: str, owner: str | None) -> dict[str, Any] | None:
         row = self._run(lambda c: c.execute("SELECT owner, body FROM responses WHERE id = ?",
                                             (response_id,)).fetchone())
-        return json.loads(row[1]) if row and _visible(row[0], owner) else None
+        return conform(json.loads(row[1])) if row and _visible(row[0], owner) else None
 
     def delete_response(self, response_id: str, owner: str | None) -> bool:
         def work(conn: Any) -> bool:
@@ -140,5 +141,5 @@ class ResponseRows:
     def events(self, response_id: str) -> list[dict[str, Any]]:
         rows = self._run(lambda c: c.execute("SELECT body FROM events WHERE response_id = ? ORDER BY seq",
                                              (response_id,)).fetchall())
-        return [json.loads(r[0]) for r in rows]
+        return [conform_event(json.loads(r[0])) for r in rows]
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, AsyncGenerator, Callable
 
 import anyio
@@ -62,6 +62,7 @@ class Turn:
     compaction: compaction_.Plan | None = None            # a compaction to run before the answer
     answer: bool = True                                    # false: the compaction alone (compaction_trigger)
     rebuild: Callable[[list[dict[str, Any]]], Job] | None = None   # the job again, from the compacted context
+    before: list[dict[str, Any]] = field(default_factory=list)    # the items before its input (its chain's)
     _seq: int = 0
     _settling: "asyncio.Future[None] | None" = None   # the store's write of its end, once begun
 
@@ -352,7 +353,7 @@ def failure_events(turn: Turn, err: OpenAIError | None, exc: BaseException) -> l
     """What ends a stream that failed after it began: an ``error`` event and ``response.failed``."""
     error = err if err is not None else internal_error(exc)
     turn.fail(error)
-    return [turn.event("error", code=error.code or error.type, message=error.message, param=error.param),
+    return [turn.event("error", **render.error_fields(error)),
             turn.event("response.failed", response=turn.state.snapshot())]
 
 
@@ -362,7 +363,9 @@ def frame(event: dict[str, Any]) -> bytes:
 
 class Framing(streaming.Framing):
     """The framing of a Responses stream for core.streaming.event_stream: named events, an error
-    as ``error`` plus ``response.failed``, and no ``[DONE]`` (OpenAI sends none here)."""
+    as ``error`` plus ``response.failed``, and ``data: [DONE]`` last. OpenAI sends no ``[DONE]``
+    here, but Open Responses requires it, and OpenAI's SDKs (and the other clients read for it)
+    end the stream there."""
 
     def __init__(self, turn: Turn | None):
         self.turn = turn   # None: a replay of stored events, which has no response to fail
@@ -373,12 +376,11 @@ class Framing(streaming.Framing):
     def error(self, err: OpenAIError | None, exc: BaseException) -> bytes:
         if self.turn is None:
             error = err if err is not None else internal_error(exc)
-            return frame({"type": "error", "code": error.code or error.type, "message": error.message,
-                          "param": error.param, "sequence_number": 0})
+            return frame({"type": "error", **render.error_fields(error), "sequence_number": 0})
         return b"".join(frame(e) for e in failure_events(self.turn, err, exc))
 
     def end(self) -> bytes:
-        return b""
+        return streaming.DONE
 
 
 async def complete(text: TextService, turn: Turn, place: Place) -> dict[str, Any]:

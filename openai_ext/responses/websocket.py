@@ -7,9 +7,15 @@ an optional ``stream_id``. Each is answered with the events a stream sends, as J
 carrying the request's ``stream_id`` when it had one. A lane (one ``stream_id``, or none) serves
 its requests in the order sent; lanes run side by side, and every request takes its place in
 the line of requests like an HTTP one. An error before a response starts (a 400, a 404, a full
-line's 429) is an ``error`` event with the HTTP status, and the connection serves on; a failure
-after it started ends the response with ``response.failed``. ``stream`` is implied, and
-``background`` gets an error event (the spec has none here).
+line's 429) is an ``error`` event with the HTTP status and an ``error.code`` always set, and the
+connection serves on; a failure after it started ends the response with ``response.failed``.
+``stream`` is implied, and ``background`` gets an error event (the spec has none here).
+
+As Open Responses has it, the connection keeps its most recent response (one per lane) in memory, with
+every item a continuation of it sees: a ``previous_response_id`` found there is continued without the
+store, so ``store: false`` chains work on the socket; a continuation that fails evicts the response it
+named. A connection lasts ``websocket_lifetime`` seconds (60 minutes); then what is in flight
+finishes and it ends with ``websocket_connection_limit_reached``.
 
 The upgrade passes the key and Host guards as an HTTP request does. A browser lets any page open
 a WebSocket, without the CORS preflight that guards a JSON POST, so an upgrade from a page (one
@@ -61,7 +67,9 @@ async def serve(socket: WebSocket, service: ResponsesService, owner: str) -> Non
 
 
 def _error_event(err: OpenAIError, stream_id: str | None) -> dict[str, Any]:
-    payload: dict[str, Any] = {"type": err.type, "code": err.code, "message": err.message, "param": err.param}
+    # Open Responses: the code MUST be set (the type stands in where the error has none of its own)
+    payload: dict[str, Any] = {"type": err.type, "code": err.code or err.type, "message": err.message,
+                               "param": err.param}
     if err.headers:
         payload["headers"] = dict(err.headers)
     event: dict[str, Any] = {"type": "error", "status": err.status, "error": payload}
@@ -82,20 +90,65 @@ def _body(fields: dict[str, Any]) -> CreateResponse:
     return body
 
 
+def _lifetime_over(lifetime: float) -> InvalidRequestError:
+    return InvalidRequestError(f"This WebSocket connection has reached its limit of {lifetime:g} seconds: open a new "
+                               "connection, and continue there with previous_response_id (a stored response) or "
+                               "with the whole context as input.", code="websocket_connection_limit_reached")
+
+
+class _Recent:
+    """The connection-local state: each lane's most recent response, by id, with the items a
+    continuation of it sees (its chain's, its input, its output). At most one per lane (and
+    lanes are bounded): it lives as long as the connection, and is never stored."""
+
+    def __init__(self) -> None:
+        self.last: dict[str | None, tuple[str, list[dict[str, Any]]]] = {}
+
+    def chain(self, response_id: str) -> list[dict[str, Any]] | None:
+        return next((items for rid, items in self.last.values() if rid == response_id), None)
+
+    def keep(self, lane: str | None, response_id: str, items: list[dict[str, Any]]) -> None:
+        self.last[lane] = (response_id, items)
+
+    def evict(self, response_id: str) -> None:
+        for lane, (rid, _) in list(self.last.items()):
+            if rid == response_id:
+                del self.last[lane]
+
+
 class _Connection:
     def __init__(self, socket: WebSocket, service: ResponsesService, owner: str):
         self.socket = socket
         self.service = service
         self.owner = owner
         self.send_timeout = service.settings.stream_send_timeout
+        self.lifetime = service.settings.websocket_lifetime
         self.lanes: dict[str | None, MemoryObjectSendStream[dict[str, Any]]] = {}
         self.waiting = 0
         self.sending = anyio.Lock()        # one frame at a time, whichever lane it is from
         self.tasks: TaskGroup | None = None
+        self.recent = _Recent()
+        self.expired = False               # the lifetime is over: nothing new begins
+        self.busy = 0                      # responses begun and not yet ended
+        self.idle = anyio.Event()
+
+    async def _expire(self) -> None:
+        """At the end of the connection's lifetime: what is in flight finishes, then the client is
+        told, and the connection ends."""
+        await anyio.sleep(self.lifetime)
+        self.expired = True
+        while self.busy:
+            self.idle = anyio.Event()
+            await self.idle.wait()
+        await self.send(_error_event(_lifetime_over(self.lifetime), None))
+        with contextlib.suppress(Exception):
+            await self.socket.close(code=1000)
+        self._gone()
 
     async def run(self) -> None:
         async with anyio.create_task_group() as tasks:
             self.tasks = tasks
+            tasks.start_soon(self._expire)
             while True:
                 message = await self.socket.receive()
                 if message["type"] == "websocket.disconnect":
@@ -153,6 +206,9 @@ class _Connection:
                 f"Unknown event type {event.get('type')!r}: this server takes response.create events (the body of "
                 "POST /v1/responses, with type and an optional stream_id).", param="type"), stream_id))
             return
+        if self.expired:
+            await self.send(_error_event(_lifetime_over(self.lifetime), stream_id))
+            return
         refusal = self._admit(stream_id)
         if refusal is not None:
             await self.send(_error_event(refusal, stream_id))
@@ -182,14 +238,28 @@ class _Connection:
                 await self._respond(fields, stream_id)
 
     async def _respond(self, fields: dict[str, Any], stream_id: str | None) -> None:
-        try:
-            turn, place = await self.service.begin(_body(fields), self.owner)
-        except OpenAIError as e:
-            await self.send(_error_event(e, stream_id))
+        if self.expired:
+            await self.send(_error_event(_lifetime_over(self.lifetime), stream_id))
             return
+        self.busy += 1
+        try:
+            await self._run(fields, stream_id)
+        finally:
+            self.busy -= 1
+            if not self.busy:
+                self.idle.set()
+
+    async def _run(self, fields: dict[str, Any], stream_id: str | None) -> None:
+        previous = fields.get("previous_response_id")
+        previous = previous if isinstance(previous, str) else None
+        try:
+            turn, place = await self.service.begin(_body(fields), self.owner, self.recent.chain)
         except Exception as e:  # noqa: BLE001 - the client gets an error event, the connection serves on
-            log.exception("preparing a WebSocket response failed")
-            await self.send(_error_event(internal_error(e), stream_id))
+            if previous is not None:   # a continuation that fails evicts what it continued (Open Responses)
+                self.recent.evict(previous)
+            if not isinstance(e, OpenAIError):
+                log.exception("preparing a WebSocket response failed")
+            await self.send(_error_event(e if isinstance(e, OpenAIError) else internal_error(e), stream_id))
             return
         try:
             events = stream.events(self.service.text, turn, place)
@@ -206,3 +276,14 @@ class _Connection:
             if not turn.settled:   # cancelled before its events began
                 turn.fail(asyncio.CancelledError())
                 await turn.settle()
+            self._remember(turn, stream_id, previous)
+
+    def _remember(self, turn: stream.Turn, stream_id: str | None, previous: str | None) -> None:
+        """A response that ended well becomes its lane's most recent one; one that failed evicts
+        the response it continued."""
+        state = turn.state
+        if state.status in ("completed", "incomplete"):
+            record = turn.record
+            self.recent.keep(stream_id, state.id, [*turn.before, *(record.input if record else []), *state.output])
+        elif previous is not None:
+            self.recent.evict(previous)

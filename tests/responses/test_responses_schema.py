@@ -14,6 +14,7 @@ from support.servers import openai_client, run_together
 
 from openai_ext.core import migrations
 from openai_ext.core.migrations import SchemaTooNew, migrate
+from openai_ext.responses import render
 from openai_ext.responses.store import FILE, MIGRATIONS, Store
 
 # The tables exactly as servers wrote them before the schema had a version (user_version 0).
@@ -94,7 +95,8 @@ def user_version(folder) -> int:
 def test_an_unversioned_folder_keeps_its_rows_and_is_brought_up_to_date(tmp_path):
     unversioned_folder(tmp_path)
     store = Store(tmp_path)
-    assert store.response("resp_old", None) == OLD_RESPONSE
+    # read back with the fields the Response object gained since (their defaults)
+    assert store.response("resp_old", None) == {**render.GAINED, **OLD_RESPONSE}
     assert store.input_items("resp_old", None) == [NAME]
     assert store.history("resp_old", None) == [NAME, REPLY]
     assert store.item("msg_old_out", None) == REPLY

@@ -34,7 +34,7 @@ def test_a_text_stream_has_every_event_in_order(srserver, srclient):
                                        "response.output_item.done", events[-1]["type"]]
     assert events[-1]["type"] in ("response.completed", "response.incomplete")
     created, final = events[0]["response"], events[-1]["response"]
-    assert created["status"] == "in_progress" and created["output"] == [] and "usage" not in created
+    assert created["status"] == "in_progress" and created["output"] == [] and created["usage"] is None
     text = "".join(d["delta"] for d in deltas)
     item_id = events[2]["item"]["id"]
     assert all(e["item_id"] == item_id for e in events if "item_id" in e)

@@ -21,19 +21,26 @@ def create(client, **kw):
 
 def parse_events(raw: str) -> list[dict]:
     """The events of a Responses stream, read raw: every block has an event: line naming the
-    type its data: carries, and every payload validates as a ResponseStreamEvent."""
+    type its data: carries, every payload validates as a ResponseStreamEvent (OpenAI's and Open
+    Responses'), and the stream ends with the literal ``data: [DONE]`` that Open Responses requires."""
     events = []
+    done = False
     for block in raw.replace("\r\n", "\n").split("\n\n"):
         lines = [line for line in block.split("\n") if line and not line.startswith(":")]
         if not lines:
             continue
+        assert not done, "data after [DONE]"
         names = [line[6:].strip() for line in lines if line.startswith("event:")]
         data = "\n".join(line[5:].lstrip() for line in lines if line.startswith("data:"))
-        assert data != "[DONE]", "a Responses stream sends no [DONE]"
+        if data == "[DONE]":
+            assert not names, "[DONE] is a bare data: line"
+            done = True
+            continue
         event = json.loads(data)
         assert names == [event["type"]], (names, event["type"])
         assert_valid("ResponseStreamEvent", event)
         events.append(event)
+    assert done, "the stream did not end with data: [DONE]"
     numbers = [e["sequence_number"] for e in events]
     assert numbers == list(range(numbers[0], numbers[0] + len(numbers))), numbers
     return events

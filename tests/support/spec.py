@@ -16,6 +16,8 @@ from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
+from support import open_responses
+
 SPEC_PATH = Path(__file__).resolve().parent.parent / "data" / "openai-openapi" / "openapi.json"
 _ROOT = "urn:openai-spec"
 
@@ -41,6 +43,14 @@ def _spec() -> dict[str, Any]:
     stream["properties"]["choices"]["items"]["properties"]["finish_reason"] = {
         "anyOf": [stream["properties"]["choices"]["items"]["properties"]["finish_reason"], {"type": "null"}]}
     schemas["CreateCompletionStreamResponse"] = stream
+    # Open Responses requires usage in every Response object, null until the end, as OpenAI's API sends it in
+    # response.created (and its SDKs type it Optional); OpenAI's spec only leaves the key out.
+    props = schemas["Response"]["allOf"][2]["properties"]
+    props["usage"] = {"anyOf": [props["usage"], {"type": "null"}]}
+    # Likewise a json_schema text format's description: null when none was sent (OpenAI's API echoes it so and
+    # its SDKs type it Optional; Open Responses requires the key).
+    fmt = schemas["TextResponseFormatJsonSchema"]["properties"]
+    fmt["description"] = {"anyOf": [fmt["description"], {"type": "null"}]}
     return spec
 
 
@@ -58,8 +68,18 @@ def errors(name: str, doc: Any) -> list[str]:
 
 
 def assert_valid(name: str, doc: Any) -> None:
+    """Valid against OpenAI's spec and, for the Responses API's bodies and events, against Open Responses too."""
     errs = errors(name, doc)
     assert not errs, f"{name} does not validate:\n" + "\n".join(errs[:10]) + f"\n{json.dumps(doc)[:2000]}"
+    if name in ("Response", "CompactResource"):
+        open_responses.assert_valid({"Response": "ResponseResource"}.get(name, name), doc)
+    elif name == "ResponseStreamEvent":
+        open_responses.assert_valid_event(doc)
+    elif name == "ResponsesServerEvent":   # the Responses WebSocket: stream events, and its own error envelope
+        if doc.get("type") == "error":
+            open_responses.assert_valid("WebSocketErrorEvent", doc)
+        else:
+            open_responses.assert_valid_event(doc)
 
 
 def parse_sse(raw: str) -> tuple[list[Any], bool]:
