@@ -34,7 +34,8 @@ class Conversations:
             raise InvalidRequestError(f"items[{len(new) - 1}] is a compaction_trigger, which only a response's input "
                                       "may end with; it is not kept in a conversation.",
                                       param=f"items[{len(new) - 1}].type")
-        items.check_call_outputs(before, new, where="items")
+        # items are kept as given: a call is answered when a response goes on from them
+        items.check_call_outputs(before, new, where="items", answered=False)
         return new
 
     async def create(self, body: CreateConversation, owner: str) -> dict[str, Any]:

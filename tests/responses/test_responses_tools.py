@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 
+import httpx
 import jsonschema
 from support.responses_api import create, stream_raw
-from support.scripted import forced
+from support.scripted import call, forced
+from support.spec import error_of
 
 WEATHER = {"type": "function", "name": "get_weather", "description": "Current weather in a city", "strict": True,
            "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 40},
@@ -71,3 +73,50 @@ def test_max_tool_calls_limits_the_calls(rclient):
     assert len([item for item in resp.output if item.type == "function_call"]) == 1
     none, _ = create(rclient, input=ASK, tools=[WEATHER], max_tool_calls=0, max_output_tokens=30)
     assert all(item.type == "message" for item in none.output)
+
+
+def _two_calls(srclient, script):
+    script.script(call("get_weather", {"city": "Paris", "unit": "celsius"}) + "\n"
+                  + call("get_time", {"timezone": "Europe/Paris"}))
+    first, _ = create(srclient, input=ASK, tools=[WEATHER, TIME], tool_choice="required")
+    assert [item.type for item in first.output] == ["function_call", "function_call"]
+    return first, [item.call_id for item in first.output]
+
+
+def _output(call_id: str) -> dict:
+    return {"type": "function_call_output", "call_id": call_id, "output": "done"}
+
+
+def test_function_calls_left_without_their_outputs_are_a_400(srclient, srserver, script):
+    """As at OpenAI ("No tool output found for function call call_x."): continuing from a
+    response that ended in calls without answering them, answering one of two, or sending a
+    call and then a user message without its output."""
+    first, (a, b) = _two_calls(srclient, script)
+    fc_a, fc_b = (item.model_dump(exclude_none=True) for item in first.output)
+    cases = [
+        ({"previous_response_id": first.id, "input": "And tomorrow?"}, a, "input[0]"),
+        ({"previous_response_id": first.id, "input": [_output(b)]}, a, "input"),
+        ({"previous_response_id": first.id, "input": [_output(a), {"role": "user", "content": "Thanks"}]}, b,
+         "input[1]"),
+        ({"input": [{"role": "user", "content": ASK}, fc_a, fc_b, _output(a), {"role": "user", "content": "Go on"}],
+          "store": False}, b, "input[4]"),
+    ]
+    for body, missing, param in cases:
+        r = httpx.post(f"{srserver.url}/responses", timeout=60,
+                       json={"model": "x", "tools": [WEATHER, TIME], "max_output_tokens": 16, **body})
+        err = error_of(r, 400)
+        assert err["message"].startswith(f"No tool output found for function call {missing}."), err
+        assert err["type"] == "invalid_request_error" and err["param"] == param
+
+
+def test_outputs_for_every_call_in_any_order_continue_the_response(srclient, script):
+    first, (a, b) = _two_calls(srclient, script)
+    script.script("Sunny, and it is noon.")
+    final, _ = create(srclient, previous_response_id=first.id, input=[_output(b), _output(a)], tools=[WEATHER, TIME],
+                      max_output_tokens=30)
+    assert final.output_text == "Sunny, and it is noon."
+    # calls the input ends with (nothing after them) are left as they are, as before
+    script.script("Sunny.")
+    last, _ = create(srclient, input=[{"role": "user", "content": ASK}, first.output[0].model_dump(exclude_none=True)],
+                     tools=[WEATHER, TIME], max_output_tokens=30, store=False)
+    assert last.output_text == "Sunny."
