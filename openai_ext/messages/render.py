@@ -81,8 +81,10 @@ def fold(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
             else:
                 partial[ev["index"]] = partial.get(ev["index"], "") + delta["partial_json"]
         elif kind == "content_block_stop" and ev["index"] in partial:
+            # a block is sent only for a whole call (stream.Blocks), whose input is whole JSON; one
+            # the grammar let through malformed (never seen) keeps the input it started with
             try:
                 blocks[ev["index"]]["input"] = json.loads(partial.pop(ev["index"]) or "{}")
             except json.JSONDecodeError:
-                pass   # cut by max_tokens inside the input: stop_reason says so; input stays {}
+                pass
     return blocks

@@ -3,9 +3,10 @@
 ``Blocks`` turns the generated text, split by the tool-call parser into content and calls,
 into ``content_block_start`` / ``content_block_delta`` / ``content_block_stop`` events: text
 as ``text_delta``, each call as a ``tool_use`` block whose input arrives as ``input_json_delta``
-fragments while it is generated (when a grammar guarantees the calls; otherwise each call is
-sent whole once it is complete and valid). A whole, non-streamed answer is folded from the same
-events, so both give the same content.
+fragments, as they were generated (when a grammar guarantees the calls; otherwise in pieces of
+the validated call), once the call is complete: a call that max_tokens cuts short is never sent
+as a block (the stop reason, max_tokens, says the answer was cut). A whole, non-streamed answer
+is folded from the same events, so both give the same content.
 
 ``AnthropicFraming`` writes each event as ``event: <type>`` and ``data: {json}``, an error after
 the stream began as ``event: error``, no ``[DONE]``, and keep-alive pings as real
@@ -37,6 +38,9 @@ class Blocks:
         self.output = output
         self.index = -1
         self.open: str | None = None     # the type of the block now open
+        # The events of the call being generated, held until it is complete: a tool_use block is
+        # sent only for a whole call, streamed or not.
+        self.held: list[tools.CallDelta] = []
 
     @property
     def called(self) -> bool:
@@ -45,6 +49,13 @@ class Blocks:
     def feed(self, text: str, *, final: bool = False) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         for part in self.output.feed(text, final=final):
+            if isinstance(part, tools.CallDelta):
+                if self.held and self.held[0].index != part.index:
+                    out += self.release()     # the call before it is complete
+                self.held.append(part)
+                continue
+            if self.held and not (isinstance(part, tools.Content) and not part.text):
+                out += self.release()         # anything after a call comes once it is complete
             if isinstance(part, Thinking):
                 if self.open != "thinking":
                     out += self._start({"type": "thinking", "thinking": "", "signature": ""})
@@ -55,14 +66,26 @@ class Blocks:
                 if self.open != "text":
                     out += self._start({"type": "text", "text": ""})
                 out.append(self._delta({"type": "text_delta", "text": part.text}))
-            else:
-                if part.id is not None:
-                    out += self._start({"type": "tool_use", "id": render.tool_use_id(part.id), "name": part.name,
-                                        "input": {}})
-                if part.arguments:
-                    out.append(self._delta({"type": "input_json_delta", "partial_json": part.arguments}))
+        if self.held and (final or self.held[0].index < len(self.output.calls)):
+            out += self.release()
         if final:
             out += self.close()
+        return out
+
+    def release(self) -> list[dict[str, Any]]:
+        """The held call as a tool_use block, its input in the fragments it was generated in; or
+        nothing, for a call max_tokens cut short: it is no call, and stop_reason max_tokens says
+        the answer was cut (Anthropic's SDK never runs the calls of such a turn)."""
+        held, self.held = self.held, []
+        if not held or held[0].index in self.output.cut:
+            return []
+        out: list[dict[str, Any]] = []
+        for part in held:
+            if part.id is not None:
+                out += self._start({"type": "tool_use", "id": render.tool_use_id(part.id), "name": part.name,
+                                    "input": {}})
+            if part.arguments:
+                out.append(self._delta({"type": "input_json_delta", "partial_json": part.arguments}))
         return out
 
     def close(self) -> list[dict[str, Any]]:

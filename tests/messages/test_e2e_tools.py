@@ -11,6 +11,7 @@ import httpx
 import pytest
 from jsonschema import Draft202012Validator
 from support.anthropic_types import assert_error, assert_events, assert_message
+from support.scripted import call, forced
 
 WEATHER = {"name": "get_weather", "description": "The current weather in a city",
            "input_schema": {"type": "object", "properties": {"city": {"type": "string"},
@@ -71,7 +72,7 @@ def test_named_tool_with_a_nested_schema_always_validates(claude, live):
                  max_tokens=300, extra_body=GREEDY)
     assert [b.type for b in msg.content] == ["tool_use"] and msg.stop_reason == "tool_use"   # one call, named
     assert msg.content[0].name == "book_trip" and valid(BOOKING, msg.content[0].input)
-    # the same, streamed: the input arrives in fragments while it is generated
+    # the same, streamed: the input arrives in the fragments it was generated in
     r = httpx.post(f"{live.url}/messages", timeout=120, json={
         "model": "x", "messages": TRIP, "tools": [WEATHER, BOOKING], "max_tokens": 300, "stream": True,
         "tool_choice": {"type": "tool", "name": "book_trip"}, **GREEDY})
@@ -169,3 +170,44 @@ def test_tool_results_in_any_order_and_a_prefill_after_them_pass(sclaude, script
                  messages=[*ASK, SIX_USES, {"role": "user", "content": results},
                            {"role": "assistant", "content": "It is"}])
     assert msg.content[0].text == " sunny everywhere." and msg.stop_reason == "end_turn"
+
+
+def _messages(server, stream: bool, **body) -> tuple[list[dict], str]:
+    """(content, stop_reason) of a Messages answer, from the whole message or from the events of
+    its stream folded as a client folds them; either way validated against Anthropic's types."""
+    r = httpx.post(f"{server.url}/messages", timeout=60, json={"model": "x", "stream": stream, **body})
+    assert r.status_code == 200, r.text
+    if not stream:
+        assert_message(r.json())
+        return r.json()["content"], r.json()["stop_reason"]
+    events = assert_events(r.text)
+    blocks: list[dict] = []
+    for e in events:
+        if e["type"] == "content_block_start":
+            blocks.append({**e["content_block"], **({"partial": ""} if e["content_block"]["type"] == "tool_use" else {})})
+        elif e["type"] == "content_block_delta" and e["delta"]["type"] == "text_delta":
+            blocks[-1]["text"] += e["delta"]["text"]
+        elif e["type"] == "content_block_delta":
+            blocks[-1]["partial"] += e["delta"]["partial_json"]
+    for b in blocks:
+        if b["type"] == "tool_use":
+            b["input"] = json.loads(b.pop("partial"))    # a block sent is a whole call
+    return blocks, events[-2]["delta"]["stop_reason"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_call_cut_by_max_tokens_is_never_a_tool_use_block(scripted, script, stream):
+    """A forced call whose input max_tokens cuts short is reported as cut (stop_reason
+    max_tokens), never as a tool_use block with made-up input; text before a cut call is kept;
+    streamed and not streamed alike. With room enough, the same call is a whole tool_use block."""
+    named = {"type": "tool", "name": "get_weather"}
+    script.script(forced({"city": "Paris of France", "unit": "celsius"}))
+    assert _messages(scripted, stream, messages=ASK, tools=[WEATHER], tool_choice=named, max_tokens=4) == (
+        [], "max_tokens")
+    script.script("Let me look that up. " + call("get_weather", {"city": "Paris of France", "unit": "celsius"}))
+    content, reason = _messages(scripted, stream, messages=ASK, tools=[WEATHER], max_tokens=14)
+    assert (content, reason) == ([{"type": "text", "text": "Let me look that up. "}], "max_tokens")
+    script.script(forced({"city": "Paris of France", "unit": "celsius"}))
+    content, reason = _messages(scripted, stream, messages=ASK, tools=[WEATHER], tool_choice=named, max_tokens=100)
+    assert reason == "tool_use" and [b["type"] for b in content] == ["tool_use"]
+    assert content[0]["input"] == {"city": "Paris of France", "unit": "celsius"}

@@ -75,3 +75,57 @@ def test_a_named_tool_fits_16_tokens_in_messages(live):
     deltas = "".join(e["delta"].get("partial_json", "") for e in events if e.get("type") == "content_block_delta")
     assert json.loads(deltas) == msg.content[0].input
     assert [e["delta"]["stop_reason"] for e in events if e.get("type") == "message_delta"] == ["tool_use"]
+
+
+CUT = {"city": "Paris of France"}
+
+
+def test_a_forced_call_cut_by_max_tokens_is_reported_cut_in_chat(scripted, script):
+    """Chat: finish_reason length and the arguments written so far, streamed or not; never
+    finish_reason tool_calls, never made-up arguments."""
+    from support.scripted import forced
+
+    body = {"model": "x", "messages": ASK, "tools": [WEATHER], "tool_choice": NAMED, "max_tokens": 4}
+    script.script(forced(CUT))
+    r = httpx.post(f"{scripted.url}/chat/completions", timeout=60, json=body)
+    assert_valid("CreateChatCompletionResponse", r.json())
+    choice = r.json()["choices"][0]
+    assert choice["finish_reason"] == "length"
+    [call] = choice["message"]["tool_calls"]
+    whole = json.dumps(CUT)
+    written = call["function"]["arguments"]
+    assert written and whole.startswith(written) and written != whole
+    script.script(forced(CUT))
+    r = httpx.post(f"{scripted.url}/chat/completions", timeout=60, json={**body, "stream": True})
+    chunks = assert_valid_stream("CreateChatCompletionStreamResponse", r.text)
+    deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
+    assert "".join(tc["function"].get("arguments", "") for d in deltas for tc in d.get("tool_calls") or []) == written
+    assert [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]][-1] == "length"
+
+
+def test_a_forced_call_cut_by_max_output_tokens_is_an_incomplete_item_in_responses(scripted, script):
+    """Responses: the response is incomplete (max_output_tokens) and so is its function_call item,
+    holding the arguments written so far; streamed, the item is done as incomplete and the stream
+    ends with response.incomplete."""
+    from support.responses_api import parse_events
+    from support.scripted import forced
+
+    tool = {"type": "function", **WEATHER["function"]}
+    body = {"model": "x", "input": "What is the weather in Paris?", "tools": [tool], "store": False,
+            "tool_choice": {"type": "function", "name": "get_weather"}, "max_output_tokens": 16}
+    long = {"city": "Paris of France, " * 6}
+    script.script(forced(long))
+    r = httpx.post(f"{scripted.url}/responses", timeout=60, json=body)
+    assert_valid("Response", r.json())
+    resp = r.json()
+    assert resp["status"] == "incomplete" and resp["incomplete_details"] == {"reason": "max_output_tokens"}
+    [item] = resp["output"]
+    assert item["type"] == "function_call" and item["status"] == "incomplete"
+    assert json.dumps(long).startswith(item["arguments"]) and item["arguments"] not in ("", "{}")
+    script.script(forced(long))
+    events = parse_events(httpx.post(f"{scripted.url}/responses", timeout=60, json={**body, "stream": True}).text)
+    done = [e["item"] for e in events if e["type"] == "response.output_item.done"]
+    assert [(i["type"], i["status"], i["arguments"]) for i in done] == [("function_call", "incomplete",
+                                                                         item["arguments"])]
+    assert events[-1]["type"] == "response.incomplete"
+    assert events[-1]["response"]["output"][0]["status"] == "incomplete"
