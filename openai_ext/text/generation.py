@@ -132,8 +132,20 @@ async def run_choice(host: Host, prompt: Prompt, settings: GenerationSettings, s
 
 
 # How a prompt too long for the context can be cut, here: a family whose requests say it
-# themselves (the Responses API's truncation) words it its own way (core.errors.renamed).
-TRUNCATE = {"remedy": "start the server with the truncate_prompt setting to cut the oldest tokens"}
+# themselves (the Responses API's truncation) words it its own way (core.errors.renamed). It comes
+# after the real remedy, a longer context: cutting drops the prompt's start, which holds an
+# agent's system prompt and tools.
+TRUNCATE = {"remedy": "turn on the truncate_prompt setting, which cuts the oldest part of the prompt to fit "
+                      "(a system prompt and tools first)"}
+# ... and that remedy, said for where the context is set: the server's command line, or the web UI.
+LONGER = "start the server with a longer context (--n-ctx N) or with a model that has one"
+LONGER_WEB_UI = ("raise the context length in the web UI (ctx-size in the Model tab, then load the model again) "
+                 "or load a model that has a longer context")
+TOO_LONG = "To make room, {longer}. Otherwise shorten the {param}, or {remedy}."
+
+
+def _words(host: Host) -> dict[str, str]:
+    return {**TRUNCATE, "longer": LONGER_WEB_UI if host.abilities.web_ui else LONGER}
 
 
 @overload
@@ -157,8 +169,8 @@ def bound_text(host: Host, text: str | int, *, truncate: bool, param: str) -> st
         return None
     raise ContextLengthExceeded(
         f"This model's maximum context length is {ctx} tokens, and there are {length} characters in the {{param}}: "
-        f"more than {ctx} tokens of at most {per_token} bytes each can hold. Shorten the {{param}}, or {{remedy}}.",
-        param=param, words=TRUNCATE)
+        f"more than {ctx} tokens of at most {per_token} bytes each can hold. " + TOO_LONG,
+        param=param, words=_words(host))
 
 
 def fit_prompt(host: Host, prompt: Prompt, *, requested: int | None, truncate: bool, param: str) -> Prompt:
@@ -170,7 +182,7 @@ def fit_prompt(host: Host, prompt: Prompt, *, requested: int | None, truncate: b
     if not truncate:
         raise ContextLengthExceeded(
             f"This model's maximum context length is {ctx} tokens, and {len(prompt.tokens)} tokens are taken by "
-            "the {param} alone. Shorten the {param}, or {remedy}.", param=param, words=TRUNCATE)
+            "the {param} alone. " + TOO_LONG, param=param, words=_words(host))
     reserve = min(requested or max(1, ctx // 4), ctx // 2)
     kept = prompt.tokens[-(ctx - reserve):]
     log.warning("prompt cut from %d to %d tokens to fit the context of %d", len(prompt.tokens), len(kept), ctx)

@@ -505,3 +505,13 @@ def test_the_web_uis_exit_ends_open_streams_with_an_error_event_and_frees_the_lo
     events, done = parse_sse("\n".join(raw) + "\n")
     assert done and events[-1]["error"]["code"] == "server_shutting_down"
     assert not shared.generation_lock.locked()
+
+
+def test_a_prompt_that_cannot_fit_names_the_web_uis_context_length_first(client, host_modules):
+    long = "word " * (host_modules.shared.settings["truncation_length"] + 50)
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model="x", max_tokens=5, messages=[{"role": "user", "content": long}])
+    message = e.value.body["message"]
+    assert e.value.body["code"] == "context_length_exceeded" and "--n-ctx" not in message
+    assert "ctx-size" in message and "longer context" in message
+    assert message.index("ctx-size") < message.index("truncate_prompt"), message

@@ -206,3 +206,13 @@ def test_every_status_in_anthropics_shape(error, status, kind, sdk_class):
     assert anthropic_errors.reply(error).status == status
     openai_side = http.post("/v1/chat/completions")          # OpenAI's routes: OpenAI's shape
     assert openai_side.status_code == error.status and openai_side.json() == error.body()
+
+
+def test_a_prompt_that_cannot_fit_names_a_longer_context_first(sclaude, scripted_host):
+    long = "word " * (scripted_host.context_length() + 50)
+    with pytest.raises(anthropic.BadRequestError) as e:
+        sclaude.messages.create(model="x", max_tokens=5, messages=[{"role": "user", "content": long}])
+    assert_error(e.value.body, "invalid_request_error")
+    message = e.value.body["error"]["message"]
+    assert "--n-ctx" in message and "longer context" in message
+    assert message.index("--n-ctx") < message.index("truncate_prompt"), message

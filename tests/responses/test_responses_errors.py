@@ -68,6 +68,9 @@ def test_input_longer_than_the_context(srserver, srclient, scripted_host):
     err = error_of(httpx.post(f"{srserver.url}/responses", json={"input": long, "max_output_tokens": 16}), 400)
     assert err["code"] == "context_length_exceeded" and err["param"] == "input"
     assert str(scripted_host.context_length()) in err["message"] and "truncation" in err["message"]
+    # a longer context first; truncation, which drops the oldest input items, only after it
+    assert "--n-ctx" in err["message"] and err["message"].index("--n-ctx") < err["message"].index("truncation")
+    assert "truncate_prompt" not in err["message"]
     # truncation auto drops the oldest items until the rest fits
     items = [{"role": "user", "content": long}, {"role": "assistant", "content": "Noted."},
              {"role": "user", "content": "Say hi."}]

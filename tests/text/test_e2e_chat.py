@@ -277,7 +277,17 @@ def test_prompt_longer_than_context_is_context_length_exceeded(sclient, scripted
     with pytest.raises(openai.BadRequestError) as e:
         sclient.chat.completions.create(model="x", messages=[{"role": "user", "content": long}], max_tokens=5)
     assert e.value.body["code"] == "context_length_exceeded"
-    assert str(scripted_host.context_length()) in e.value.body["message"]
+    message = e.value.body["message"]
+    assert str(scripted_host.context_length()) in message
+    assert_longer_context_first(message, "truncate_prompt")
+
+
+def assert_longer_context_first(message: str, truncation: str, *, web_ui: bool = False) -> None:
+    """A prompt that cannot fit: the message names the real remedy first (a longer context, or a
+    model with one), and only then the truncation that drops the oldest part of the prompt."""
+    longer = "ctx-size" if web_ui else "--n-ctx"
+    assert longer in message and "longer context" in message, message
+    assert truncation in message and message.index(longer) < message.index(truncation), message
 
 
 @pytest.mark.slow
@@ -325,7 +335,8 @@ def test_a_message_list_that_cannot_fit_is_refused_before_it_is_rendered_and_oth
     assert refused.status_code == 400, refused.text
     err = refused.json()["error"]
     assert err["code"] == "context_length_exceeded" and err["param"] == "messages"
-    assert "characters" in err["message"] and "truncate_prompt" in err["message"]
+    assert "characters" in err["message"]
+    assert_longer_context_first(err["message"], "truncate_prompt")
     assert served.status_code == 200 and served.json()["choices"][0]["message"]["content"] is not None
 
 

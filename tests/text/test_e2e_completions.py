@@ -184,6 +184,8 @@ def test_prompt_over_context(sclient, scripted_host):
     with pytest.raises(openai.BadRequestError) as e:
         sclient.completions.create(model="x", prompt="hi " * (scripted_host.context_length() + 10))
     assert e.value.body["code"] == "context_length_exceeded" and e.value.body["param"] == "prompt"
+    message = e.value.body["message"]   # a longer context first, then truncation
+    assert "--n-ctx" in message and message.index("--n-ctx") < message.index("truncate_prompt"), message
 
 
 def test_an_empty_prompt_starts_a_new_document(sclient):
