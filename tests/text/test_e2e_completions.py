@@ -200,3 +200,20 @@ def test_a_prompt_that_cannot_fit_is_refused_from_its_length(scripted, scripted_
     r = httpx.post(f"{scripted.url}/completions", json={"model": "x", "prompt": "a" * (limit + 1), "max_tokens": 1})
     assert r.status_code == 400
     assert r.json()["error"]["code"] == "context_length_exceeded" and r.json()["error"]["param"] == "prompt"
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_a_completion_stream_ends_each_choice_with_an_empty_chunk_carrying_finish_reason(scripted, script, n):
+    """As OpenAI's legacy completions stream does: one chunk per piece of text with
+    finish_reason null, then for each choice one chunk with text "" and the finish_reason (so a
+    stream of max_tokens tokens has max_tokens text chunks and one more), then usage's chunk
+    (choices []) when stream_options asks for it, then [DONE]."""
+    script.default = "one two three four five six seven eight"
+    chunks = stream(scripted, prompt=PROMPT, max_tokens=5, n=n, stream_options={"include_usage": True})
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 5 * n
+    for i in range(n):
+        mine = [c["choices"][0] for c in chunks[:-1] if c["choices"][0]["index"] == i]
+        texts, last = mine[:-1], mine[-1]
+        assert len(texts) == 5 and all(c["text"] and c["finish_reason"] is None for c in texts)
+        assert (last["text"], last["finish_reason"]) == ("", "length")
+        assert "".join(c["text"] for c in texts) == "one two three four five"
