@@ -331,7 +331,8 @@ def check_answered(history: list[dict[str, Any]], items: list[dict[str, Any]], w
     system or developer message, and, once the input answers some of the calls it ends with, all
     of them. A compaction item stands for everything before it, and calls the history left
     unanswered before a later message of its own are its own: only ``items`` are refused. Calls
-    the input ends with, with nothing but the model's own items after them, are left as they are."""
+    the input ends with, with nothing but the model's own items after them, are left as they are,
+    and so are incomplete ones (cut by max_output_tokens: the client could not run them)."""
     pending: dict[str, int] = {}     # call id -> its place, for calls waiting for their output
     last_output = -1                 # the place of the input's last function_call_output
 
@@ -344,7 +345,7 @@ def check_answered(history: list[dict[str, Any]], items: list[dict[str, Any]], w
     for k, it in enumerate([*history, *items]):
         i = k - len(history)       # the place in items (negative: the history's)
         kind = it["type"]
-        if kind == "function_call":
+        if kind == "function_call" and it.get("status") != "incomplete":   # a call max tokens cut is no call
             pending[it["call_id"]] = k
         elif kind == "function_call_output":
             pending.pop(it["call_id"], None)

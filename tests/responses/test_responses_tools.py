@@ -120,3 +120,16 @@ def test_outputs_for_every_call_in_any_order_continue_the_response(srclient, scr
     last, _ = create(srclient, input=[{"role": "user", "content": ASK}, first.output[0].model_dump(exclude_none=True)],
                      tools=[WEATHER, TIME], max_output_tokens=30, store=False)
     assert last.output_text == "Sunny."
+
+
+def test_a_call_cut_by_max_output_tokens_needs_no_output(srclient, script):
+    """An incomplete function_call (max_output_tokens cut it) was never a call the client could
+    run: the conversation goes on from it with a new message."""
+    script.script(forced({"city": "Paris of France, " * 8, "unit": "celsius"}))
+    cut, _ = create(srclient, input=ASK, tools=[WEATHER], tool_choice={"type": "function", "name": "get_weather"},
+                    max_output_tokens=16)
+    assert cut.status == "incomplete" and [(i.type, i.status) for i in cut.output] == [("function_call", "incomplete")]
+    script.script("Paris is sunny.")
+    final, _ = create(srclient, previous_response_id=cut.id, input="Just tell me in words.", tools=[WEATHER],
+                      max_output_tokens=30)
+    assert final.output_text == "Paris is sunny."
