@@ -6,7 +6,7 @@ needs nothing from the store (``needs_store``) never calls it."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any, Callable, Union
 
 from ..core.config import Settings
 from ..core.errors import InvalidRequestError, NotFoundError
@@ -62,6 +62,21 @@ def check_chain(body: Body) -> None:
     if body.previous_response_id is not None and getattr(body, "conversation", None) is not None:
         raise InvalidRequestError("Send either conversation or previous_response_id, not both.",
                                   param="conversation")
+
+
+# A WebSocket connection's memory of its own responses: id -> the items a continuation sees.
+Recent = Callable[[str], "list[dict[str, Any]] | None"]
+
+
+def from_recent(body: Body, recent: Recent | None) -> tuple[Body, list[dict[str, Any]] | None]:
+    """The chain of a previous_response_id held in ``recent``, and the body to load the rest for
+    (without that id: it is not read from the store, nor need it have been stored)."""
+    pid = body.previous_response_id
+    chain = recent(pid) if recent is not None and pid is not None else None
+    if chain is None:
+        return body, None
+    check_chain(body)
+    return body.model_copy(update={"previous_response_id": None}), chain
 
 
 def load(store: Store, settings: Settings, body: Body, who: str | None) -> Loaded:

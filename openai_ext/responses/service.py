@@ -39,7 +39,7 @@ from ..text.images import no_vision
 from ..text.service import TextService, enter
 from . import compaction, convert, images, items, render, rules, stream, tools
 from .background import Background
-from .history import Loaded, check_chain, load, needs_store, not_found
+from .history import Loaded, Recent, from_recent, load, needs_store, not_found
 from .protocol import CompactRequest, CreateResponse, InputTokensRequest
 from .store import Store
 from .store_health import StoreUnavailable
@@ -101,13 +101,21 @@ class ResponsesService:
                                       "there are no stored responses or conversations.", code="storage_disabled")
 
     # preparing ---------------------------------------------------------------------------------
-    async def load_async(self, body: CreateResponse | InputTokensRequest | CompactRequest, owner: str) -> Loaded:
+    async def load_async(self, body: CreateResponse | InputTokensRequest | CompactRequest, owner: str,
+                         recent: Recent | None = None) -> Loaded:
         """What the request reads from the store (history.load), on a store thread; a request that
-        needs nothing from the store never calls it."""
+        needs nothing from the store never calls it. ``recent``: a WebSocket connection's memory of
+        its own responses (id -> the items a continuation sees); a previous_response_id found there
+        is not read from the store (nor need it have been stored)."""
+        body, chain = from_recent(body, recent)
         who = self.visible_to(owner)
         if not needs_store(body, self.settings):
-            return load(self.store, self.settings, body, who)
-        return await self.io(load, self.store, self.settings, body, who)
+            loaded = load(self.store, self.settings, body, who)
+        else:
+            loaded = await self.io(load, self.store, self.settings, body, who)
+        if chain is not None:
+            loaded.history = chain
+        return loaded
 
     def _items(self, body: CreateResponse | InputTokensRequest | CompactRequest, loaded: Loaded) -> list[dict]:
         resolve = loaded.references.get if self.settings.responses_store else None
@@ -215,25 +223,15 @@ class ResponsesService:
         return state.snapshot()
 
     # answering ---------------------------------------------------------------------------------
-    async def begin(self, body: CreateResponse, owner: str,
-                    recent: Callable[[str], list[dict[str, Any]] | None] | None = None) -> tuple[Turn, Place]:
+    async def begin(self, body: CreateResponse, owner: str, recent: Recent | None = None) -> tuple[Turn, Place]:
         """A place in line (a full line is a 429 at once, before any work), what the request reads
-        from the store, the prepared turn, and its row written when it is stored; the caller runs
-        the turn through ``stream.events`` and gives the place back. ``recent`` is a WebSocket
-        connection's own memory of its responses (id -> the items a continuation sees): a
-        previous_response_id found there is not read from the store, and need not be stored."""
+        from the store (or a WebSocket's ``recent`` memory), the prepared turn, and its row written
+        when it is stored; the caller runs the turn through ``stream.events`` and gives the place back."""
         text = self.text
         place = enter(text)
         try:
             rules.check(body, self.settings)
-            pid = body.previous_response_id
-            chain = recent(pid) if recent is not None and pid is not None else None
-            if chain is None:
-                loaded = await self.load_async(body, owner)
-            else:
-                check_chain(body)
-                loaded = await self.load_async(body.model_copy(update={"previous_response_id": None}), owner)
-                loaded.history = chain
+            loaded = await self.load_async(body, owner, recent)
             turn = await text.prepared(self.prepare, body, owner, loaded)
             record = turn.record
             if record is not None and record.store:
@@ -340,7 +338,7 @@ class ResponsesService:
             return event_stream(run.follow(after), send_timeout=self.settings.stream_send_timeout,
                                 framing=stream.Framing(run.turn))
         events = await self.io(self.store.events, response_id)
-        return event_stream(_replay([e for e in events if e["sequence_number"] > after]),
+        return event_stream(stream.replay([e for e in events if e["sequence_number"] > after]),
                             send_timeout=self.settings.stream_send_timeout, framing=stream.Framing(None))
 
     async def delete(self, response_id: str, owner: str) -> dict[str, Any]:
@@ -395,8 +393,3 @@ class ResponsesService:
     def close(self) -> None:
         self.background.close()
         self.store.close()
-
-
-async def _replay(events: list[dict[str, Any]]):
-    for event in events:
-        yield event

@@ -383,6 +383,12 @@ class Framing(streaming.Framing):
         return streaming.DONE
 
 
+async def replay(events: list[dict[str, Any]]) -> AsyncGenerator[dict[str, Any], None]:
+    """Stored events, as a stream again."""
+    for event in events:
+        yield event
+
+
 async def complete(text: TextService, turn: Turn, place: Place) -> dict[str, Any]:
     """A non-streamed response: the events are run through, the final Response object returned."""
     async with contextlib.aclosing(events(text, turn, place)) as evs:
