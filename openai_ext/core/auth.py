@@ -7,15 +7,19 @@ route dependency of the model-management routes.
 A key is sent as ``Authorization: Bearer <key>`` (OpenAI's clients) or as ``x-api-key: <key>``
 (Anthropic's clients); either header is read, on every route. A WebSocket upgrade may carry it as
 the subprotocol ``openai-insecure-api-key.<key>`` instead: browsers cannot set headers on a
-WebSocket, and OpenAI's browser clients send the key that way.
+WebSocket, and OpenAI's browser clients send the key that way. The guard records the key it let a
+request in with (``caller_owner`` reads it): every family tells callers apart by that one record,
+whichever way the key came.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 from typing import Any, Callable
 
 from fastapi import Request
+from starlette.requests import HTTPConnection
 
 from . import tunnel
 from .config import Settings
@@ -54,6 +58,16 @@ def _matches(token: str | None, key: str) -> bool:
     return token is not None and hmac.compare_digest(token.encode(), key.encode())
 
 
+CALLER_KEY = "caller_key"   # in the request's scope state: the key the guard let it in with
+
+
+def caller_owner(conn: HTTPConnection) -> str:
+    """Who a request comes from, for the objects it makes and may see: a digest of the key the guard
+    let it in with (header or subprotocol alike); "" on a server that takes no key."""
+    key = conn.scope.get("state", {}).get(CALLER_KEY)
+    return hashlib.sha256(key.encode()).hexdigest()[:32] if key else ""
+
+
 class KeyGuard:
     """Every route but health needs the api_key, when one is set (the admin key also passes);
     so does a WebSocket upgrade, which carries the same headers."""
@@ -69,9 +83,11 @@ class KeyGuard:
             tokens = _tokens(lambda name: header(scope, name.encode()))
             if scope["type"] == "websocket":
                 tokens += subprotocol_tokens(header(scope, b"sec-websocket-protocol"))
-            if not any(_matches(token, key) for token in tokens for key in self.keys):
+            caller = next((token for token in tokens if any(_matches(token, key) for key in self.keys)), None)
+            if caller is None:
                 await send_error(send, AuthenticationError(), scope, self.shapes)
                 return
+            scope.setdefault("state", {})[CALLER_KEY] = caller
         await self.app(scope, receive, send)
 
 

@@ -5,17 +5,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
+from ..core.auth import caller_owner
 from ..text.service import TextService, generate
 from . import endpoint
 from .protocol import CountTokensRequest, MessagesRequest
-from .threads import Threads, owner_of
-
-
-def _token(request: Request) -> str | None:
-    scheme, _, token = (request.headers.get("authorization") or "").partition(" ")
-    if scheme.lower() == "bearer" and token.strip():
-        return token.strip()
-    return request.headers.get("x-api-key")
+from .threads import Threads
 
 
 def router(text: TextService) -> APIRouter:
@@ -25,7 +19,7 @@ def router(text: TextService) -> APIRouter:
     @r.post("/messages")
     async def create_message(body: MessagesRequest, request: Request):
         text.require_model()
-        whole = threads.resolve(body, owner_of(text.settings.api_key, _token(request)))
+        whole = threads.resolve(body, caller_owner(request))
         return await generate(text, request, endpoint, whole)
 
     @r.post("/messages/count_tokens")

@@ -16,7 +16,6 @@ Anthropic's ``error.details.error_code`` (errors.py).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import threading
 from collections import OrderedDict
@@ -28,13 +27,6 @@ from .protocol import InputMessage, MessagesRequest, TextBlock, Thread, parse
 
 MAX_THREADS = 512
 MAX_CHARS = 64_000_000    # the kept conversations' JSON, all together
-
-
-def owner_of(api_key_setting: str, token: str | None) -> str:
-    """Whose thread it is: a digest of the request's key ("" when the server takes no keys)."""
-    if not api_key_setting or not token:
-        return ""
-    return hashlib.sha256(token.encode()).hexdigest()[:32]
 
 
 @dataclass

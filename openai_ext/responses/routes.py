@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Depends, Query, Request, WebSocket
 from starlette.requests import HTTPConnection
 
+from ..core.auth import caller_owner
 from ..core.errors import InvalidRequestError, NotImplementedByServer, refuse_unknown_fields
 from .conversations import Conversations
 from .history import check_conversation_id
@@ -18,7 +19,7 @@ from .protocol import (
     InputTokensRequest,
     UpdateConversation,
 )
-from .service import ResponsesService, owner_of
+from .service import ResponsesService
 from .websocket import serve
 
 Order = Literal["asc", "desc"]
@@ -33,20 +34,13 @@ def _conversation_id(conversation_id: str) -> str:
 ConversationId = Annotated[str, Depends(_conversation_id)]
 
 
-def _token(request: HTTPConnection) -> str | None:
-    scheme, _, token = (request.headers.get("authorization") or "").partition(" ")
-    if scheme.lower() == "bearer" and token.strip():
-        return token.strip()
-    return request.headers.get("x-api-key")
-
-
 def router(responses: ResponsesService) -> APIRouter:
     r = APIRouter()
     conversations = Conversations(responses)
     settings = responses.settings
 
     def owner(request: HTTPConnection) -> str:
-        return owner_of(settings, _token(request))
+        return caller_owner(request)
 
     # --- responses ---------------------------------------------------------------------------
     @r.post("/responses")

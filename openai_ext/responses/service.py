@@ -20,7 +20,6 @@ objects are shared. ``owner`` is a digest of the key, never the key.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import time
@@ -55,13 +54,6 @@ def default_folder() -> Path:
     """Standalone: the user's data folder (XDG), so stored responses outlive the project folder."""
     base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
     return Path(base) / "openai_ext"
-
-
-def owner_of(settings: Settings, token: str | None) -> str:
-    """Who made an object: a digest of the key the request came with ("" without keys)."""
-    if not settings.api_key or not token:
-        return ""
-    return hashlib.sha256(token.encode()).hexdigest()[:32]
 
 
 class ResponsesService:

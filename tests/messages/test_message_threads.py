@@ -94,11 +94,11 @@ def test_a_continue_is_answered_with_the_kept_conversation():
 
 def test_threads_are_kept_per_key():
     store = threads.Threads()
-    answer(store, request(thread={"type": "create"}), threads.owner_of("k", "key-a"), "msg_1", "Hi.")
+    answer(store, request(thread={"type": "create"}), "owner-a", "msg_1", "Hi.")
     with pytest.raises(NotFoundError) as e:
-        store.resolve(cont("msg_1"), threads.owner_of("k", "key-b"))
+        store.resolve(cont("msg_1"), "owner-b")
     assert e.value.code == "thread_not_found"
-    assert store.resolve(cont("msg_1"), threads.owner_of("k", "key-a")).messages
+    assert store.resolve(cont("msg_1"), "owner-a").messages
 
 
 def test_the_oldest_threads_are_dropped_first_by_count_and_by_size():

@@ -215,6 +215,28 @@ def test_the_upgrade_needs_the_key(scripted_host, make_server):
     assert asyncio.run(served())[-1]["type"] in ("response.completed", "response.incomplete")
 
 
+def test_a_response_made_with_a_subprotocol_key_belongs_to_that_key(scripted_host, script, make_server, tmp_path):
+    """A browser sends its key as a subprotocol (it cannot set headers): the response it makes over the socket
+    belongs to that key's owner, as one made with the key in a header does; on a server with a user key and an
+    admin key, the other key does not see it."""
+    server = make_server(scripted_host, api_key="sk-user", admin_key="sk-admin", data_dir=str(tmp_path))
+
+    async def made() -> str:
+        async with websockets.connect(ws_url(server), subprotocols=["openai-insecure-api-key.sk-user"]) as ws:
+            await ws.send(json.dumps({"type": "response.create", "model": "x", "input": "Hi",
+                                      "max_output_tokens": 16, "temperature": 0}))
+            while (event := json.loads(await ws.recv()))["type"] not in ("response.completed",
+                                                                          "response.incomplete"):
+                assert event["type"] != "error", event
+        return event["response"]["id"]
+
+    rid = asyncio.run(made())
+    mine = httpx.get(f"{server.url}/responses/{rid}", headers={"Authorization": "Bearer sk-user"})
+    assert mine.status_code == 200 and mine.json()["id"] == rid
+    other = httpx.get(f"{server.url}/responses/{rid}", headers={"Authorization": "Bearer sk-admin"})
+    assert other.status_code == 404
+
+
 def test_the_upgrade_passes_the_host_and_browser_checks(scripted_host, make_server):
     server = make_server(scripted_host, cors_origins=["http://app.example"], responses_store=False)
     status, body = upgrade_refused(ws_url(server), host="evil.example")
