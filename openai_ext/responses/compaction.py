@@ -44,7 +44,9 @@ INSTRUCTIONS = (
 
 # the item ------------------------------------------------------------------------------------
 def item(summary: str, kept: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"id": items_.new_id("cmp"), "type": "compaction", "encrypted_content": encode(summary, kept)}
+    # status: Open Responses requires one on every item (its schema of this one has none; both specs let it by)
+    return {"id": items_.new_id("cmp"), "type": "compaction", "status": "completed",
+            "encrypted_content": encode(summary, kept)}
 
 
 def expand(context: list[dict[str, Any]]) -> list[dict[str, Any]]:

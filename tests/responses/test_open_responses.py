@@ -225,3 +225,20 @@ def test_assistant_phases_are_taken(srclient, script, phase):
                                       {"type": "message", "role": "user", "content": "Repeat only the number."}],
                      max_output_tokens=16)
     assert body["status"] in ("completed", "incomplete")
+
+
+def test_every_output_item_has_an_id_a_type_and_a_status(srserver, script):
+    """Open Responses: every item MUST carry id, type and status, the compaction item included (its schema has no
+    status; its prose requires one, and both specs let it through)."""
+    script.script("A summary of the talk.")
+    compacted = httpx.post(f"{srserver.url}/responses/compact", timeout=60,
+                           json={"model": "x", "input": [{"role": "user", "content": "Hello there."},
+                                                         {"role": "assistant", "content": "Hi! How can I help?"}]})
+    assert compacted.status_code == 200, compacted.text
+    body = compacted.json()
+    assert_valid("CompactResource", body)
+    events = stream_raw(srserver, {"input": "Hi", "max_output_tokens": 16})
+    outputs = body["output"] + events[-1]["response"]["output"]
+    assert any(it["type"] == "compaction" for it in outputs)
+    for it in outputs:
+        assert it.get("id") and it.get("type") and it.get("status") in ("in_progress", "completed", "incomplete"), it
