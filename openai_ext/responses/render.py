@@ -30,24 +30,24 @@ def usage(input_tokens: int, output_tokens: int) -> dict[str, Any]:
 
 
 def output_logprobs(entries: list[TokenLogprob]) -> list[dict[str, Any]]:
-    """Log-probabilities on an output_text part."""
+    """Log-probabilities on an output_text part and on its text deltas (with bytes: Open Responses requires them
+    on deltas too, and OpenAI's spec lets them through)."""
     return [{"token": e.token, "logprob": e.logprob, "bytes": e.bytes or list(e.token.encode()),
              "top_logprobs": [{"token": t, "logprob": lp, "bytes": b or list(t.encode())} for t, lp, b in e.top]}
             for e in entries]
 
 
-def delta_logprobs(entries: list[TokenLogprob]) -> list[dict[str, Any]]:
-    """Log-probabilities on a text delta event: OpenAI's spec has no bytes there, Open Responses requires them
-    (OpenAI's lets them through), so they are the same as on the output_text part."""
-    return output_logprobs(entries)
+def error_object(error: OpenAIError) -> dict[str, Any]:
+    """An error as Open Responses' stream and WebSocket error events carry it: its code always set (the type
+    stands in where the error has none of its own)."""
+    return {"type": error.type, "code": error.code or error.type, "message": error.message, "param": error.param}
 
 
 def error_fields(error: OpenAIError) -> dict[str, Any]:
     """The fields of an ``error`` stream event: OpenAI's (code, message and param at the top) and Open Responses'
     (the same in an ``error`` object, with the type); each spec lets the other's through."""
-    code = error.code or error.type
-    return {"code": code, "message": error.message, "param": error.param,
-            "error": {"type": error.type, "code": code, "message": error.message, "param": error.param}}
+    inner = error_object(error)
+    return {"code": inner["code"], "message": error.message, "param": error.param, "error": inner}
 
 
 def text_part(text: str = "", logprobs: list[dict[str, Any]] | None = None) -> dict[str, Any]:

@@ -131,7 +131,6 @@ class _Output:
         self.message_index = -1
         self.open_calls: dict[int, tuple[int, dict[str, Any]]] = {}   # call index -> (output index, item)
         self.pending_lp: list[TokenLogprob] = []
-        self.message_lp: list[TokenLogprob] = []         # the open message's, for output_text.done
         # A reasoning model's thinking becomes a reasoning item ahead of the answer. Items open
         # at their first text, so the order of the output is the order of generation.
         self.reasoning: dict[str, Any] | None = None
@@ -199,11 +198,10 @@ class _Output:
         assert self.message is not None   # (opened above)
         part = self.message["content"][0]
         part["text"] += text
-        if lps:
-            part["logprobs"].extend(render.output_logprobs(lps))
-            self.message_lp.extend(lps)
+        entries = render.output_logprobs(lps)   # the delta's, and the part's (both specs let bytes ride on both)
+        part["logprobs"].extend(entries)
         out.append(turn.event("response.output_text.delta", item_id=self.message["id"], output_index=self.message_index,
-                              content_index=0, delta=text, logprobs=render.delta_logprobs(lps)))
+                              content_index=0, delta=text, logprobs=entries))
         return out
 
     def _open_message(self) -> list[dict[str, Any]]:
@@ -222,12 +220,11 @@ class _Output:
         item, self.message = self.message, None
         if item is None:
             return []
-        lps, self.message_lp = self.message_lp, []
         item["status"] = status
         part = item["content"][0]
         where = {"item_id": item["id"], "output_index": self.message_index}
         return [self.turn.event("response.output_text.done", **where, content_index=0, text=part["text"],
-                                logprobs=render.delta_logprobs(lps)),
+                                logprobs=list(part["logprobs"])),
                 self.turn.event("response.content_part.done", **where, content_index=0, part=dict(part)),
                 self.turn.event("response.output_item.done", output_index=self.message_index,
                                 item=render.message_item(item["id"], status, [dict(part)]))]

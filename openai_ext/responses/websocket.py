@@ -47,7 +47,7 @@ from ..core.errors import (
     from_validation_errors,
     internal_error,
 )
-from . import stream
+from . import render, stream
 from .protocol import CreateResponse
 from .service import ResponsesService
 
@@ -67,9 +67,7 @@ async def serve(socket: WebSocket, service: ResponsesService, owner: str) -> Non
 
 
 def _error_event(err: OpenAIError, stream_id: str | None) -> dict[str, Any]:
-    # Open Responses: the code MUST be set (the type stands in where the error has none of its own)
-    payload: dict[str, Any] = {"type": err.type, "code": err.code or err.type, "message": err.message,
-                               "param": err.param}
+    payload = render.error_object(err)   # Open Responses: the code MUST be set
     if err.headers:
         payload["headers"] = dict(err.headers)
     event: dict[str, Any] = {"type": "error", "status": err.status, "error": payload}
