@@ -68,12 +68,12 @@ def call_item(item_id: str, status: str, call_id: str, name: str, arguments: str
 
 
 def format_echo(fmt: dict[str, Any] | None) -> dict[str, Any]:
-    """text.format as the Response object repeats it: a json_schema format with its description (null when none
-    was sent, as OpenAI's API echoes it and Open Responses requires) and strict (false when not sent)."""
+    """text.format as the Response object repeats it: a json_schema format with its description and strict, which
+    Open Responses requires; when they were not sent, "" (OpenAI's spec takes no null there) and false."""
     if not fmt:
         return {"type": "text"}
     if fmt.get("type") == "json_schema":
-        return {"description": None, "strict": False, **fmt}
+        return {"description": "", "strict": False, **fmt}
     return fmt
 
 

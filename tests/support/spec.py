@@ -43,14 +43,10 @@ def _spec() -> dict[str, Any]:
     stream["properties"]["choices"]["items"]["properties"]["finish_reason"] = {
         "anyOf": [stream["properties"]["choices"]["items"]["properties"]["finish_reason"], {"type": "null"}]}
     schemas["CreateCompletionStreamResponse"] = stream
-    # Open Responses requires usage in every Response object, null until the end, as OpenAI's API sends it in
-    # response.created (and its SDKs type it Optional); OpenAI's spec only leaves the key out.
+    # Open Responses requires usage in every Response object, null until the end, as the example of
+    # response.created in OpenAI's spec itself has it; OpenAI's schema only leaves the key out.
     props = schemas["Response"]["allOf"][2]["properties"]
     props["usage"] = {"anyOf": [props["usage"], {"type": "null"}]}
-    # Likewise a json_schema text format's description: null when none was sent (OpenAI's API echoes it so and
-    # its SDKs type it Optional; Open Responses requires the key).
-    fmt = schemas["TextResponseFormatJsonSchema"]["properties"]
-    fmt["description"] = {"anyOf": [fmt["description"], {"type": "null"}]}
     return spec
 
 
