@@ -1,7 +1,8 @@
 """Standalone mode: python -m openai_ext (or python script.py) serves the API on llama.cpp.
 
-Every setting has a flag: the setting ``max_queue`` is ``--max-queue``. Lists and tables are
-given as JSON (``--cors-origins '["http://localhost:3000"]'``).
+Every setting has a flag: the setting ``max_queue`` is ``--max-queue``. Lists are given as JSON
+or comma-separated (``--cors-origins '["http://localhost:3000"]'``, ``--mcp-allow localhost:8000``),
+tables as JSON.
 """
 
 from __future__ import annotations
@@ -27,12 +28,21 @@ def _json(text: str) -> typing.Any:
                                          "as '{\"name\": \"value\"}'") from None
 
 
+def _list(text: str) -> typing.Any:
+    """A list flag: JSON, or plain comma-separated items (--mcp-allow localhost:8000,mcp.lan)."""
+    if text.lstrip().startswith("["):
+        return _json(text)
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
 def _flag_type(annotation: typing.Any):
     # Only an optional (X | None) is unwrapped: list[str]'s arguments are its items' type.
     kind = annotation
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         kind = next(a for a in typing.get_args(annotation) if a is not type(None))
-    if typing.get_origin(kind) in (list, dict):
+    if typing.get_origin(kind) is list:
+        return _list
+    if typing.get_origin(kind) is dict:
         return _json
     return kind if kind in (int, float, str) else str
 

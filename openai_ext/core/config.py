@@ -113,6 +113,12 @@ class Settings(BaseSettings):
     upstream_first_byte_timeout: float = Field(60.0, gt=0, description="Seconds the upstream may take to begin answering a generation (its response headers); past it the request gets a 504 (upstream_timeout) and its slot is freed.")
     upstream_idle_timeout: float = Field(60.0, gt=0, description="Seconds the upstream may stay silent between two chunks of a stream; past it the answer ends with a 504 or an error event (upstream_timeout).")
 
+    # --- remote MCP servers (Responses' mcp tool, the Messages MCP connector) ----------------
+    mcp_allow: list[str] = Field([], description="HOST[:PORT] patterns (* and ? as in file names) of the MCP servers this server may call on a client's behalf; empty: MCP tools are refused. A wildcard reaches public addresses only: loopback and private ones must be named without one (e.g. localhost:8000).")
+    mcp_timeout: float = Field(30.0, gt=0, description="Seconds one MCP operation (listing the tools, or one call) may take, connecting included; past it the call fails with an http_error the model and the client see.")
+    mcp_max_calls: int = Field(8, ge=1, description="Most MCP tool calls the server runs for one response; then the model must answer.")
+    mcp_max_result_bytes: int = Field(100000, ge=1, description="Largest MCP tool result taken (bytes of its text); a larger one fails the call.")
+
     # --- stored data (the Responses and Conversations APIs) ----------------------------------
     data_dir: str = Field("", description="Folder of the server's database of stored responses and conversations; "
                                           "empty: $XDG_DATA_HOME/openai_ext (~/.local/share/openai_ext) standalone, "

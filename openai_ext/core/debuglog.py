@@ -38,6 +38,9 @@ def redact(value: Any, *, name: str = "") -> Any:
     """A copy fit for a log: values of secret-looking fields hidden, long strings and lists cut."""
     if name and is_secret(name) and isinstance(value, (str, int)):
         return "***"
+    if name == "headers" and isinstance(value, dict):
+        # headers a client gives this server to send on (an mcp tool's): any may carry a credential
+        return {k: "***" for k in value}
     if isinstance(value, str):
         return value if len(value) <= TEXT_CUT else f"{value[:TEXT_CUT]}...(+{len(value) - TEXT_CUT} chars)"
     if isinstance(value, dict):

@@ -67,12 +67,29 @@ class RedactedThinkingBlock(_Open):
     data: StrictStr
 
 
+class McpToolUseBlock(_Open):
+    """A call the server made to an MCP server's tool (the MCP connector), sent back in history."""
+    type: Literal["mcp_tool_use"]
+    id: StrictStr
+    name: StrictStr
+    server_name: StrictStr
+    input: dict[str, Any]
+
+
+class McpToolResultBlock(_Open):
+    """The result of an ``mcp_tool_use`` of the same assistant turn: a string or text blocks."""
+    type: Literal["mcp_tool_result"]
+    tool_use_id: StrictStr
+    content: Union[StrictStr, list["Block"], None] = None
+    is_error: StrictBool | None = None
+
+
 class OtherBlock(_Open):
     """Image, document, search_result, the server tools' blocks ...: refused with a reason."""
     type: StrictStr
 
 
-_KNOWN = {"text", "tool_use", "tool_result", "thinking", "redacted_thinking"}
+_KNOWN = {"text", "tool_use", "tool_result", "thinking", "redacted_thinking", "mcp_tool_use", "mcp_tool_result"}
 
 
 def _type_of(value: Any) -> str | None:
@@ -94,10 +111,13 @@ Block = Annotated[Union[
     Annotated[ToolResultBlock, Tag("tool_result")],
     Annotated[ThinkingBlock, Tag("thinking")],
     Annotated[RedactedThinkingBlock, Tag("redacted_thinking")],
+    Annotated[McpToolUseBlock, Tag("mcp_tool_use")],
+    Annotated[McpToolResultBlock, Tag("mcp_tool_result")],
     Annotated[OtherBlock, Tag("other")],
 ], Discriminator(_block_kind)]
 
 ToolResultBlock.model_rebuild()
+McpToolResultBlock.model_rebuild()
 
 
 class SystemOutputConfig(_Open):
@@ -222,6 +242,42 @@ class ThreadCreate(_Open):
 class ThreadContinue(_Open):
     type: Literal["continue"]
     previous_message_id: StrictStr
+
+
+class _Closed(BaseModel):
+    """A request object whose misspelt keys would change what runs: unknown keys are a 400."""
+    model_config = ConfigDict(extra="forbid")
+
+
+class McpToolConfiguration(_Closed):
+    """mcp_servers[].tool_configuration (beta mcp-client-2025-04-04)."""
+    enabled: StrictBool | None = None
+    allowed_tools: list[StrictStr] | None = None
+
+
+class McpServerDefinition(_Closed):
+    """One entry of ``mcp_servers``; its token is never shown (repr) nor kept."""
+    type: Literal["url"]
+    url: StrictStr
+    name: StrictStr = Field(min_length=1)
+    authorization_token: StrictStr | None = Field(None, repr=False)
+    tool_configuration: McpToolConfiguration | None = None
+
+
+class McpToolConfig(_Closed):
+    """An mcp_toolset's default_config, or one of its configs (beta mcp-client-2025-11-20)."""
+    enabled: StrictBool | None = None
+    defer_loading: StrictBool | None = None
+
+
+class McpToolset(_Closed):
+    """A ``tools`` entry of type mcp_toolset (beta mcp-client-2025-11-20)."""
+    type: Literal["mcp_toolset"]
+    mcp_server_name: StrictStr
+    default_config: McpToolConfig | None = None
+    configs: dict[str, McpToolConfig] | None = None
+    cache_control: dict[str, Any] | None = None
+    tools: list[Any] | None = None     # a pinned listing: refused (connector.py)
 
 
 Thread = _by_type(ThreadCreate, ThreadContinue)

@@ -20,7 +20,7 @@ from ..text.generation import Job
 from ..text.protocol import ChatCompletionRequest
 from ..text.service import TextService
 from ..text.webui_fields import ALL as WEB_UI_FIELDS
-from . import compaction, images
+from . import compaction, images, mcp
 from . import tools as tools_
 from .protocol import CreateResponse, InputTokensRequest
 
@@ -59,6 +59,18 @@ def chat_messages(instructions: str | None, items: list[dict[str, Any]],
     messages. Reasoning items are kept in the store, not shown; images are chat's image parts."""
     tools = tools or tools_.ToolMap()
     out: list[dict[str, Any]] = [{"role": "system", "content": instructions}] if instructions else []
+    declined = mcp.declined(items)
+
+    def called(call_id: str, name: str, arguments: str, result: Any) -> None:
+        """A call and its result: the call joins the assistant turn before it, if any."""
+        call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+        last = out[-1] if out else None
+        if last is not None and last["role"] == "assistant":
+            last.setdefault("tool_calls", []).append(call)
+        else:
+            out.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        out.append({"role": "tool", "tool_call_id": call_id, "content": result})
+
     for it in items:
         kind = it["type"]
         if kind == compaction.SUMMARY_ITEM:
@@ -81,6 +93,15 @@ def chat_messages(instructions: str | None, items: list[dict[str, Any]],
                 out.append({"role": "assistant", "content": None, "tool_calls": [call]})
         elif kind == "function_call_output":
             out.append({"role": "tool", "tool_call_id": it["call_id"], "content": images.chat_content(it["output"])})
+        elif kind == "mcp_call" and it.get("status") in ("completed", "failed"):
+            result = it["output"] if it.get("error") is None else mcp.error_text(it["error"])
+            called(it["id"], tools.name_of(it["server_label"], it["name"]), it["arguments"], result or "")
+        elif kind == "mcp_approval_request" and it["id"] in declined:
+            reason = declined[it["id"]]
+            called(it["id"], tools.name_of(it["server_label"], it["name"]), it["arguments"],
+                   mcp.DECLINED + (f" Reason: {reason}" if reason else ""))
+        # mcp_list_tools: its tools are offered as tools; an approval request is shown once run
+        # (as its mcp_call) or declined; an approval response by what it decided
     return out
 
 

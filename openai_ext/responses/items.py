@@ -24,16 +24,17 @@ from ..core.errors import InvalidRequestError, NotFoundError, from_validation_er
 from ..text.images import no_vision
 from . import compacted, images
 
+# The items of the mcp tool (mcp.py), sent back as they were made
+MCP_ITEMS = ("mcp_list_tools", "mcp_call", "mcp_approval_request", "mcp_approval_response")
 # The types of items that belong to OpenAI's hosted tools: this server never produces them and
 # cannot act on them.
 HOSTED_ITEMS = {"file_search_call", "web_search_call", "computer_call", "computer_call_output",
                 "image_generation_call", "code_interpreter_call", "local_shell_call", "local_shell_call_output",
-                "shell_call", "shell_call_output", "apply_patch_call", "apply_patch_call_output", "mcp_list_tools",
-                "mcp_approval_request", "mcp_approval_response", "mcp_call", "custom_tool_call",
+                "shell_call", "shell_call_output", "apply_patch_call", "apply_patch_call_output", "custom_tool_call",
                 "custom_tool_call_output", "tool_search_call", "tool_search_output", "additional_tools",
                 "program", "program_output"}
 KNOWN_ITEMS = ("message", "function_call", "function_call_output", "item_reference", "reasoning", "compaction",
-               "compaction_trigger")
+               "compaction_trigger", *MCP_ITEMS)
 UNREADABLE_PARTS = {"input_file": "files", "input_audio": "audio"}
 
 PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs"}
@@ -97,10 +98,44 @@ class _CompactionTrigger(_Item):
     type: Literal["compaction_trigger"]
 
 
+class _McpListTools(_Item):
+    type: Literal["mcp_list_tools"]
+    server_label: StrictStr
+    tools: list[dict[str, Any]]
+    error: str | None = None
+
+
+class _McpCall(_Item):
+    type: Literal["mcp_call"]
+    status: Literal["in_progress", "completed", "incomplete", "calling", "failed"] | None = None  # type: ignore[assignment]
+    server_label: StrictStr
+    name: StrictStr
+    arguments: StrictStr
+    output: str | None = None
+    error: dict[str, Any] | str | None = None
+    approval_request_id: str | None = None
+
+
+class _McpApprovalRequest(_Item):
+    type: Literal["mcp_approval_request"]
+    server_label: StrictStr
+    name: StrictStr
+    arguments: StrictStr
+
+
+class _McpApprovalResponse(_Item):
+    type: Literal["mcp_approval_response"]
+    approval_request_id: StrictStr
+    approve: bool
+    reason: str | None = None
+
+
 _MODELS: dict[str, type[_Item]] = {"message": _Message, "function_call": _FunctionCall,
                                    "function_call_output": _FunctionCallOutput, "item_reference": _ItemReference,
                                    "reasoning": _Reasoning, "compaction": _Compaction,
-                                   "compaction_trigger": _CompactionTrigger}
+                                   "compaction_trigger": _CompactionTrigger, "mcp_list_tools": _McpListTools,
+                                   "mcp_call": _McpCall, "mcp_approval_request": _McpApprovalRequest,
+                                   "mcp_approval_response": _McpApprovalResponse}
 
 # Finds a stored item by id for an item_reference (None: there is none the caller may see).
 Resolver = Callable[[str], "dict[str, Any] | None"]
@@ -251,6 +286,14 @@ def _items(raw: list[Any], loc: tuple[Any, ...], resolve: Resolver | None, visio
         elif kind == "compaction":
             content = _compaction(parsed.encrypted_content, (*loc, i, "encrypted_content"), vision, budget)
             out.append({"id": parsed.id or new_id("cmp"), "type": "compaction", "encrypted_content": content})
+        elif kind in MCP_ITEMS:
+            entry = parsed.model_dump()
+            entry["id"] = parsed.id or new_id({"mcp_list_tools": "mcpl", "mcp_call": "mcp",
+                                               "mcp_approval_request": "mcpr", "mcp_approval_response": "mcpa"}[kind])
+            status = entry.pop("status")
+            if kind == "mcp_call":
+                entry["status"] = status or "completed"
+            out.append(entry)
         elif kind == "compaction_trigger":
             if i != len(raw) - 1:
                 raise _bad(f"{here}.type", f"{here} is a compaction_trigger, which must be the last input item.")

@@ -36,7 +36,7 @@ from ..core.errors import InvalidRequestError, refuse_unknown_fields
 from ..core.streaming import event_stream, until_disconnect
 from ..text.images import no_vision
 from ..text.service import TextService, enter
-from . import compaction, convert, images, items, render, rules, stream, tools
+from . import compaction, convert, images, items, mcp, render, rules, stream, tools
 from .background import Background
 from .history import Loaded, Recent, from_recent, load, needs_store, not_found
 from .protocol import CompactRequest, CreateResponse, InputTokensRequest
@@ -124,15 +124,17 @@ class ResponsesService:
                                 what=f"continues from item '{shown.get('id')}', which holds an image")
         return new
 
-    def prepare(self, body: CreateResponse, owner: str, loaded: Loaded) -> Turn:
+    def prepare(self, body: CreateResponse, owner: str, loaded: Loaded, listing: mcp.Listing | None = None) -> Turn:
         """Everything before generation, on the prepare thread: every 400 and 404 happens here (or
-        in ``load``). The store is not called here."""
+        in ``load``). The store is not called here. ``listing``: the tools of the request's MCP
+        servers (``mcp.list_servers``)."""
         store = rules.body_stores(body, self.settings)
         history, cid = loaded.history, loaded.conversation
         new = self._items(body, loaded)
+        mcp.check_approvals(history, new)
         forced = bool(new) and new[-1]["type"] == "compaction_trigger"
         new = new[:-1] if forced else new
-        tool_map = tools.build(body.tools)
+        tool_map = tools.build(body.tools, listing)
         manage = compaction.managed(body.context_management)
         plan = None
         if manage is not None or forced:
@@ -151,9 +153,28 @@ class ResponsesService:
         if plan is not None:
             turn.rebuild = lambda compacted: convert.prepare(
                 self.text, body, [], compacted, allow_unknown=self.settings.allow_unknown_fields, tools=tool_map)
+        context = [*history, *new]
+        mcp.check_servers(listing, context)
+        if listing is not None:
+            limit = min(self.settings.mcp_max_calls, body.max_tool_calls or self.settings.mcp_max_calls)
+            turn.servers = mcp.Servers(self.settings, listing, context, limit)
+            turn.tool_choice, turn.max_output_tokens = body.tool_choice, body.max_output_tokens
+            turn.again = lambda produced, update: self._again(body, turn, history, new, produced, update)
         if store or cid:
             turn.settle_work = self._settle
         return turn
+
+    def _again(self, body: CreateResponse, turn: Turn, history: list[dict], new: list[dict],
+               produced: list[dict], update: dict[str, Any]) -> Any:
+        """The job of the next pass of a response whose MCP calls ran: the context (compacted, if
+        the response began with a compaction), then what the response produced so far; ``update``:
+        the request's fields for this pass (tool_choice, the tokens left)."""
+        again = body.model_copy(update=update)
+        unknown = self.settings.allow_unknown_fields
+        if turn.compacted is not None:
+            return convert.prepare(self.text, again, [], [*turn.compacted, *produced], allow_unknown=unknown,
+                                   tools=turn.tools)
+        return convert.prepare(self.text, again, history, [*new, *produced], allow_unknown=unknown, tools=turn.tools)
 
     def _compacting(self, body: CreateResponse, history: list[dict], new: list[dict], tool_map: tools.ToolMap,
                     manage: compaction.Managed | None, *, forced: bool) -> tuple[Any, compaction.Plan | None]:
@@ -224,7 +245,12 @@ class ResponsesService:
         try:
             rules.check(body, self.settings)
             loaded = await self.load_async(body, owner, recent)
-            turn = await text.prepared(self.prepare, body, owner, loaded)
+            listing = None
+            if body.tools and any(isinstance(t, dict) and t.get("type") == "mcp" for t in body.tools):
+                # outbound: checked against mcp_allow, then listed (or the lists the context holds)
+                raw = body.input if isinstance(body.input, list) else []
+                listing = await mcp.list_servers(self.settings, body.tools, [*loaded.history, *raw])
+            turn = await text.prepared(self.prepare, body, owner, loaded, listing)
             record = turn.record
             if record is not None and record.store:
                 rid = turn.state.id

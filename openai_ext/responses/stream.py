@@ -31,7 +31,7 @@ from ..text.generation import ChoiceResult, Job, run_job
 from ..text.output import OutputParser, Thinking
 from ..text.service import TextService
 from . import compaction as compaction_
-from . import render
+from . import mcp, render
 from .items import new_id
 from .tools import ToolMap
 
@@ -63,6 +63,12 @@ class Turn:
     answer: bool = True                                    # false: the compaction alone (compaction_trigger)
     rebuild: Callable[[list[dict[str, Any]]], Job] | None = None   # the job again, from the compacted context
     before: list[dict[str, Any]] = field(default_factory=list)    # the items before its input (its chain's)
+    servers: mcp.Servers | None = None                     # its MCP servers, when it has mcp tools
+    again: Callable[[list[dict[str, Any]], dict[str, Any]], Job] | None = None   # the next pass's job (mcp)
+    compacted: list[dict[str, Any]] | None = None          # the context once compacted (the compaction item)
+    spent: list[int] = field(default_factory=lambda: [0, 0])   # prompt and output tokens of its passes
+    tool_choice: Any = None                                # as the request sent it (mcp: the next passes')
+    max_output_tokens: int | None = None                   # the whole response's budget, all passes
     _seq: int = 0
     _settling: "asyncio.Future[None] | None" = None   # the store's write of its end, once begun
 
@@ -135,6 +141,10 @@ class _Output:
         # at their first text, so the order of the output is the order of generation.
         self.reasoning: dict[str, Any] | None = None
         self.reasoning_index = -1
+        self.start = len(self.state.output)                         # this pass's items come after
+        self.to_run: list[tuple[int, dict[str, Any]]] = []          # MCP calls made, to run (output index, item)
+        self.asked = False                                          # an MCP call awaits approval
+        self.status = "completed"
 
     # text ------------------------------------------------------------------------------------
     def feed(self, text: str, logprobs: list[TokenLogprob], *, final: bool = False) -> list[dict[str, Any]]:
@@ -237,21 +247,31 @@ class _Output:
     def _call(self, e: tools.CallDelta) -> list[dict[str, Any]]:
         if not self._allowed(e.index):
             return []   # max_tool_calls: calls past the limit are dropped
+        turn = self.turn
         if e.id is not None:
             out = self._close_message("completed")
-            namespace, name = self.turn.tools.call(e.name or "") if self.turn.tools else (None, e.name or "")
-            item = render.call_item(new_id("fc"), "in_progress", e.id, name, "", namespace)
+            server = turn.tools.mcp_of(e.name or "") if turn.tools else None
+            if server is not None and turn.servers is not None:
+                label, name = server
+                ask = turn.servers.needs_approval(label, name)
+                item = mcp.approval_request(label, name, "") if ask else mcp.call_item(label, name, "")
+            else:
+                namespace, name = turn.tools.call(e.name or "") if turn.tools else (None, e.name or "")
+                item = render.call_item(new_id("fc"), "in_progress", e.id, name, "", namespace)
             index = len(self.state.output)
             self.state.output.append(item)
             self.open_calls[e.index] = (index, item)
-            out.append(self.turn.event("response.output_item.added", output_index=index, item=dict(item)))
+            if item["type"] != "mcp_approval_request":   # (a request is told whole, once made)
+                out.append(turn.event("response.output_item.added", output_index=index, item=dict(item)))
             if e.arguments:
                 out += self._call(tools.CallDelta(e.index, e.arguments))
             return out
         index, item = self.open_calls[e.index]
         item["arguments"] += e.arguments
-        return [self.turn.event("response.function_call_arguments.delta", item_id=item["id"], output_index=index,
-                                delta=e.arguments)]
+        kind = {"function_call": "function_call_arguments", "mcp_call": "mcp_call_arguments"}.get(item["type"])
+        if kind is None:
+            return []
+        return [turn.event(f"response.{kind}.delta", item_id=item["id"], output_index=index, delta=e.arguments)]
 
     def _close_calls(self, *, final: bool = False) -> list[dict[str, Any]]:
         """Closes the calls ToolCallStream has completed (its ``calls[k]`` is call k); at the end,
@@ -265,10 +285,26 @@ class _Output:
             index, item = self.open_calls.pop(k)
             if k < len(calls):
                 item["arguments"] = calls[k]["function"]["arguments"]
-            item["status"] = "completed" if complete else "incomplete"
-            out += [self.turn.event("response.function_call_arguments.done", item_id=item["id"], output_index=index,
-                                    name=item["name"], arguments=item["arguments"]),
-                    self.turn.event("response.output_item.done", output_index=index, item=dict(item))]
+            if item["type"] == "mcp_approval_request":
+                if complete:
+                    self.asked = True
+                    out += [self.turn.event("response.output_item.added", output_index=index, item=dict(item)),
+                            self.turn.event("response.output_item.done", output_index=index, item=dict(item))]
+                else:
+                    self.state.output.remove(item)   # a request cut short asks nothing (and is the last item)
+                continue
+            if item["type"] == "mcp_call":
+                out.append(self.turn.event("response.mcp_call_arguments.done", item_id=item["id"],
+                                           output_index=index, arguments=item["arguments"]))
+                if complete:
+                    self.to_run.append((index, item))   # its end is told once it has run
+                    continue
+                item["status"] = "incomplete"
+            else:
+                item["status"] = "completed" if complete else "incomplete"
+                out.append(self.turn.event("response.function_call_arguments.done", item_id=item["id"],
+                                           output_index=index, name=item["name"], arguments=item["arguments"]))
+            out.append(self.turn.event("response.output_item.done", output_index=index, item=dict(item)))
         return out
 
     # the end ---------------------------------------------------------------------------------
@@ -278,12 +314,22 @@ class _Output:
         status = "incomplete" if cut else "completed"
         if self.output.stream is not None:
             out += self._close_calls(final=True)
-        if not any(item["type"] != "reasoning" for item in self.state.output):
+        if cut:
+            for index, item in self.to_run:          # calls made before the cut are not run
+                item["status"] = "incomplete"
+                out.append(self.turn.event("response.output_item.done", output_index=index, item=dict(item)))
+            self.to_run = []
+        if not self.to_run and not any(item["type"] != "reasoning" for item in self.state.output[self.start:]):
             out += self._open_message()              # an empty answer is still a message
         out += self._close_message(status)
-        spent = self.turn.compaction.spent if self.turn.compaction is not None else (0, 0)
-        self.state.usage = render.usage(self.turn.job.prompt_tokens + spent[0], result.tokens + spent[1])
-        self.state.finish(status, reason="max_output_tokens" if cut else None)
+        turn = self.turn
+        turn.spent[0] += turn.job.prompt_tokens
+        turn.spent[1] += result.tokens
+        spent = turn.compaction.spent if turn.compaction is not None else (0, 0)
+        self.state.usage = render.usage(turn.spent[0] + spent[0], turn.spent[1] + spent[1])
+        self.status = status
+        if not self.to_run:
+            self.state.finish(status, reason="max_output_tokens" if cut else None)
         return out
 
 
@@ -304,15 +350,9 @@ async def events(text: TextService, turn: Turn, place: Place) -> AsyncGenerator[
                 for e in await _compact(text, turn):
                     yield e
             if turn.answer:
-                out = _Output(turn)
-                async with contextlib.aclosing(run_job(text, turn.job, None)) as generated:
-                    async for ev in generated:
-                        if ev.delta is not None:
-                            for e in out.feed(ev.delta.text, ev.delta.logprobs):
-                                yield e
-                        elif ev.result is not None:
-                            for e in out.finish(ev.result):
-                                yield e
+                async with contextlib.aclosing(_answer(text, turn)) as answered:
+                    async for e in answered:
+                        yield e
         # Stored before it is told: a client that reads "completed" finds it stored. A store that
         # fails here raises, and the client is told the response failed, naming the store.
         await turn.settle()
@@ -327,6 +367,52 @@ async def events(text: TextService, turn: Turn, place: Place) -> AsyncGenerator[
             await turn.settle()
 
 
+async def _answer(text: TextService, turn: Turn) -> AsyncGenerator[dict[str, Any], None]:
+    """The answer's events: one pass of generation, or, with MCP tools, a pass after each round of
+    calls the model made (and first the tool lists and any calls approved since), until it
+    answers, asks for approval, calls a client's function, or its budget is spent."""
+    servers = turn.servers
+    if servers is not None:
+        for e in mcp.opening(turn):
+            yield e
+        approved = mcp.approved_calls(turn)
+        if approved:
+            async with contextlib.aclosing(mcp.run_calls(turn, approved, opened=False)) as ran:
+                async for e in ran:
+                    yield e
+            turn.job = await _next_job(text, turn, {})
+    while True:
+        out = _Output(turn)
+        async with contextlib.aclosing(run_job(text, turn.job, None)) as generated:
+            async for ev in generated:
+                if ev.delta is not None:
+                    for e in out.feed(ev.delta.text, ev.delta.logprobs):
+                        yield e
+                elif ev.result is not None:
+                    for e in out.finish(ev.result):
+                        yield e
+        if not out.to_run:
+            return
+        assert servers is not None and turn.again is not None   # (only an mcp tool's call is run)
+        async with contextlib.aclosing(mcp.run_calls(turn, out.to_run)) as ran:
+            async for e in ran:
+                yield e
+        left = None if turn.max_output_tokens is None else turn.max_output_tokens - turn.spent[1]
+        if out.asked or (left is not None and left <= 0):
+            turn.state.finish("completed" if out.asked else "incomplete",
+                              reason=None if out.asked else "max_output_tokens")
+            return
+        turn.job = await _next_job(text, turn, {"max_output_tokens": left})
+
+
+async def _next_job(text: TextService, turn: Turn, update: dict[str, Any]) -> Job:
+    """The job of the next pass: the context, and what the response has produced so far."""
+    assert turn.again is not None and turn.servers is not None
+    produced = [it for it in turn.state.output if it["type"] != "compaction"]
+    update = {"tool_choice": mcp.next_choice(turn.tool_choice, turn.servers), **update}
+    return await text.tokenizer_work(turn.again, produced, update)
+
+
 async def _compact(text: TextService, turn: Turn) -> list[dict[str, Any]]:
     """The compaction ahead of the answer: the summary written in this turn, the compaction item
     as the first output item, and the answer's job made again from the compacted context."""
@@ -338,6 +424,7 @@ async def _compact(text: TextService, turn: Turn) -> list[dict[str, Any]]:
     index = len(state.output)
     state.output.append(item)
     if turn.answer and turn.rebuild is not None:
+        turn.compacted = [item]
         turn.job = await text.tokenizer_work(turn.rebuild, [item])
     else:
         state.usage = render.usage(*plan.spent)

@@ -12,7 +12,11 @@ as a ``function_call`` item with the function's own ``name`` and its ``namespace
 items sent back in a later turn are shown to the model under the name it called. Names over the
 64 characters chat allows are cut, with a short digest to keep them apart.
 
-Tools OpenAI runs on its own servers get a 400 naming them, with one exception: ``web_search``
+An ``mcp`` tool's functions are those its server listed (mcp.py gives them, as ``listing``),
+offered the same way under the server's label: shown under their own names unless taken twice,
+``<label>__<name>`` then; ``mcp_of`` tells a call to one of them from a client's function.
+
+Other tools OpenAI runs on its own servers get a 400 naming them, with one exception: ``web_search``
 with ``external_web_access: false`` (what Codex CLI sends unless told otherwise) may search only a
 cache of pages it already has, and this server has none, so such a search could only ever come
 back empty: the tool is accepted and not offered to the model, which answers from what it knows.
@@ -27,16 +31,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.errors import InvalidRequestError
+from .mcp import Listing
+from .mcp import echo as mcp_echo
 
 # Tools OpenAI runs on its own servers (or that need a client protocol other than function calls).
 HOSTED_TOOLS = {"web_search", "web_search_preview", "web_search_preview_2025_03_11", "web_search_2025_08_26",
                 "file_search", "computer", "computer_use", "computer_use_preview", "code_interpreter",
-                "image_generation", "mcp", "local_shell", "shell", "apply_patch", "tool_search",
+                "image_generation", "local_shell", "shell", "apply_patch", "tool_search",
                 "programmatic_tool_calling"}
 SEPARATOR = "__"
 _CHAT_NAME = 64                                   # the longest function name chat takes
 _NAMESPACE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")   # as the spec has it on function_call_output
 _MEMBER = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")     # FunctionToolParam's name
+_UNSHOWABLE = re.compile(r"[^a-zA-Z0-9_-]")          # what chat's function names cannot hold (MCP's may: a dot)
 
 
 def _bad(param: str, message: str) -> InvalidRequestError:
@@ -79,6 +86,7 @@ class _Entry:
     tool: dict[str, Any]
     path: str                # where it is in the request: tools[i] or tools[i].tools[j]
     description: str = ""
+    mcp: bool = False        # a function of an MCP server (namespace: its label)
 
 
 @dataclass
@@ -87,6 +95,21 @@ class ToolMap:
     paths: list[str] = field(default_factory=list)               # chat's tools[k] -> where it was sent
     origin: dict[str, tuple[str | None, str]] = field(default_factory=dict)   # shown name -> (namespace, name)
     shown: dict[tuple[str | None, str], str] = field(default_factory=dict)    # (namespace, name) -> shown name
+    mcp: set[str] = field(default_factory=set)                    # shown names of MCP servers' tools
+    listing: Listing | None = None                               # the MCP servers, and their tools
+
+    def mcp_of(self, shown: str) -> tuple[str, str] | None:
+        """The server label and tool name of an MCP tool the model called as ``shown`` (None: a
+        client's function)."""
+        if shown not in self.mcp:
+            return None
+        label, name = self.origin[shown]
+        assert label is not None
+        return label, name
+
+    def server_tools(self, label: str) -> list[str]:
+        """The shown names of a server's offered tools."""
+        return [shown for shown in self.mcp if self.origin[shown][0] == label]
 
     def call(self, shown: str) -> tuple[str | None, str]:
         """The namespace and the own name of the function the model called as ``shown``."""
@@ -146,7 +169,19 @@ def _members(tool: dict[str, Any], i: int) -> list[_Entry]:
     return out
 
 
-def _entries(tools: list[Any]) -> list[_Entry]:
+def _server(tool: dict[str, Any], i: int, listing: Listing | None) -> list[_Entry]:
+    """An mcp tool's functions: what its server listed, allowed_tools applied."""
+    label = tool.get("server_label")
+    if listing is None or label not in listing.servers:
+        raise _bad(f"tools[{i}]", f"tools[{i}] is an mcp tool, which is not available here.")
+    about = listing.servers[label].description
+    return [_Entry(label, t["name"], {"parameters": t.get("input_schema") or {"type": "object", "properties": {}}},
+                   f"tools[{i}]", " ".join(x for x in (about, t.get("description")) if isinstance(x, str) and x),
+                   mcp=True)
+            for t in listing.offered(label)]
+
+
+def _entries(tools: list[Any], listing: Listing | None = None) -> list[_Entry]:
     out: list[_Entry] = []
     for i, tool in enumerate(tools):
         where = f"tools[{i}]"
@@ -154,6 +189,8 @@ def _entries(tools: list[Any]) -> list[_Entry]:
         kind = kind if isinstance(kind, str) else None   # a list or an object is no type (and unhashable)
         if kind == "namespace":
             out += _members(tool, i)
+        elif kind == "mcp":
+            out += _server(tool, i, listing)
         elif _cache_only_search(tool):
             continue
         elif kind in HOSTED_TOOLS:
@@ -168,16 +205,23 @@ def _entries(tools: list[Any]) -> list[_Entry]:
     return out
 
 
-def build(tools: list[Any] | None) -> ToolMap:
-    """The chat request's tools for ``tools``, and the way back from the names the model sees."""
-    entries = _entries(tools or [])
+def build(tools: list[Any] | None, listing: Listing | None = None) -> ToolMap:
+    """The chat request's tools for ``tools``, and the way back from the names the model sees.
+    ``listing``: the tools of the request's MCP servers (mcp.list_servers)."""
+    entries = _entries(tools or [], listing)
+    namespaces = {e.namespace for e in entries if e.namespace is not None and not e.mcp}
+    clash = next((e for e in entries if e.mcp and e.namespace in namespaces), None)
+    if clash is not None:
+        raise _bad(f"{clash.path}.server_label", f"{clash.path}.server_label {clash.namespace!r} is also the name "
+                                                 "of a namespace tool; rename one of them.")
     taken = Counter(e.name for e in entries if isinstance(e.name, str))
-    out = ToolMap()
+    out = ToolMap(listing=listing)
     owner: dict[str, str] = {}
     for e in entries:
         shown = e.name
         if e.namespace is not None:
-            shown = _fit(e.name) if taken[e.name] == 1 else qualified(e.namespace, e.name)
+            own = _UNSHOWABLE.sub("_", e.name) if e.mcp else e.name
+            shown = _fit(own) if taken[e.name] == 1 else qualified(e.namespace, own)
             if shown in owner:
                 raise _bad(e.path, f"{e.path} is shown to the model as {shown!r}, and so is {owner[shown]}; rename "
                                    "one of them.")
@@ -185,6 +229,8 @@ def build(tools: list[Any] | None) -> ToolMap:
             owner.setdefault(shown, e.path)   # two top-level functions of one name are chat's 400
             out.origin[shown] = (e.namespace, e.name)
             out.shown[(e.namespace, e.name)] = shown
+            if e.mcp:
+                out.mcp.add(shown)
         out.chat.append({"type": "function", "function": {"name": shown, "description": e.description,
                                                           "parameters": e.tool.get("parameters")}})
         out.paths.append(e.path)
@@ -201,10 +247,19 @@ def chat_tool_choice(choice: str | dict[str, Any] | None, tools: ToolMap | None 
     kind = choice.get("type")
     if kind == "function":
         return {"type": "function", "function": {"name": tools.pick(choice, "tool_choice")}}
+    if kind == "mcp":
+        names = _mcp_choice(choice, tools, "tool_choice")
+        if len(names) == 1:
+            return {"type": "function", "function": {"name": names[0]}}
+        return {"type": "allowed_tools", "allowed_tools": {"mode": "required", "tools": [
+            {"type": "function", "function": {"name": n}} for n in names]}}
     if kind == "allowed_tools":
         picked = []
         for j, t in enumerate(choice.get("tools") or []):
             where = f"tool_choice.tools[{j}]"
+            if isinstance(t, dict) and t.get("type") == "mcp":
+                picked += [{"type": "function", "function": {"name": n}} for n in _mcp_choice(t, tools, where)]
+                continue
             if not isinstance(t, dict) or t.get("type") != "function":
                 if isinstance(t, dict) and isinstance(t.get("type"), str) and t["type"] in HOSTED_TOOLS:
                     raise hosted(where, t["type"])
@@ -219,6 +274,27 @@ def chat_tool_choice(choice: str | dict[str, Any] | None, tools: ToolMap | None 
                               "{type: allowed_tools, mode, tools}.")
 
 
+def _mcp_choice(choice: dict[str, Any], tools: ToolMap, where: str) -> list[str]:
+    """The shown names an {type: mcp, server_label, name?} choice picks: the named tool, or
+    (no name) every tool its server offers."""
+    label = choice.get("server_label")
+    if tools.listing is None or label not in tools.listing.servers:
+        raise _bad(f"{where}.server_label", f"{where} picks the MCP server {label!r}, which no mcp tool of this "
+                                            "request names; send an mcp tool with that server_label.")
+    name = choice.get("name")
+    if name is None:
+        names = tools.server_tools(label)
+        if not names:
+            raise _bad(where, f"{where} picks the MCP server {label!r}, which offers no tools.")
+        return sorted(names)
+    shown = tools.shown.get((label, name)) if isinstance(name, str) else None
+    if shown is None or shown not in tools.mcp:
+        offered = ", ".join(sorted(tools.origin[s][1] for s in tools.server_tools(label))) or "none"
+        raise _bad(f"{where}.name", f"{where} names the tool {name!r}, which the MCP server {label!r} does not offer "
+                                    f"here (it offers: {offered}).")
+    return [shown]
+
+
 def echo(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
     """The tools as a Response object repeats them (strict defaults to true in this API)."""
     def function(t: dict[str, Any]) -> dict[str, Any]:
@@ -231,6 +307,8 @@ def echo(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
                     "tools": [function(m) for m in t.get("tools") or []]}
         if _cache_only_search(t):
             return dict(t)   # accepted as sent (see the module's notes)
+        if t.get("type") == "mcp":
+            return mcp_echo(t)
         return function(t)
 
     return [one(t) for t in tools or []]

@@ -120,7 +120,7 @@ def test_every_kind_of_flag_takes_what_help_says(flag, value, setting, expected,
 def test_every_setting_has_a_flag_whose_type_matches_the_setting():
     import typing
 
-    from openai_ext.__main__ import _flag_type, _json
+    from openai_ext.__main__ import _flag_type, _json, _list
     from openai_ext.core.config import Settings
 
     for name, field in Settings.model_fields.items():
@@ -129,13 +129,23 @@ def test_every_setting_has_a_flag_whose_type_matches_the_setting():
         kind = _flag_type(field.annotation)
         origin = typing.get_origin(field.annotation)
         if origin in (list, dict):
-            assert kind is _json, name
+            assert kind is (_list if origin is list else _json), name
 
 
-def test_a_flag_that_is_not_json_is_one_clear_line(capsys):
+def test_a_table_flag_that_is_not_json_is_one_clear_line(capsys):
     from openai_ext.__main__ import parse_args
 
     with pytest.raises(SystemExit):
-        parse_args(["--cors-origins", "http://localhost:3000"])
+        parse_args(["--tts-voices", "alloy=amy"])
     err = capsys.readouterr().err
-    assert "is not JSON" in err and "--cors-origins" in err
+    assert "is not JSON" in err and "--tts-voices" in err
+
+
+def test_a_list_flag_takes_json_or_comma_separated_items():
+    from openai_ext.__main__ import parse_args
+
+    assert parse_args(["--mcp-allow", "localhost:8000, *.example.com"]).mcp_allow == ["localhost:8000",
+                                                                                     "*.example.com"]
+    assert parse_args(["--cors-origins", '["http://a:1", "http://b:2"]']).cors_origins == ["http://a:1", "http://b:2"]
+    with pytest.raises(SystemExit):
+        parse_args(["--mcp-allow", "[not json"])
