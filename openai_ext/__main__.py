@@ -82,6 +82,9 @@ def serve(args: argparse.Namespace) -> int:
     settings = load_settings(cli=cli, file=args.settings)
     # INFO for every library; this server's own debug lines are turned on by create_app (debuglog)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # The MCP SDK's HTTP client logs every request's URL at INFO: a line per call, and a URL a
+    # client chose (which may carry a token in its query) in the server's log.
+    logging.getLogger("httpx2").setLevel(logging.WARNING)
 
     from .app import create_app
     from .core import tunnel

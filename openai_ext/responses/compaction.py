@@ -30,6 +30,7 @@ from ..text.generation import Job, run_job
 from ..text.protocol import ChatCompletionRequest
 from ..text.service import TextService
 from . import items as items_
+from . import mcp
 from .compacted import KEPT_BYTES, MAX_KEPT, Kept, decode, encode, size
 
 MAX_PASSES = 8                 # summarising passes per compaction; older text beyond is left out
@@ -115,6 +116,9 @@ def line(it: dict[str, Any]) -> str:
         return f"Assistant called {it['name']}({it['arguments']}) [call {it['call_id']}]"
     if kind == "function_call_output":
         return f"Result of call {it['call_id']}: {items_.text_of(it)}"
+    if kind == "mcp_call" and it.get("status") in ("completed", "failed"):
+        result = it["output"] if it.get("error") is None else mcp.error_text(it["error"])
+        return f"Assistant called {it['server_label']}.{it['name']}({it['arguments']}), which returned: {result}"
     return ""   # reasoning is not shown to the model, so it is not summarised either
 
 

@@ -255,7 +255,7 @@ def parse(raw: Union[str, list[Any], None], *, where: str = "input", resolve: Re
 
 
 # The items a compaction keeps word for word: what compaction.split keeps.
-KEPT_ITEMS = ("message", "function_call", "function_call_output", "reasoning")
+KEPT_ITEMS = ("message", "function_call", "function_call_output", "reasoning", *MCP_ITEMS)
 
 
 def _items(raw: list[Any], loc: tuple[Any, ...], resolve: Resolver | None, vision: Vision,

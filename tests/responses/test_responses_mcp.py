@@ -22,6 +22,10 @@ pytest.importorskip("mcp")
 ADD = {"type": "mcp", "server_label": "demo", "name": "add"}
 
 
+def post(server, path="/responses", **body):
+    return httpx.post(f"{server.url}{path}", json={"model": "x", **body}, timeout=60)
+
+
 @pytest.fixture(scope="module")
 def demo():
     server = start_demo_server()
@@ -84,12 +88,21 @@ def test_two_calls_in_a_chain_then_an_answer(mclient, mcp_server, script):
 def test_the_list_is_reused_by_a_follow_up(mclient, mcp_server, script):
     script.script(forced({"a": 1, "b": 1}), "2.", forced({"a": 2, "b": 2}), "4.")
     first, _ = create(mclient, input="1+1?", tools=[mcp_tool(mcp_server)], tool_choice=ADD)
-    listings = len([h for h in mcp_server.headers if "tools/list" in h.get("x-test-method", "tools/list")])
     _, body = create(mclient, input="2+2?", previous_response_id=first.id, tools=[mcp_tool(mcp_server)],
                      tool_choice=ADD)
     assert [it["type"] for it in body["output"]] == ["mcp_call", "message"]
     assert mcp_server.calls == [("add", {"a": 1, "b": 1}), ("add", {"a": 2, "b": 2})]
-    assert listings   # (the server was reached for the first list)
+
+
+def test_a_chain_with_calls_compacts(mclient, allowed, mcp_server, script, scripted_host):
+    script.script(forced({"a": 4, "b": 4}), "8.")
+    first, _ = create(mclient, input="4+4?", tools=[mcp_tool(mcp_server)], tool_choice=ADD)
+    script.script("The user asked for 4+4; the add tool said 8.")
+    r = post(allowed, previous_response_id=first.id, path="/responses/compact")
+    assert r.status_code == 200, r.text
+    assert_valid("CompactResource", r.json())
+    assert r.json()["output"][-1]["type"] == "compaction"
+    assert "demo.add" in scripted_host.calls[-1].prompt.text and "returned: 8" in scripted_host.calls[-1].prompt.text
 
 
 def test_allowed_tools_limit_what_is_listed_and_offered(mclient, mcp_server, script, scripted_host):
@@ -149,10 +162,6 @@ def test_approval_on_the_stateless_path(mclient, mcp_server, script):
     assert [it["type"] for it in body["output"]] == ["mcp_call", "message"]
     assert body["output"][0]["output"] == "echo: stateless"
     assert mcp_server.calls == [("echo", {"text": "stateless"})]
-
-
-def post(server, **body):
-    return httpx.post(f"{server.url}/responses", json={"model": "x", **body}, timeout=60)
 
 
 def test_an_answer_to_an_unknown_approval_request_is_a_400(allowed, mcp_server):

@@ -48,7 +48,6 @@ def start_demo_server() -> McpServer:
     from mcp.server.mcpserver import MCPServer
     from mcp.types import ToolAnnotations
     from starlette.applications import Starlette
-    from starlette.routing import Mount
 
     port = free_port()
     base = f"http://127.0.0.1:{port}"
