@@ -30,7 +30,7 @@ from ..text.service import TextService
 from . import stream
 from .render import TERMINAL
 from .store import Store
-from .stream import Turn
+from .turn import Turn
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ import time
 from typing import Any, Callable
 
 from ..core.errors import InvalidRequestError
-from . import items
+from . import answers, items
 from .history import not_found
 from .protocol import AddItems, CreateConversation, UpdateConversation
 from .service import ResponsesService
@@ -35,7 +35,7 @@ class Conversations:
                                       "may end with; it is not kept in a conversation.",
                                       param=f"items[{len(new) - 1}].type")
         # items are kept as given: a call is answered when a response goes on from them
-        items.check_call_outputs(before, new, where="items", answered=False)
+        answers.check_call_outputs(before, new, where="items", answered=False)
         return new
 
     async def create(self, body: CreateConversation, owner: str) -> dict[str, Any]:

@@ -231,3 +231,14 @@ def prepare(text: TextService, body: CreateResponse | InputTokensRequest, histor
             except ContextLengthExceeded:
                 lo = mid + 1
         return best
+
+
+def again(text: TextService, body: CreateResponse, context: tuple[list[dict[str, Any]], list[dict[str, Any]]],
+          produced: list[dict[str, Any]], update: dict[str, Any], *, allow_unknown: bool,
+          tools: tools_.ToolMap) -> Job:
+    """The job of a response's next pass, once its MCP calls ran: the context (history and input,
+    or the compacted context), then what the response has produced so far; ``update``: the
+    request's fields for this pass (tool_choice, the tokens left)."""
+    history, items = context
+    return prepare(text, body.model_copy(update=update), history, [*items, *produced], allow_unknown=allow_unknown,
+                   tools=tools)

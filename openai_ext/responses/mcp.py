@@ -192,13 +192,14 @@ def limits(settings: Settings) -> client.Limits:
     return client.Limits(timeout=settings.mcp_timeout, max_result_bytes=settings.mcp_max_result_bytes)
 
 
-async def list_servers(settings: Settings, tools: list[Any] | None, context: list[Any]) -> Listing:
+async def list_servers(settings: Settings, tools: list[Any] | None, context: list[Any]) -> Listing | None:
     """Each mcp tool's server checked against the policy, and its tools: reused from the context's
-    mcp_list_tools item for its label, or listed now (a 424 naming the server when it cannot)."""
+    mcp_list_tools item for its label, or listed now (a 424 naming the server when it cannot).
+    None: the request has no mcp tool."""
     out = Listing()
     found = declared(tools)
     if not found:
-        return out
+        return None
     policy = Policy(settings.mcp_allow)
     for d in found:
         await policy.check(d.url, f"{d.where}.server_url")
@@ -263,23 +264,6 @@ def error_text(error: dict[str, Any]) -> str:
 
 
 # --- approvals ----------------------------------------------------------------------------------
-
-def check_approvals(before: list[dict[str, Any]], new: list[dict[str, Any]]) -> None:
-    """Every mcp_approval_response answers an mcp_approval_request of the context, once."""
-    requests = {it["id"] for it in [*before, *new] if it["type"] == "mcp_approval_request"}
-    answered: set[str] = set()
-    for i, it in enumerate(new):
-        if it["type"] != "mcp_approval_response":
-            continue
-        rid = it["approval_request_id"]
-        if rid not in requests:
-            raise _bad(f"input[{i}].approval_request_id",
-                       f"No MCP approval request found with id '{rid}'. Send the mcp_approval_request item before "
-                       "its response, or continue from the response that made it (previous_response_id).")
-        if rid in answered:
-            raise _bad(f"input[{i}].approval_request_id", f"The MCP approval request '{rid}' is answered twice.")
-        answered.add(rid)
-
 
 def approved(context: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The approval requests approved in ``context`` whose call has not run yet, oldest first."""

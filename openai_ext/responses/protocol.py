@@ -74,6 +74,11 @@ class _Common(_Open):
     reasoning: Reasoning | None = None
     truncation: Literal["auto", "disabled"] | None = None
 
+    @property
+    def input_list(self) -> Items:
+        """The input items as sent (a string input holds none)."""
+        return self.input if isinstance(self.input, list) else []
+
 
 class CreateResponse(_Common):
     max_output_tokens: int | None = Field(None, ge=16)

@@ -36,13 +36,13 @@ from ..core.errors import InvalidRequestError, refuse_unknown_fields
 from ..core.streaming import event_stream, until_disconnect
 from ..text.images import no_vision
 from ..text.service import TextService, enter
-from . import compaction, convert, images, items, mcp, render, rules, stream, tools
+from . import answers, compaction, convert, images, items, mcp, render, rules, stream, tools
 from .background import Background
 from .history import Loaded, Recent, from_recent, load, needs_store, not_found
 from .protocol import CompactRequest, CreateResponse, InputTokensRequest
 from .store import Store
 from .store_health import StoreUnavailable
-from .stream import Turn
+from .turn import Record, Turn
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +114,7 @@ class ResponsesService:
         abilities = self.text.host.abilities
         before = loaded.history
         new = items.parse(body.input, resolve=resolve, vision=(abilities.vision, abilities.web_ui))
-        items.check_call_outputs(before, new)
+        answers.check_call_outputs(before, new)
         if not abilities.vision:
             # the images of an earlier turn, sent when a vision model was loaded
             shown = next((it for it in before if images.held(it)), None)
@@ -131,7 +131,7 @@ class ResponsesService:
         store = rules.body_stores(body, self.settings)
         history, cid = loaded.history, loaded.conversation
         new = self._items(body, loaded)
-        mcp.check_approvals(history, new)
+        answers.check_approvals(history, new)
         forced = bool(new) and new[-1]["type"] == "compaction_trigger"
         new = new[:-1] if forced else new
         tool_map = tools.build(body.tools, listing)
@@ -148,7 +148,7 @@ class ResponsesService:
                                      status="queued" if background else "in_progress")
         turn = Turn(job, state, stream=bool(body.stream), max_tool_calls=body.max_tool_calls,
                     want_logprobs=job.plan.logprobs is not None, tools=tool_map,
-                    record=stream.Record(owner, cid, new, store),
+                    record=Record(owner, cid, new, store),
                     compaction=plan, answer=not forced, before=history)
         if plan is not None:
             turn.rebuild = lambda compacted: convert.prepare(
@@ -159,22 +159,12 @@ class ResponsesService:
             limit = min(self.settings.mcp_max_calls, body.max_tool_calls or self.settings.mcp_max_calls)
             turn.servers = mcp.Servers(self.settings, listing, context, limit)
             turn.tool_choice, turn.max_output_tokens = body.tool_choice, body.max_output_tokens
-            turn.again = lambda produced, update: self._again(body, turn, history, new, produced, update)
+            turn.again = lambda produced, update: convert.again(
+                self.text, body, (history, new) if turn.compacted is None else ([], turn.compacted), produced, update,
+                allow_unknown=self.settings.allow_unknown_fields, tools=tool_map)
         if store or cid:
             turn.settle_work = self._settle
         return turn
-
-    def _again(self, body: CreateResponse, turn: Turn, history: list[dict], new: list[dict],
-               produced: list[dict], update: dict[str, Any]) -> Any:
-        """The job of the next pass of a response whose MCP calls ran: the context (compacted, if
-        the response began with a compaction), then what the response produced so far; ``update``:
-        the request's fields for this pass (tool_choice, the tokens left)."""
-        again = body.model_copy(update=update)
-        unknown = self.settings.allow_unknown_fields
-        if turn.compacted is not None:
-            return convert.prepare(self.text, again, [], [*turn.compacted, *produced], allow_unknown=unknown,
-                                   tools=turn.tools)
-        return convert.prepare(self.text, again, history, [*new, *produced], allow_unknown=unknown, tools=turn.tools)
 
     def _compacting(self, body: CreateResponse, history: list[dict], new: list[dict], tool_map: tools.ToolMap,
                     manage: compaction.Managed | None, *, forced: bool) -> tuple[Any, compaction.Plan | None]:
@@ -245,11 +235,8 @@ class ResponsesService:
         try:
             rules.check(body, self.settings)
             loaded = await self.load_async(body, owner, recent)
-            listing = None
-            if body.tools and any(isinstance(t, dict) and t.get("type") == "mcp" for t in body.tools):
-                # outbound: checked against mcp_allow, then listed (or the lists the context holds)
-                raw = body.input if isinstance(body.input, list) else []
-                listing = await mcp.list_servers(self.settings, body.tools, [*loaded.history, *raw])
+            # outbound: checked against mcp_allow, then listed (or the lists the context holds)
+            listing = await mcp.list_servers(self.settings, body.tools, [*loaded.history, *body.input_list])
             turn = await text.prepared(self.prepare, body, owner, loaded, listing)
             record = turn.record
             if record is not None and record.store:

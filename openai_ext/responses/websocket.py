@@ -50,6 +50,7 @@ from ..core.errors import (
 from . import render, stream
 from .protocol import CreateResponse
 from .service import ResponsesService
+from .turn import Turn
 
 log = logging.getLogger(__name__)
 
@@ -276,7 +277,7 @@ class _Connection:
                 await turn.settle()
             self._remember(turn, stream_id, previous)
 
-    def _remember(self, turn: stream.Turn, stream_id: str | None, previous: str | None) -> None:
+    def _remember(self, turn: Turn, stream_id: str | None, previous: str | None) -> None:
         """A response that ended well becomes its lane's most recent one; one that failed evicts
         the response it continued."""
         state = turn.state

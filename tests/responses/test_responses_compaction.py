@@ -17,7 +17,7 @@ from support.responses_api import create, parse_events
 from support.scripted import forced
 from support.spec import assert_valid, error_of
 
-from openai_ext.responses import compacted, compaction, convert
+from openai_ext.responses import answers, compacted, compaction, convert
 from openai_ext.responses import items as items_
 from openai_ext.responses.compacted import decode
 
@@ -365,7 +365,7 @@ def test_a_compaction_keeps_no_output_without_its_call(scripted_host):
         assert [it["type"] for it in [*older, *kept]].count("function_call_output") == \
             [it["type"] for it in context].count("function_call_output")
         assert all(it["type"] != compaction.SUMMARY_ITEM for it in kept)
-        items_.check_call_outputs([], kept)
+        answers.check_call_outputs([], kept)
         items_.parse([{"type": "compaction", "encrypted_content": compaction.item("S", kept)["encrypted_content"]}])
 
 

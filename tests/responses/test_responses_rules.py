@@ -6,7 +6,7 @@ import pytest
 from support import ROOT
 
 from openai_ext.core.errors import ContextLengthExceeded, InvalidRequestError
-from openai_ext.responses import convert, items, rules, tools
+from openai_ext.responses import answers, convert, items, rules, tools
 from openai_ext.responses.protocol import CreateResponse
 from openai_ext.text import generation
 from openai_ext.text.grammar.errors import check_schema
@@ -30,7 +30,7 @@ def test_items_become_chat_turns():
         {"type": "function_call_output", "call_id": "call_2", "output": [{"type": "input_text", "text": "noon"}]},
         {"type": "reasoning", "summary": []},
     ])
-    items.check_call_outputs([], parsed)
+    answers.check_call_outputs([], parsed)
     turns = convert.chat_messages("Be brief.", parsed)
     assert turns == [
         {"role": "system", "content": "Be brief."},
