@@ -14,7 +14,9 @@ collector.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
+from typing import AsyncIterator
 
 from .errors import RateLimitError
 
@@ -51,6 +53,27 @@ class Place:
 
     async def __aexit__(self, *exc: object) -> None:
         self.release()
+
+    @contextlib.asynccontextmanager
+    async def aside(self) -> AsyncIterator[None]:
+        """Steps out of a running turn while the request waits on something other than the model
+        (a remote tool's call), so the slot serves others meanwhile, then waits for a turn again,
+        at the back of the line (it is no newcomer: the line's limit does not refuse it). Left by an
+        exception (the client gone), the place is given back without waiting."""
+        if self._state != "running":
+            yield
+            return
+        self._state = "aside"
+        self._line.running -= 1
+        self._line._pass_on()
+        try:
+            yield
+        except BaseException:
+            self._state = "done"
+            raise
+        self._state = "waiting"
+        self._line.waiting += 1
+        await self.turn()
 
     def release(self) -> None:
         """Gives the place back; safe to call more than once, and before the turn came."""

@@ -28,6 +28,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.admission import Place
 from ..core.config import Settings
 from ..core.errors import InvalidRequestError, OpenAIError
 from ..mcp import client
@@ -318,9 +319,11 @@ def approved_calls(turn: Any) -> list[tuple[int, dict[str, Any]]]:
     return out
 
 
-async def run_calls(turn: Any, calls: list[tuple[int, dict[str, Any]]], *, opened: bool = True) -> Any:
+async def run_calls(turn: Any, calls: list[tuple[int, dict[str, Any]]], place: Place, *,
+                    opened: bool = True) -> Any:
     """Runs the calls (in the order made), each item's end as events. ``opened``: whether its
-    output_item.added was sent (a call the model made streamed it; an approved call did not)."""
+    output_item.added was sent (a call the model made streamed it; an approved call did not).
+    While a call runs, the response's generation slot serves others (``place.aside``)."""
     servers: Servers = turn.servers
     for index, item in calls:
         where = {"item_id": item["id"], "output_index": index}
@@ -332,7 +335,8 @@ async def run_calls(turn: Any, calls: list[tuple[int, dict[str, Any]]], *, opene
         else:
             servers.ran += 1
             yield turn.event("response.mcp_call.in_progress", **where)
-            await run_call(servers.settings, servers.listing.servers[item["server_label"]], item)
+            async with place.aside():
+                await run_call(servers.settings, servers.listing.servers[item["server_label"]], item)
         yield turn.event(f"response.mcp_call.{'completed' if item['status'] == 'completed' else 'failed'}", **where)
         yield turn.event("response.output_item.done", output_index=index, item=dict(item))
 

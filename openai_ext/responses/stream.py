@@ -258,7 +258,7 @@ async def events(text: TextService, turn: Turn, place: Place) -> AsyncGenerator[
                 for e in await _compact(text, turn):
                     yield e
             if turn.answer:
-                async with contextlib.aclosing(_answer(text, turn)) as answered:
+                async with contextlib.aclosing(_answer(text, turn, place)) as answered:
                     async for e in answered:
                         yield e
         # Stored before it is told: a client that reads "completed" finds it stored. A store that
@@ -275,7 +275,7 @@ async def events(text: TextService, turn: Turn, place: Place) -> AsyncGenerator[
             await turn.settle()
 
 
-async def _answer(text: TextService, turn: Turn) -> AsyncGenerator[dict[str, Any], None]:
+async def _answer(text: TextService, turn: Turn, place: Place) -> AsyncGenerator[dict[str, Any], None]:
     """The answer's events: one pass of generation, or, with MCP tools, a pass after each round of
     calls the model made (and first the tool lists and any calls approved since), until it
     answers, asks for approval, calls a client's function, or its budget is spent."""
@@ -285,7 +285,7 @@ async def _answer(text: TextService, turn: Turn) -> AsyncGenerator[dict[str, Any
             yield e
         approved = mcp.approved_calls(turn)
         if approved:
-            async with contextlib.aclosing(mcp.run_calls(turn, approved, opened=False)) as ran:
+            async with contextlib.aclosing(mcp.run_calls(turn, approved, place, opened=False)) as ran:
                 async for e in ran:
                     yield e
             turn.job = await _next_job(text, turn, {})
@@ -302,7 +302,7 @@ async def _answer(text: TextService, turn: Turn) -> AsyncGenerator[dict[str, Any
         if not out.to_run:
             return
         assert servers is not None and turn.again is not None   # (only an mcp tool's call is run)
-        async with contextlib.aclosing(mcp.run_calls(turn, out.to_run)) as ran:
+        async with contextlib.aclosing(mcp.run_calls(turn, out.to_run, place)) as ran:
             async for e in ran:
                 yield e
         left = None if turn.max_output_tokens is None else turn.max_output_tokens - turn.spent[1]

@@ -118,3 +118,46 @@ def test_resize_lets_more_run_or_fewer_start():
         await asyncio.gather(*tasks)
         assert order == [("in", 0), ("out", 0), ("in", 1), ("out", 1)]
     asyncio.run(scenario())
+
+
+def test_a_place_set_aside_lets_another_run_and_queues_again_behind_it():
+    """place.aside(): while a request waits on a remote call, its slot serves the next in line;
+    after, it waits at the back of the line (the limit on waiters does not refuse it); left by an
+    exception, the place is given back at once."""
+    async def scenario():
+        line = Admission("generation", max_waiting=1)
+        order = []
+        remote = asyncio.Event()
+
+        async def agent():
+            async with line.admit() as place:
+                order.append("agent: first pass")
+                async with place.aside():
+                    order.append("agent: calling")
+                    await remote.wait()
+                order.append("agent: second pass")
+
+        async def chat():
+            async with line.admit():
+                order.append("chat")
+                remote.set()
+                await asyncio.sleep(0)
+
+        a = asyncio.create_task(agent())
+        while "agent: calling" not in order:
+            await asyncio.sleep(0)
+        assert line.running == 0
+        c = asyncio.create_task(chat())
+        await asyncio.gather(a, c)
+        assert order == ["agent: first pass", "agent: calling", "chat", "agent: second pass"]
+        assert line.running == 0 and line.waiting == 0
+
+        async def leaves():
+            async with line.admit() as place:
+                async with place.aside():
+                    raise asyncio.CancelledError
+        with pytest.raises(asyncio.CancelledError):
+            await leaves()
+        assert line.running == 0 and line.waiting == 0 and line.admit() is not None
+
+    asyncio.run(scenario())

@@ -46,6 +46,12 @@ def allowed(scripted_host, make_server, tmp_path_factory):
                        mcp_timeout=2.0, mcp_max_calls=3)
 
 
+@pytest.fixture(scope="module")
+def patient(scripted_host, make_server):
+    """The same, with a deadline no loaded machine reaches (the call's length is the test's)."""
+    return make_server(scripted_host, mcp_allow=["127.0.0.1"], mcp_timeout=600)
+
+
 @pytest.fixture
 def mclient(allowed, script):
     return openai_client(allowed)
@@ -191,6 +197,27 @@ def test_a_hanging_server_fails_the_call_at_its_deadline(mclient, mcp_server, sc
     assert made["status"] == "failed" and made["error"]["type"] == "http_error" and made["error"]["code"] == 504
     assert "mcp_timeout" in made["error"]["message"]
     assert resp.status == "completed" and resp.output_text == "It timed out."
+
+
+def test_a_call_in_flight_holds_no_generation_slot(patient, mcp_server, script):
+    """While the MCP server takes its time, another client's request is served (the slot is set
+    aside for the call), and the response then goes on."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from support.servers import wait_until
+
+    script.script(call("wait", {"seconds": 1}), "Chat reply.", "Waited.")
+    mclient = openai_client(patient)
+    assert patient.app.state.api.text.queue.capacity == 1   # one slot: only a slot set aside lets chat in
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(create, mclient, input="Wait.", tools=[mcp_tool(mcp_server)])
+        wait_until(lambda: ("wait", {"seconds": 1}) in mcp_server.calls, "the call reached the MCP server")
+        chat = mclient.chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}])
+        assert chat.choices[0].message.content == "Chat reply."
+        assert not running.done()
+        mcp_server.release.set()
+        resp, body = running.result(timeout=60)
+    assert body["output"][1]["output"] == "done waiting" and resp.output_text == "Waited."
 
 
 def test_the_call_limit_ends_the_calls(mclient, mcp_server, script):
