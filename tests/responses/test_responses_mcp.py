@@ -43,13 +43,13 @@ def mcp_server(demo):
 def allowed(scripted_host, make_server, tmp_path_factory):
     """A server on the scripted host that may call MCP servers on 127.0.0.1 (any port)."""
     return make_server(scripted_host, data_dir=str(tmp_path_factory.mktemp("mcp-data")), mcp_allow=["127.0.0.1"],
-                       mcp_timeout=2.0, mcp_max_calls=3)
+                       mcp_timeout=2.0, mcp_max_calls=3, mcp_max_result_bytes=1000)
 
 
 @pytest.fixture(scope="module")
 def patient(scripted_host, make_server):
     """The same, with a deadline no loaded machine reaches (the call's length is the test's)."""
-    return make_server(scripted_host, mcp_allow=["127.0.0.1"], mcp_timeout=600)
+    return make_server(scripted_host, mcp_allow=["127.0.0.1"], mcp_timeout=600, debug=True)
 
 
 @pytest.fixture
@@ -246,6 +246,24 @@ def test_credentials_reach_the_server_and_nothing_else(mclient, mcp_server, scri
     items = httpx.get(f"{allowed.url}/responses/{resp.id}/input_items").text
     for text in (json.dumps(body), stored, items):
         assert "secret-1" not in text and "secret-2" not in text
+
+
+def test_a_result_over_the_size_limit_fails_the_call(mclient, mcp_server, script):
+    script.script(call("echo", {"text": "x" * 1200}), "Too long.")
+    _, body = create(mclient, input="Echo a lot.", tools=[mcp_tool(mcp_server)])
+    made = body["output"][1]
+    assert made["status"] == "failed" and made["output"] is None
+    assert "mcp_max_result_bytes" in made["error"]["message"] and "1000" in made["error"]["message"]
+
+
+def test_the_debug_log_hides_credentials(patient, mcp_server, script, caplog):
+    script.script(forced({"a": 1, "b": 1}), "2")
+    tool = mcp_tool(mcp_server, authorization="tok-secret-3", headers={"X-Tenant": "hdr-secret-4"})
+    with caplog.at_level("DEBUG"):
+        create(openai_client(patient), input="1+1?", tools=[tool], tool_choice=ADD)
+    assert "demo" in caplog.text   # the body was logged
+    assert "secret-3" not in caplog.text and "secret-4" not in caplog.text
+    assert mcp_server.headers[-1]["authorization"] == "Bearer tok-secret-3"
 
 
 def test_the_sse_transport(mclient, mcp_server, script):
