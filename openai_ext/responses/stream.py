@@ -52,6 +52,7 @@ class _Output:
         self.start = len(self.state.output)                         # this pass's items come after
         self.to_run: list[tuple[int, dict[str, Any]]] = []          # MCP calls made, to run (output index, item)
         self.asked = False                                          # an MCP call awaits approval
+        self.handed = False                                         # a client's function was called
         self.status = "completed"
 
     # text ------------------------------------------------------------------------------------
@@ -166,6 +167,7 @@ class _Output:
             else:
                 namespace, name = turn.tools.call(e.name or "") if turn.tools else (None, e.name or "")
                 item = render.call_item(new_id("fc"), "in_progress", e.id, name, "", namespace)
+                self.handed = True
             index = len(self.state.output)
             self.state.output.append(item)
             self.open_calls[e.index] = (index, item)
@@ -306,9 +308,10 @@ async def _answer(text: TextService, turn: Turn, place: Place) -> AsyncGenerator
             async for e in ran:
                 yield e
         left = None if turn.max_output_tokens is None else turn.max_output_tokens - turn.spent[1]
-        if out.asked or (left is not None and left <= 0):
-            turn.state.finish("completed" if out.asked else "incomplete",
-                              reason=None if out.asked else "max_output_tokens")
+        if out.asked or out.handed or (left is not None and left <= 0):
+            # the client has a call to answer (an approval, or its own function), or no budget is left
+            waits = out.asked or out.handed
+            turn.state.finish("completed" if waits else "incomplete", reason=None if waits else "max_output_tokens")
             return
         turn.job = await _next_job(text, turn, {"max_output_tokens": left})
 

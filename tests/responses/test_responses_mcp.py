@@ -91,6 +91,21 @@ def test_two_calls_in_a_chain_then_an_answer(mclient, mcp_server, script):
     assert mcp_server.calls == [("add", {"a": 20, "b": 22}), ("echo", {"text": "42"})]
 
 
+def test_a_pass_that_also_calls_a_client_function_ends_for_its_answer(mclient, mcp_server, script):
+    """The MCP call runs, and the response ends with the client's function_call to answer (the
+    model cannot go on before it has that output)."""
+    weather = {"type": "function", "name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+    script.script(call("add", {"a": 1, "b": 2}) + "\n" + call("get_weather", {"city": "Oslo"}))
+    resp, body = create(mclient, input="Add, and the weather.", tools=[mcp_tool(mcp_server), weather])
+    assert [it["type"] for it in body["output"]] == ["mcp_list_tools", "mcp_call", "function_call"]
+    assert body["output"][1]["output"] == "3" and resp.status == "completed"
+    script.script("It is 3, and sunny in Oslo.")
+    _, body = create(mclient, previous_response_id=resp.id, tools=[mcp_tool(mcp_server), weather], input=[
+        {"type": "function_call_output", "call_id": body["output"][2]["call_id"], "output": "sunny"}])
+    assert [it["type"] for it in body["output"]] == ["message"]
+
+
 def test_the_list_is_reused_by_a_follow_up(mclient, mcp_server, script):
     script.script(forced({"a": 1, "b": 1}), "2.", forced({"a": 2, "b": 2}), "4.")
     first, _ = create(mclient, input="1+1?", tools=[mcp_tool(mcp_server)], tool_choice=ADD)
