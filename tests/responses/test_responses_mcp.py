@@ -153,6 +153,10 @@ def test_approval_granted_after_previous_response_id(mclient, mcp_server, script
     ran = body["output"][0]
     assert ran["approval_request_id"] == request["id"] and ran["output"] == "echo: hi"
     assert mcp_server.calls == [("echo", {"text": "hi"})]
+    listed = mclient.responses.input_items.with_raw_response.list(body["id"]).http_response.json()
+    assert_valid("ResponseItemList", listed)
+    [answer] = listed["data"]
+    assert answer["type"] == "mcp_approval_response" and answer["approve"] is True and answer["id"]
 
 
 def test_approval_declined_tells_the_model(mclient, mcp_server, script, scripted_host):
