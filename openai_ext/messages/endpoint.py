@@ -7,23 +7,39 @@ A stream sends ``message_start`` and a ping at once, before its turn comes, and 
 waits; a client that leaves stops the generation, as in chat. Context edits (context.py) are
 applied before the translation; a threaded request's reply is handed to its ticket (threads.py)
 once complete.
+
+With MCP servers (connector.py), ``respond`` lists their tools between taking the place in line
+and preparing, and the answer is written in passes: when a pass calls MCP tools, the server runs
+them, on the event loop, each bounded by mcp_timeout, with the request's place set aside (the
+slot serves others meanwhile; the next pass takes a turn in line again), and the next pass is the
+same request with the answer so far, its calls and their results, as its last assistant turn; the
+forced choice of the first pass (tool_choice any or tool) is auto then. It ends with a pass that
+calls none of them, one that calls a client tool, or at max_tokens (all passes' output
+together); once mcp_max_calls calls were run, the MCP tools are offered no more. Usage counts
+every pass; the stop reason is the last pass's. A client that leaves stops the work, a call
+under way included.
 """
 
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
 from typing import Any, AsyncGenerator
 
+from fastapi import Request
+from fastapi.responses import Response
+
 from ..core.admission import Place
-from ..core.errors import InvalidRequestError
-from ..core.streaming import Framing
+from ..core.errors import ContextLengthExceeded, InvalidRequestError
+from ..core.streaming import Framing, event_stream, until_disconnect
 from ..text import chat, tools
 from ..text.generation import ChoiceResult, Job, run_job
 from ..text.output import OutputParser
 from ..text.params import Plan
-from ..text.service import TextService
-from . import context, render, translate
+from ..text.service import TextService, enter
+from . import context, render, threads, translate
+from .connector import Connector
 from .protocol import CountTokensRequest, MessagesRequest
 from .stream import PING, AnthropicFraming, Blocks
 
@@ -32,13 +48,20 @@ framing: Framing | None = AnthropicFraming()
 
 @dataclass
 class Turn:
-    """A prepared Messages request: the chat job, and what the Anthropic answer needs besides."""
+    """A prepared Messages request: the chat job of its pass now, and what the Anthropic answer
+    needs besides; the passes fill in what was sent and spent, and how it ended."""
     job: Job
     id: str
     stops: list[str]
     max_tokens: int
     context: dict[str, Any] | None = None    # the response's context_management
     ticket: Any = None                        # a thread's, where the reply is kept (threads.Ticket)
+    request: MessagesRequest | None = None    # as the model is shown it (context edits applied)
+    connector: Connector | None = None        # the request's MCP servers
+    asked: int = 0                            # the max_tokens of the pass now
+    spent: list[int] = field(default_factory=lambda: [0, 0])      # input and output tokens, every pass
+    sent: list[dict[str, Any]] = field(default_factory=list)      # the content events so far
+    ended: tuple[str, str | None] = ("end_turn", None)             # stop_reason and stop_sequence
 
     @property
     def plan(self) -> Plan:
@@ -47,21 +70,37 @@ class Turn:
     @property
     def clamped(self) -> bool:
         """The context left less room than max_tokens."""
-        return self.plan.settings.max_new_tokens < self.max_tokens
-
-    def stop_reason(self, result: ChoiceResult, blocks: Blocks) -> tuple[str, str | None]:
-        return render.stop_reason(result.finish_reason, result.stop, stops=self.stops, called=blocks.called,
-                                  clamped=self.clamped)
+        return self.plan.settings.max_new_tokens < self.asked
 
 
-def prepare(text: TextService, req: MessagesRequest) -> Turn:
-    edited = context.apply(req, _counter(text))
-    tr = translate.to_chat(edited.request, allow_unknown=text.settings.allow_unknown_fields)
+def _job(text: TextService, req: MessagesRequest, connector: Connector | None,
+         budget: int | None = None) -> tuple[Job, translate.Translation]:
+    """The chat job of a pass; ``budget``: the tokens a later pass may write (what max_tokens
+    leaves after the passes before it)."""
+    tr = translate.to_chat(req, allow_unknown=text.settings.allow_unknown_fields,
+                           mcp=connector.offered() if connector is not None else None, later=budget is not None)
+    if budget is not None:
+        tr.chat.max_tokens = budget
     try:
-        job = chat.prepare(text, tr.chat, prefill=tr.prefill)
+        return chat.prepare(text, tr.chat, prefill=tr.prefill), tr
     except InvalidRequestError as e:
-        raise translate.chat_error(e, tr.names) from None
-    return Turn(job, render.message_id(), tr.stops, tr.max_tokens, edited.report(), req._ticket)
+        raise translate.chat_error(e, tr.names, tr.tools) from None
+
+
+def prepare(text: TextService, req: MessagesRequest, connector: Connector | None = None) -> Turn:
+    edited = context.apply(req, _counter(text))
+    assert isinstance(edited.request, MessagesRequest)
+    job, tr = _job(text, edited.request, connector)
+    return Turn(job, render.message_id(), tr.stops, tr.max_tokens, edited.report(), req._ticket,
+                edited.request, connector, tr.max_tokens)
+
+
+def _follow(text: TextService, turn: Turn, budget: int) -> Job:
+    """The next pass: the request with the answer so far as its last assistant turn."""
+    assert turn.request is not None
+    req = turn.request.model_copy(update={"messages": threads.with_reply(turn.request.messages,
+                                                                         render.fold(turn.sent))})
+    return _job(text, req, turn.connector, budget)[0]
 
 
 def _tokens(text: TextService, req: CountTokensRequest) -> int:
@@ -90,25 +129,71 @@ def count_tokens(text: TextService, req: CountTokensRequest) -> dict[str, Any]:
     return out
 
 
-def _blocks(turn: Turn, *, incremental: bool | None = None) -> Blocks:
-    return Blocks(OutputParser.for_job(turn.job, incremental=incremental))
+async def _answer(text: TextService, turn: Turn, place: Place, *,
+                  streamed: bool) -> AsyncGenerator[dict[str, Any], None]:
+    """The answer's content events, pass after pass, in the turn the caller holds (``place``: set
+    aside while an MCP call runs). Calls stream as they are generated when a grammar guarantees
+    them, as in chat; a whole answer's are held until complete and validated, as in a
+    non-streamed chat answer."""
+    job, index = turn.job, -1
+    connector = turn.connector
+    servers = connector.servers() if connector is not None else {}
+    while True:
+        blocks = Blocks(OutputParser.for_job(job, incremental=None if streamed else False), mcp=servers, index=index)
+        result: ChoiceResult | None = None
+        async with contextlib.aclosing(run_job(text, job, None)) as events:
+            async for ev in events:
+                if ev.delta is not None:
+                    outs = blocks.feed(ev.delta.text)
+                elif ev.result is not None:
+                    result, outs = ev.result, blocks.feed("", final=True)
+                else:
+                    continue
+                for out in outs:
+                    turn.sent.append(out)
+                    yield out
+        assert result is not None
+        turn.spent[0] += job.prompt_tokens
+        turn.spent[1] += result.tokens
+        mine, theirs = blocks.made()
+        turn.ended = render.stop_reason(result.finish_reason, result.stop, stops=turn.stops,
+                                        called=bool(mine or theirs), clamped=turn.clamped)
+        if not mine:
+            return
+        assert connector is not None, "an MCP call without MCP servers"
+        for call in mine:
+            try:
+                arguments = json.loads(call["function"]["arguments"])
+            except json.JSONDecodeError:
+                arguments = None
+            async with place.aside():
+                got, failed = await connector.call(call["function"]["name"], arguments)
+            for out in blocks.result(render.mcp_tool_result(render.mcp_tool_use_id(call["id"]), got, failed)):
+                turn.sent.append(out)
+                yield out
+        if result.finish_reason == "length" or theirs:
+            return    # max_tokens, or the client's tools to run: the stop reason says which
+        budget = turn.max_tokens - turn.spent[1]
+        if budget <= 0:
+            turn.ended = ("max_tokens", None)
+            return
+        try:
+            job = await text.prepared(_follow, text, turn, budget)
+        except ContextLengthExceeded:
+            turn.ended = ("model_context_window_exceeded", None)
+            return
+        turn.job, turn.asked, index = job, budget, blocks.index
 
 
 async def complete(text: TextService, turn: Turn, place: Place) -> dict[str, Any]:
-    result: ChoiceResult | None = None
-    async with contextlib.aclosing(run_job(text, turn.job, place)) as events:
-        async for ev in events:
-            if ev.result is not None:
-                result = ev.result
-    assert result is not None
-    # Calls are held until complete and validated, as in a non-streamed chat answer.
-    blocks = _blocks(turn, incremental=False)
-    content = render.fold(blocks.feed(result.text, final=True))
-    reason, sequence = turn.stop_reason(result, blocks)
+    async with place:
+        async with contextlib.aclosing(_answer(text, turn, place, streamed=False)) as events:
+            async for _ in events:
+                pass
+    content = render.fold(turn.sent)
     if turn.ticket is not None:
         turn.ticket.commit(turn.id, content)
-    return render.message(turn.id, turn.job.model, content, reason, sequence,
-                          render.usage(turn.job.prompt_tokens, result.tokens), turn.context)
+    return render.message(turn.id, turn.job.model, content, *turn.ended, render.usage(*turn.spent), turn.context)
 
 
 async def stream(text: TextService, turn: Turn, place: Place) -> AsyncGenerator[dict[str, Any], None]:
@@ -116,28 +201,39 @@ async def stream(text: TextService, turn: Turn, place: Place) -> AsyncGenerator[
     start = render.message(turn.id, job.model, [], None, None, render.usage(job.prompt_tokens, 0))
     yield {"type": "message_start", "message": start}
     yield PING
-    # Calls stream as they are generated when a grammar guarantees them, as in chat.
-    blocks = _blocks(turn)
-    result: ChoiceResult | None = None
-    sent: list[dict[str, Any]] = []     # the content events, for a thread to keep the reply
-    async with contextlib.aclosing(run_job(text, job, place)) as events:
-        async for ev in events:
-            if ev.delta is not None:
-                for out in blocks.feed(ev.delta.text):
-                    sent.append(out)
-                    yield out
-            elif ev.result is not None:
-                result = ev.result
-                for out in blocks.feed("", final=True):
-                    sent.append(out)
-                    yield out
-    assert result is not None
-    reason, sequence = turn.stop_reason(result, blocks)
+    async with place:
+        async with contextlib.aclosing(_answer(text, turn, place, streamed=True)) as events:
+            async for out in events:
+                yield out
+    reason, sequence = turn.ended
     if turn.ticket is not None:
-        turn.ticket.commit(turn.id, render.fold(sent))
+        turn.ticket.commit(turn.id, render.fold(turn.sent))
     delta = {"type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": sequence},
-             "usage": render.delta_usage(job.prompt_tokens, result.tokens)}
+             "usage": render.delta_usage(*turn.spent)}
     if turn.context is not None:
         delta["context_management"] = turn.context
     yield delta
     yield {"type": "message_stop"}
+
+
+async def respond(text: TextService, request: Request, req: MessagesRequest, connector: Connector) -> Any:
+    """A request with MCP servers, from its validated body to its response: text.service.generate's
+    steps, with the servers checked and their tools listed between taking the place in line (a
+    full line is told at once) and preparing (the tools are offered in the prompt)."""
+    place = enter(text)
+    try:
+        listed = await until_disconnect(request, connector.open())
+        if isinstance(listed, Response):   # the client left while the tools were listed
+            place.release()
+            return listed
+        turn = await text.prepared(prepare, text, req, connector)
+    except BaseException:
+        place.release()
+        raise
+    if turn.plan.stream:
+        return event_stream(stream(text, turn, place), send_timeout=text.settings.stream_send_timeout,
+                            on_close=place.release, framing=framing)
+    try:
+        return await until_disconnect(request, complete(text, turn, place))
+    finally:
+        place.release()

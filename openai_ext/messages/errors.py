@@ -2,7 +2,8 @@
 
 The server raises the same errors on every route; this renders them as Anthropic does, with
 its statuses and types. A full generation queue is ``overloaded_error`` with Anthropic's 529
-(its SDKs retry it, as they retry OpenAI's 429), and Anthropic's 413 is ``request_too_large``.
+(its SDKs retry it, as they retry OpenAI's 429), Anthropic's 413 is ``request_too_large``, and
+a 504 (an upstream or an MCP server that did not answer in time) is ``timeout_error``.
 The composition root registers ``reply`` as the error dialect of the Messages routes (and of
 /v1/models for requests with anthropic-version), so errors raised before any route ran (a
 missing key, a body over the limit, a wrong Host) come in this shape too.
@@ -20,7 +21,7 @@ OVERLOADED = 529
 
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
           404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 500: "api_error",
-          OVERLOADED: "overloaded_error"}
+          504: "timeout_error", OVERLOADED: "overloaded_error"}
 
 # Anthropic's error.details.error_code, on the errors Anthropic's SDKs act on: a thread the server
 # does not hold, or holds as continued already, is replayed whole under a new thread (threads.py).

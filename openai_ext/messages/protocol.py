@@ -8,7 +8,10 @@ Unknown top-level fields are kept (``extra="allow"``) for translate.py: the host
 pass on, anything else gets a 400 naming it. ``context_management`` and ``thread`` are read by
 context.py and threads.py (with ``parse``, so that an error names the field inside them);
 context-management edits of a type not served here are parsed as ``OtherEdit``, for context.py
-to say why they are refused.
+to say why they are refused. ``mcp_servers`` and the ``mcp_toolset`` entries of ``tools`` are
+read by connector.py the same way (unknown keys there are a 400: a misspelt token or tool list
+would change what runs); the MCP connector's ``mcp_tool_use`` and ``mcp_tool_result`` blocks come
+back in assistant turns.
 """
 
 from __future__ import annotations

@@ -22,6 +22,16 @@ def tool_use_id(call_id: str) -> str:
     return "toolu_" + call_id.removeprefix("call_")
 
 
+def mcp_tool_use_id(call_id: str) -> str:
+    """The id of an mcp_tool_use block (the MCP connector's call), as Anthropic's begin."""
+    return "mcptoolu_" + call_id.removeprefix("call_")
+
+
+def mcp_tool_result(tool_use_id: str, text: str, is_error: bool) -> dict[str, Any]:
+    return {"type": "mcp_tool_result", "tool_use_id": tool_use_id, "is_error": is_error,
+            "content": [{"type": "text", "text": text}]}
+
+
 def usage(input_tokens: int, output_tokens: int) -> dict[str, Any]:
     return {"input_tokens": input_tokens, "output_tokens": output_tokens,
             "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,

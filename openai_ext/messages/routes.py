@@ -7,7 +7,7 @@ from fastapi import APIRouter, Request
 
 from ..core.auth import caller_owner
 from ..text.service import TextService, generate
-from . import endpoint
+from . import connector, endpoint
 from .protocol import CountTokensRequest, MessagesRequest
 from .threads import Threads
 
@@ -20,6 +20,9 @@ def router(text: TextService) -> APIRouter:
     async def create_message(body: MessagesRequest, request: Request):
         text.require_model()
         whole = threads.resolve(body, caller_owner(request))
+        mcp = connector.read(whole, request.headers, text.settings)
+        if mcp is not None:
+            return await endpoint.respond(text, request, whole, mcp)
         return await generate(text, request, endpoint, whole)
 
     @r.post("/messages/count_tokens")

@@ -6,7 +6,11 @@ as ``text_delta``, each call as a ``tool_use`` block whose input arrives as ``in
 fragments, as they were generated (when a grammar guarantees the calls; otherwise in pieces of
 the validated call), once the call is complete: a call that max_tokens cuts short is never sent
 as a block (the stop reason, max_tokens, says the answer was cut). A whole, non-streamed answer
-is folded from the same events, so both give the same content.
+is folded from the same events, so both give the same content. A call of an MCP server's tool
+(the MCP connector) is an ``mcp_tool_use`` block, streamed as a ``tool_use`` is; its
+``mcp_tool_result`` comes whole in its ``content_block_start`` (``result``), as Anthropic
+streams server tools' results. An answer written in several passes (calls run between them)
+numbers its blocks on from pass to pass (``index``).
 
 ``AnthropicFraming`` writes each event as ``event: <type>`` and ``data: {json}``, an error after
 the stream began as ``event: error``, no ``[DONE]``, and keep-alive pings as real
@@ -15,7 +19,7 @@ the stream began as ``event: error``, no ``[DONE]``, and keep-alive pings as rea
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from ..core.errors import OpenAIError, internal_error
 from ..core.streaming import PING_SECONDS, Framing, dumps
@@ -30,13 +34,15 @@ PING = {"type": "ping"}
 
 
 class Blocks:
-    """One answer's content blocks, as stream events. ``toolset``: the request's tools when the
-    model may call them (None: all text)."""
+    """One generation's content blocks, as stream events. ``mcp``: the name of each MCP tool's
+    server (its calls are mcp_tool_use blocks); ``index``: the index of the block before the
+    first (-1: none; an earlier pass's last)."""
 
-    def __init__(self, output: OutputParser):
+    def __init__(self, output: OutputParser, *, mcp: Mapping[str, str] | None = None, index: int = -1):
         # the one parser's events: a reasoning model's thinking (a thinking block first), text, calls
         self.output = output
-        self.index = -1
+        self.mcp = mcp or {}
+        self.index = index
         self.open: str | None = None     # the type of the block now open
         # The events of the call being generated, held until it is complete: a tool_use block is
         # sent only for a whole call, streamed or not.
@@ -45,6 +51,17 @@ class Blocks:
     @property
     def called(self) -> bool:
         return self.output.called
+
+    def made(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The whole calls of the generation (a call max_tokens cut is none), OpenAI-shaped:
+        (those of MCP tools, the client's)."""
+        calls = [c for k, c in enumerate(self.output.calls) if k not in self.output.cut]
+        mine = [c for c in calls if c["function"]["name"] in self.mcp]
+        return mine, [c for c in calls if c["function"]["name"] not in self.mcp]
+
+    def result(self, block: dict[str, Any]) -> list[dict[str, Any]]:
+        """A block sent whole (an mcp_tool_result): its start, with its content, and its stop."""
+        return self._start(block) + self.close()
 
     def feed(self, text: str, *, final: bool = False) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
@@ -81,7 +98,11 @@ class Blocks:
             return []
         out: list[dict[str, Any]] = []
         for part in held:
-            if part.id is not None:
+            server = self.mcp.get(part.name or "")
+            if part.id is not None and server is not None:
+                out += self._start({"type": "mcp_tool_use", "id": render.mcp_tool_use_id(part.id),
+                                    "name": part.name, "server_name": server, "input": {}})
+            elif part.id is not None:
                 out += self._start({"type": "tool_use", "id": render.tool_use_id(part.id), "name": part.name,
                                     "input": {}})
             if part.arguments:

@@ -45,7 +45,7 @@ class Ticket:
         self.threads, self.owner, self.previous, self.req = threads, owner, previous, req
 
     def commit(self, message_id: str, content: list[dict[str, Any]]) -> None:
-        self.threads._keep(self, message_id, _with_reply(self.req.messages, content))
+        self.threads._keep(self, message_id, with_reply(self.req.messages, content))
 
 
 class Threads:
@@ -108,7 +108,7 @@ def _dump(value: Any) -> Any:
     return value
 
 
-def _with_reply(messages: list[InputMessage], content: list[dict[str, Any]]) -> list[InputMessage]:
+def with_reply(messages: list[InputMessage], content: list[dict[str, Any]]) -> list[InputMessage]:
     """The conversation followed by the reply. A last assistant turn was a prefill the reply
     continued: they become one turn, its text and the reply's first text joined."""
     reply = InputMessage.model_validate({"role": "assistant", "content": content})

@@ -7,7 +7,8 @@ the calls. What has no chat counterpart is mapped here, by the rules in ``RULES`
 table is generated from it); nothing here talks to the host.
 
 History: a user turn's ``tool_result`` blocks become ``tool`` messages (the results of the
-previous assistant turn's ``tool_use`` blocks, which become its tool calls); text blocks are
+previous assistant turn's ``tool_use`` blocks, which become its tool calls; an assistant turn's
+``mcp_tool_use`` and ``mcp_tool_result`` blocks become calls and results too: assistant.py); text blocks are
 joined with a newline, as chat joins text parts. A system message stays a system message where
 it stands (chat keeps later system messages in place); its tool changes are read by offered.py. ``thinking`` blocks are dropped: the chat
 templates the server renders through have no place for them. A conversation that ends with an
@@ -21,7 +22,8 @@ do. ``Translation.names`` keeps where each one was sent, for ``chat_error`` to n
 
 from __future__ import annotations
 
-import json
+import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +35,8 @@ from ..core.rules import Rule
 from ..hosts.base import HOST_SAMPLERS
 from ..text.protocol import ChatCompletionRequest
 from ..text.webui_fields import ALL as WEB_UI_FIELDS
-from . import images
+from . import assistant, images
+from .assistant import unreadable as _unreadable
 from .images import Part
 from .images import image as _image
 from .images import parts_content as _content
@@ -42,9 +45,7 @@ from .protocol import (
     CountTokensRequest,
     InputMessage,
     MessagesRequest,
-    RedactedThinkingBlock,
     TextBlock,
-    ThinkingBlock,
     ToolResultBlock,
     ToolUseBlock,
 )
@@ -63,7 +64,7 @@ RULES: tuple[Rule, ...] = (
     Rule("top_k", M, "mapped", "top_k (host sampler)", "The host's own top_k sampler; 400 if the host has none."),
     Rule("stream", M, "mapped", "stream", "Anthropic's named events: message_start, content_block_start/delta/stop, message_delta, message_stop, and ping."),
     Rule("metadata", M, "mapped", "user", "metadata.user_id is accepted; nothing is stored."),
-    Rule("tools", M, "mapped", "tools", "Custom tools (name, description, input_schema) become function tools. Anthropic's server tools (web search, code execution, bash, text editor ...) get a 400 naming them."),
+    Rule("tools", M, "mapped", "tools", "Custom tools (name, description, input_schema) become function tools. mcp_toolset entries choose the tools of mcp_servers (see mcp_servers). Anthropic's server tools (web search, code execution, bash, text editor ...) get a 400 naming them."),
     Rule("tool_choice", M, "mapped", "tool_choice, parallel_tool_calls", "auto -> auto; any -> required; tool -> the named function; none -> none. any and tool are enforced by a grammar, so input always validates against input_schema. disable_parallel_tool_use -> parallel_tool_calls false."),
     Rule("output_config", M, "mapped", "response_format", "format {type: json_schema, schema} -> response_format json_schema (grammar-enforced); effort is ignored."),
     Rule("thinking", M, "mapped", "enable_thinking", "Checked as Anthropic checks it (enabled needs budget_tokens >= 1024 and below max_tokens). enabled and adaptive turn the model's reasoning switch on, disabled off, where its chat template has one (extension mode); budget_tokens is not enforced. A reasoning model's thinking comes back as a thinking block before the answer (streamed as thinking_delta, signature empty); a model without a reasoning mode, such as the embedded SmolLM2, writes none."),
@@ -76,7 +77,7 @@ RULES: tuple[Rule, ...] = (
     Rule("diagnostics", M, "ignored", "-", "No prompt cache to diagnose."),
     Rule("user_profile_id, workspace_id", M, "ignored", "-", "One local user; nothing is stored."),
     Rule("container", M, "rejected", "-", "There is no code execution container: 400."),
-    Rule("mcp_servers", M, "rejected", "-", "The server does not call MCP servers: 400."),
+    Rule("mcp_servers", M, "server", "tools (each server's)", "Anthropic's MCP connector, with the header anthropic-beta mcp-client-2025-11-20 (tools chosen by mcp_toolset entries in tools) or mcp-client-2025-04-04 (tool_configuration); without it, 400. Servers must be allowed by mcp_allow. Their tools are listed once per request and offered beside tools; the server runs the model's calls (mcp_timeout each, mcp_max_calls a response) and the answer goes on, with mcp_tool_use and mcp_tool_result blocks in its content. authorization_token is sent as Authorization: Bearer, never logged or kept."),
     Rule("host samplers", M, "mapped", "same name", "Extra fields named after the host's own samplers (min_p, repetition_penalty ...), as in chat."),
 )
 
@@ -93,11 +94,14 @@ class Translation:
     max_tokens: int = 0
     # chat's name of an image part (messages[k].content[l]) -> the block it came from, and its source's field
     names: dict[str, tuple[str, str]] = field(default_factory=dict)
+    tools: list[str] = field(default_factory=list)   # the path each chat tool was sent under
 
 
-def to_chat(req: CountTokensRequest, *, allow_unknown: bool = False) -> Translation:
+def to_chat(req: CountTokensRequest, *, allow_unknown: bool = False, mcp: list[Any] | None = None,
+            later: bool = False) -> Translation:
     """The chat request that renders and samples as ``req`` asks (a MessagesRequest, or a
-    CountTokensRequest, which only shapes the prompt)."""
+    CountTokensRequest, which only shapes the prompt). ``mcp``: the MCP servers' tools offered
+    (connector.McpTool); ``later``: a pass after MCP calls (offered.chat_tools)."""
     _check_fields(req, allow_unknown)
     names: dict[str, tuple[str, str]] = {}
     messages, prefill = _history(req, names)
@@ -114,7 +118,8 @@ def to_chat(req: CountTokensRequest, *, allow_unknown: bool = False) -> Translat
             body["enable_thinking"] = req.thinking.type != "disabled"
     # host samplers and the web UI's own fields mean here what they mean in chat
     body.update({k: v for k, v in (req.model_extra or {}).items() if k in HOST_SAMPLERS or k in WEB_UI_FIELDS})
-    body.update(chat_tools(req))
+    offered, paths = chat_tools(req, mcp, later=later)
+    body.update(offered)
     if req.output_config is not None and req.output_config.format is not None:
         body["response_format"] = {"type": "json_schema",
                                    "json_schema": {"name": "output", "schema": req.output_config.format.schema_}}
@@ -127,18 +132,22 @@ def to_chat(req: CountTokensRequest, *, allow_unknown: bool = False) -> Translat
     if prefill and chat.tool_choice not in (None, "auto", "none"):
         raise _bad("A prefilled assistant turn cannot be combined with tool_choice any or tool; drop one of "
                    "them.", "tool_choice")
-    return Translation(chat, prefill, stops, req.max_tokens if isinstance(req, MessagesRequest) else 0, names)
+    return Translation(chat, prefill, stops, req.max_tokens if isinstance(req, MessagesRequest) else 0, names,
+                       paths)
+
+
+# fields of POST /v1/messages that count_tokens does not take
+ELSEWHERE = {"mcp_servers": "count_tokens does not list MCP servers' tools: count without mcp_servers (their tools "
+                            "are left out of the count), or read usage.input_tokens of a /v1/messages response."}
 
 
 def _check_fields(req: CountTokensRequest, allow_unknown: bool) -> None:
-    for name in ("container", "mcp_servers"):
-        if getattr(req, name, None) is not None:
-            what = {"container": "There is no code execution container on this server",
-                    "mcp_servers": "This server does not call MCP servers"}[name]
-            raise _bad(f"{what}; remove {name}.", name)
+    # (mcp_servers is read by connector.py, before the translation)
+    if getattr(req, "container", None) is not None:
+        raise _bad("There is no code execution container on this server; remove container.", "container")
     # host samplers and the web UI's fields go on to the chat request, as in chat
     refuse_unknown([k for k in (req.model_extra or {}) if k not in HOST_SAMPLERS and k not in WEB_UI_FIELDS],
-                   known=[*type(req).model_fields, *HOST_SAMPLERS], allow=allow_unknown)
+                   known=[*type(req).model_fields, *HOST_SAMPLERS], allow=allow_unknown, elsewhere=ELSEWHERE)
 
 
 def _check_thinking(req: MessagesRequest) -> None:
@@ -158,19 +167,6 @@ def _text(blocks: list[Any], where: str) -> str:
             raise _unreadable(b, f"{where}[{j}]")
         texts.append(b.text)
     return "\n".join(texts)
-
-
-def _unreadable(block: Any, where: str) -> InvalidRequestError:
-    kind = block.type
-    if kind in ("document", "search_result", "container_upload"):
-        why = "which the loaded text model cannot read. Send text blocks only"
-    elif kind == "image":
-        why = "which belongs in a user turn (or a tool_result)"
-    elif kind in ("tool_use", "tool_result", "thinking", "redacted_thinking", *TOOL_CHANGES):
-        why = "which does not belong here"
-    else:
-        why = "which this server does not take (results of Anthropic's server tools are not run here)"
-    return _bad(f"{where} is a block of type '{kind}', {why}.", f"{where}.type")
 
 
 def _parts(blocks: list[Any], where: str) -> list[Part]:
@@ -208,18 +204,20 @@ def _history(req: CountTokensRequest, names: dict[str, tuple[str, str]]) -> tupl
             if text and not (m.clear_at == "next_user_message" and i < last_user):
                 out.append({"role": "system", "content": text})
         elif m.role == "assistant":
-            text, tool_calls = _assistant(m, where)
-            if i == last and not tool_calls:
-                prefill = text
+            turn = assistant.read(m, where)
+            out.extend(turn.rounds)
+            if i == last and not turn.client:
+                prefill = turn.text
                 continue
-            if tool_calls and i > last_user:
+            if turn.client and i > last_user:
                 raise _bad(f"messages[{i}] is an assistant turn with tool_use blocks; send their tool_result blocks "
                            "in a user turn after it.", f"messages[{i}]")
             _check_answered(req.messages, asked, i)
-            asked = i if tool_calls else -1
-            calls = {c["id"] for c in tool_calls}
-            out.append({"role": "assistant", "content": text or (None if tool_calls else ""),
-                        **({"tool_calls": tool_calls} if tool_calls else {})})
+            asked = i if turn.client else -1
+            calls = set(turn.client)
+            if turn.text or turn.calls or not turn.rounds:
+                out.append({"role": "assistant", "content": turn.text or (None if turn.calls else ""),
+                            **({"tool_calls": turn.calls} if turn.calls else {})})
         else:
             out.extend(_user(m, where, calls, names, len(out)))   # a result for an unknown id first
             _check_answered(req.messages, asked, i)
@@ -276,24 +274,6 @@ def _system_text(m: InputMessage, where: str) -> str:
     return "\n".join(texts)
 
 
-def _assistant(m: InputMessage, where: str) -> tuple[str, list[dict[str, Any]]]:
-    if isinstance(m.content, str):
-        return m.content, []
-    assert m.content is not None, "_check_message refuses a turn without content"
-    texts, tool_calls = [], []
-    for j, b in enumerate(m.content):
-        if isinstance(b, TextBlock):
-            texts.append(b.text)
-        elif isinstance(b, ToolUseBlock):
-            tool_calls.append({"id": b.id, "type": "function",
-                               "function": {"name": b.name, "arguments": json.dumps(b.input, ensure_ascii=False)}})
-        elif isinstance(b, (ThinkingBlock, RedactedThinkingBlock)):
-            continue   # reasoning models' templates drop earlier turns' thinking too (Qwen3, gpt-oss)
-        else:
-            raise _unreadable(b, f"{where}[{j}]")
-    return "\n".join(texts), tool_calls
-
-
 def _user(m: InputMessage, where: str, calls: set[str], names: dict[str, tuple[str, str]],
           base: int) -> list[dict[str, Any]]:
     """A user turn as chat messages (``base``: how many come before them in the chat request)."""
@@ -345,12 +325,30 @@ CHAT_PATHS = PathNames((r"tools\[(\d+)\]\.function\.parameters", r"tools[\1].inp
 WORDS = {**images.WORDS, "required": "'any'"}
 
 
-def chat_error(err: InvalidRequestError, names: dict[str, tuple[str, str]] | None = None) -> InvalidRequestError:
+CHAT_TOOL = re.compile(r"tools\[(\d+)\](?:\.function\.(parameters|name))?(?=[.\[]|$)")
+
+
+def _tool_names(paths: list[str]) -> Callable[[str], str]:
+    """Chat's path of tool k as the path it was sent under (``paths[k]``: tools[j] less the
+    mcp_toolset entries, a tool change's definition, an MCP server's tool)."""
+    def name(path: str) -> str:
+        m = CHAT_TOOL.match(path)
+        if m is None or int(m.group(1)) >= len(paths):
+            return path
+        field = {"parameters": ".input_schema", "name": ".name", None: ""}[m.group(2)]
+        return paths[int(m.group(1))] + field + path[m.end():]
+    return name
+
+
+def chat_error(err: InvalidRequestError, names: dict[str, tuple[str, str]] | None = None,
+               tools: list[str] | None = None) -> InvalidRequestError:
     """An error of the chat machinery, with the paths it names (its param, and those of its
     message) as this request sent them: under Anthropic's names (tools[0].function.parameters is
-    tools[0].input_schema), and an image part as the block it came from (``names``)."""
+    tools[0].input_schema), an image part as the block it came from (``names``), and a tool as
+    the entry it came from (``tools``: Translation.tools)."""
     blocks = images.block_names(names or {})
-    return renamed(err, lambda path: CHAT_PATHS(blocks(path)), WORDS)
+    tool = _tool_names(tools or [])
+    return renamed(err, lambda path: CHAT_PATHS(tool(blocks(path))), WORDS)
 
 
 def markdown_table() -> str:

@@ -184,6 +184,7 @@ def test_a_failure_mid_stream_is_an_error_event(scripted, failing_scripted):
     (errors.RateLimitError("full", code="queue_full"), 529, "overloaded_error", anthropic.OverloadedError),
     (errors.ServerError("boom"), 500, "api_error", anthropic.InternalServerError),
     (errors.ServiceUnavailableError("no model"), 503, "api_error", anthropic.InternalServerError),
+    (errors.UpstreamError("late", status=504), 504, "timeout_error", anthropic.InternalServerError),
 ])
 def test_every_status_in_anthropics_shape(error, status, kind, sdk_class):
     app = FastAPI()

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import threading
 
 import anthropic
 import httpx
 import pytest
-from support.anthropic_types import anthropic_client, assert_error, assert_events, assert_message, parse_events
+from support.anthropic_types import anthropic_client, assert_error, assert_events, assert_message
 from support.mcp_servers import start_demo_server
 from support.scripted import call, forced
 from support.servers import free_port, idle, wait_until
@@ -74,7 +75,8 @@ def create(client, *, betas=(NEW,), **body):
     if NEW in betas and "mcp_servers" in body and not any(t.get("type") == "mcp_toolset" for t in body.get("tools", [])):
         body["tools"] = [*body.get("tools", []), *({"type": "mcp_toolset", "mcp_server_name": s["name"]}
                                                    for s in body["mcp_servers"])]
-    raw = client.beta.messages.with_raw_response.create(model="x", max_tokens=200, betas=list(betas), **body)
+    body.setdefault("max_tokens", 200)
+    raw = client.beta.messages.with_raw_response.create(model="x", betas=list(betas), **body)
     message = raw.http_response.json()
     assert_message(message, beta=True)
     assert TOKEN not in raw.http_response.text
@@ -136,6 +138,22 @@ def test_a_chain_of_two_calls_in_one_response(api, claude, script, demo):
     assert demo.calls == [("add", {"a": 2, "b": 3}), ("echo", {"text": "five"})]
     assert len({c[0]["id"], c[3]["id"]}) == 2
     assert "<tool_response>\necho: five\n</tool_response>" in prompts(script)[2]
+
+
+def test_max_tokens_bounds_every_pass_together(api, claude, script, demo):
+    """The passes share max_tokens: the second may write what the first left (and a thinking
+    budget checked against max_tokens still holds); when nothing is left, the answer ends there."""
+    script.script(forced({"a": 2, "b": 3}), "The sum is five, as the tool says. " * 200)
+    message = create(claude, mcp_servers=[server(demo)], tool_choice={"type": "tool", "name": "add"},
+                     max_tokens=1100, thinking={"type": "enabled", "budget_tokens": 1024})
+    first = script.calls[0]
+    assert script.calls[1].settings.max_new_tokens == 1100 - len(script.split(first.reply.text))
+    assert message["usage"]["output_tokens"] == 1100 and message["stop_reason"] == "max_tokens"
+    script.script(forced({"a": 2, "b": 3}))
+    message = create(claude, mcp_servers=[server(demo)], tool_choice={"type": "tool", "name": "add"},
+                     max_tokens=len(script.split(forced({"a": 2, "b": 3}))))
+    assert types(message) == ["mcp_tool_use", "mcp_tool_result"] and message["stop_reason"] == "max_tokens"
+    assert len(script.calls) == 3
 
 
 @pytest.mark.parametrize("betas, config, tools, shown", [
@@ -271,20 +289,30 @@ def test_the_sse_transport(api, claude, script, demo):
     assert all(h.get("authorization") == f"Bearer {TOKEN}" for h in demo.headers)
 
 
-def test_the_token_is_never_logged_nor_echoed(api, claude, script, demo, caplog):
+def test_the_token_is_never_logged_nor_echoed(make_server, scripted_host, script, demo, caplog):
+    """On a server that logs every request body and stream chunk (debug), through a call, a
+    stream, and errors of every kind."""
     caplog.set_level(logging.DEBUG)
+    logged = make_server(scripted_host, mcp_allow=["127.0.0.1"], debug=True, debug_streams=True)
+    claude = anthropic_client(logged)
     script.script(forced({"reason": "x"}), "Failed.")
     create(claude, mcp_servers=[server(demo)], tool_choice={"type": "tool", "name": "fail"})
+    script.script(forced({"a": 1, "b": 2}), "Three.")
+    with claude.beta.messages.with_streaming_response.create(
+            model="x", max_tokens=50, messages=ASK, betas=[NEW], stream=True, mcp_servers=[server(demo)],
+            tools=[{"type": "mcp_toolset", "mcp_server_name": "demo"}], tool_choice={"type": "tool", "name": "add"}) as r:
+        assert TOKEN not in r.read().decode()
     # errors of every kind: a server down, a bad field, no beta header, a refused host
     for body, betas in (({"mcp_servers": [server(demo, url=f"http://127.0.0.1:{free_port()}/mcp")]}, [NEW]),
                         ({"mcp_servers": [server(demo, authorization_token=123)]}, [NEW]),
-                        ({"mcp_servers": [server(demo, extra=TOKEN)]}, [NEW]),
+                        ({"mcp_servers": [server(demo, extra="y")]}, [NEW]),
                         ({"mcp_servers": [server(demo)]}, []),
                         ({"mcp_servers": [server(demo, url="http://10.0.0.1/mcp")]}, [NEW])):
-        r = httpx.post(api.url + "/messages", json={"model": "x", "max_tokens": 5, "messages": ASK, **body,
-                                                    "tools": [{"type": "mcp_toolset", "mcp_server_name": "demo"}]},
+        r = httpx.post(logged.url + "/messages", json={"model": "x", "max_tokens": 5, "messages": ASK, **body,
+                                                       "tools": [{"type": "mcp_toolset", "mcp_server_name": "demo"}]},
                        headers={"anthropic-beta": ",".join(betas)} if betas else {}, timeout=30)
         assert r.status_code >= 400 and TOKEN not in r.text, r.text
+    assert any(r.name == "openai_ext.requests" and "mcp_servers" in r.getMessage() for r in caplog.records)
     assert not [r for r in caplog.records if TOKEN in r.getMessage() and not r.name.startswith("anthropic")]
     assert any(h.get("authorization") == f"Bearer {TOKEN}" for h in demo.headers)   # it was sent, all the same
 
@@ -370,6 +398,87 @@ def test_a_server_whose_tools_cannot_be_listed_fails_the_request(api, claude, sc
     assert script.calls == []
 
 
+def test_a_server_that_never_answers_the_listing_is_a_timeout_error(impatient_api, script):
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen()       # connections are taken, and never answered
+    try:
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/mcp"
+        with pytest.raises(anthropic.InternalServerError) as e:
+            create(anthropic_client(impatient_api), mcp_servers=[{"type": "url", "url": url, "name": "silent"}])
+    finally:
+        silent.close()
+    assert e.value.status_code == 504
+    assert_error(e.value.body, "timeout_error")
+    assert "'silent' did not answer within 1.5 s" in e.value.body["error"]["message"]
+    assert script.calls == [] and idle(impatient_api, script)
+
+
+def test_a_call_under_way_holds_no_generation_slot(api, script, demo):
+    """While an MCP call runs, the request's place is set aside: another request is answered
+    meanwhile; the first goes on once the call returns."""
+    script.script(forced({"seconds": 1}), "Ordinary answer.", "Done waiting.")
+    got = {}
+
+    def first():
+        got["message"] = create(anthropic_client(api), mcp_servers=[server(demo)],
+                                tool_choice={"type": "tool", "name": "wait"})
+    worker = threading.Thread(target=first)
+    worker.start()
+    wait_until(lambda: demo.calls, "the MCP server got the call")
+    other = anthropic_client(api).messages.create(model="x", max_tokens=20, messages=ASK)
+    assert other.content[0].text == "Ordinary answer." and worker.is_alive()
+    demo.release.set()
+    worker.join(30)
+    message = got["message"]
+    assert message["content"][1]["content"][0]["text"] == "done waiting"
+    assert message["content"][2]["text"] == "Done waiting."
+    assert idle(api, script)
+
+
+def test_a_thread_keeps_the_mcp_blocks(api, claude, script, demo):
+    script.script(forced({"a": 2, "b": 3}), "The sum is 5.")
+    first = create(claude, mcp_servers=[server(demo)], tool_choice={"type": "tool", "name": "add"},
+                   extra_body={"thread": {"type": "create"}})
+    script.script("Still 5.")
+    again = claude.beta.messages.create(
+        model="x", max_tokens=20, betas=[NEW], messages=[{"role": "user", "content": "Sure?"}],
+        mcp_servers=[server(demo)], extra_body={"thread": {"type": "continue", "previous_message_id": first["id"]}})
+    assert again.content[0].text == "Still 5." and len(demo.calls) == 1
+    shown = prompts(script)[2]
+    assert shown.index("<tool_response>\n5\n</tool_response>") < shown.index("The sum is 5.") < shown.index("Sure?")
+
+
+def test_mcp_rounds_become_chat_turns():
+    """An assistant turn with MCP rounds: each round is an assistant message with the calls made
+    together and a tool message per result; the text after them is the turn's own."""
+    from openai_ext.messages import translate
+    from openai_ext.messages.protocol import MessagesRequest
+
+    def use(i, name, **args):
+        return {"type": "mcp_tool_use", "id": f"mcptoolu_{i}", "name": name, "server_name": "demo", "input": args}
+
+    def result(i, text, **kw):
+        return {"type": "mcp_tool_result", "tool_use_id": f"mcptoolu_{i}", "content": text, **kw}
+    req = MessagesRequest.model_validate({"model": "m", "max_tokens": 10, "messages": [
+        *ASK, {"role": "assistant", "content": [
+            {"type": "text", "text": "Working."}, use(1, "add", a=2, b=3), use(2, "echo", text="x"),
+            result(1, [{"type": "text", "text": "5"}]), result(2, "echo: x"),
+            {"type": "thinking", "thinking": "hm", "signature": ""},
+            use(3, "fail", reason="r"), result(3, "broken", is_error=True), {"type": "text", "text": "So: 5."}]},
+        {"role": "user", "content": "Thanks"}]})
+    msgs = [m.model_dump(exclude_none=True) for m in translate.to_chat(req).chat.messages]
+    assert [(m["role"], m.get("content"), [c["id"] for c in m.get("tool_calls", [])]) for m in msgs] == [
+        ("user", "What is 2 plus 3?", []), ("assistant", "Working.", ["mcptoolu_1", "mcptoolu_2"]),
+        ("tool", "5", []), ("tool", "echo: x", []), ("assistant", None, ["mcptoolu_3"]),
+        ("tool", "Error: broken", []), ("assistant", "So: 5.", []), ("user", "Thanks", [])]
+    assert json.loads(msgs[1]["tool_calls"][0]["function"]["arguments"]) == {"a": 2, "b": 3}
+    # a last assistant turn: the text after its rounds is the prefill the model continues
+    req = req.model_copy(update={"messages": req.messages[:2]})
+    tr = translate.to_chat(req)
+    assert tr.prefill == "So: 5." and tr.chat.messages[-1].role == "tool"
+
+
 def test_a_client_that_leaves_during_a_call_stops_it(api, script, demo):
     """The call is under way (the MCP server holds it, mcp_timeout is 20 s): the client leaves,
     streamed or not, and the request's place in line is given back within seconds; no pass runs
@@ -410,6 +519,10 @@ def test_count_tokens_reads_mcp_history(api, claude, demo):
     counted = claude.beta.messages.count_tokens(model="x", messages=turns, betas=[NEW])
     plain = claude.beta.messages.count_tokens(model="x", messages=[*ASK, {"role": "user", "content": "Thanks"}])
     assert counted.input_tokens > plain.input_tokens
+    with pytest.raises(anthropic.BadRequestError) as e:
+        claude.beta.messages.count_tokens(model="x", messages=ASK, betas=[NEW], mcp_servers=[server(demo)])
+    assert "count_tokens does not list MCP servers' tools" in e.value.body["error"]["message"]
+    assert TOKEN not in json.dumps(e.value.body)
 
 
 # --- the real model -----------------------------------------------------------------------------
@@ -436,10 +549,11 @@ def test_the_real_model_calls_an_mcp_tool_and_answers(live_mcp, demo):
     assert demo.calls == [("add", use["input"])]
     assert message["stop_reason"] in ("end_turn", "max_tokens", "tool_use")
     assert message["usage"]["output_tokens"] <= 60 and message["usage"]["input_tokens"] > 0
-    events = parse_events(claude.beta.messages.with_raw_response.create(
-        model="x", max_tokens=40, messages=[{"role": "user", "content": "Echo the word hello."}], stream=True,
-        betas=[NEW], mcp_servers=[server(demo)], tool_choice={"type": "tool", "name": "echo"},
-        tools=[{"type": "mcp_toolset", "mcp_server_name": "demo"}], extra_body={"temperature": 0}
-    ).http_response.text)
-    assert [d["content_block"]["type"] for n, d in events if n == "content_block_start"][:2] == \
+    with claude.beta.messages.with_streaming_response.create(
+            model="x", max_tokens=40, messages=[{"role": "user", "content": "Echo the word hello."}], stream=True,
+            betas=[NEW], mcp_servers=[server(demo)], tool_choice={"type": "tool", "name": "echo"},
+            tools=[{"type": "mcp_toolset", "mcp_server_name": "demo"}], extra_body={"temperature": 0}) as r:
+        events = assert_events(r.read().decode(), beta=True)
+    assert [e["content_block"]["type"] for e in events if e["type"] == "content_block_start"][:2] == \
         ["mcp_tool_use", "mcp_tool_result"]
+    assert demo.calls[-1][0] == "echo"
