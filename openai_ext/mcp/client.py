@@ -89,7 +89,8 @@ def _failure(exc: BaseException, server: Server, limits: Limits) -> McpFailure:
 
 
 @contextlib.asynccontextmanager
-async def _connected(server: Server, limits: Limits) -> AsyncIterator[Any]:
+async def connected(server: Server, limits: Limits) -> AsyncIterator[Any]:
+    """An open session with the server (the SDK's Client), for as long as the ``async with``."""
     import httpx2
     from mcp import Client
     from mcp.client.sse import sse_client
@@ -117,7 +118,7 @@ async def _connected(server: Server, limits: Limits) -> AsyncIterator[Any]:
 async def _run(server: Server, limits: Limits, work: Any) -> Any:
     try:
         with anyio.fail_after(limits.timeout):
-            async with _connected(server, limits) as client:
+            async with connected(server, limits) as client:
                 return await work(client)
     except McpFailure:
         raise
