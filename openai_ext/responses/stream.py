@@ -168,11 +168,12 @@ class _Output:
                 namespace, name = turn.tools.call(e.name or "") if turn.tools else (None, e.name or "")
                 item = render.call_item(new_id("fc"), "in_progress", e.id, name, "", namespace)
                 self.handed = True
-            index = len(self.state.output)
-            self.state.output.append(item)
-            self.open_calls[e.index] = (index, item)
-            if item["type"] != "mcp_approval_request":   # (a request is told whole, once made)
+            index = -1   # a request for approval joins the output whole, once made (a cut one asks nothing)
+            if item["type"] != "mcp_approval_request":
+                index = len(self.state.output)
+                self.state.output.append(item)
                 out.append(turn.event("response.output_item.added", output_index=index, item=dict(item)))
+            self.open_calls[e.index] = (index, item)
             if e.arguments:
                 out += self._call(tools.CallDelta(e.index, e.arguments))
             return out
@@ -198,10 +199,10 @@ class _Output:
             if item["type"] == "mcp_approval_request":
                 if complete:
                     self.asked = True
+                    index = len(self.state.output)
+                    self.state.output.append(item)
                     out += [self.turn.event("response.output_item.added", output_index=index, item=dict(item)),
                             self.turn.event("response.output_item.done", output_index=index, item=dict(item))]
-                else:
-                    self.state.output.remove(item)   # a request cut short asks nothing (and is the last item)
                 continue
             if item["type"] == "mcp_call":
                 out.append(self.turn.event("response.mcp_call_arguments.done", item_id=item["id"],

@@ -174,6 +174,18 @@ def test_approval_declined_tells_the_model(mclient, mcp_server, script, scripted
     assert "declined" in scripted_host.calls[-1].prompt.text and "not now" in scripted_host.calls[-1].prompt.text
 
 
+def test_a_call_cut_by_max_output_tokens_asks_and_runs_nothing(mclient, mcp_server, script):
+    for approval in ("always", "never"):
+        script.script(call("echo", {"text": "a long text " * 20}))
+        resp, body = create(mclient, input="Echo.", tools=[mcp_tool(mcp_server, require_approval=approval)],
+                            max_output_tokens=16)
+        assert resp.status == "incomplete" and resp.incomplete_details.reason == "max_output_tokens"
+        kinds = [it["type"] for it in body["output"]]
+        assert "mcp_approval_request" not in kinds
+        assert all(it["status"] == "incomplete" for it in body["output"] if it["type"] == "mcp_call")
+    assert mcp_server.calls == []
+
+
 def test_approval_on_the_stateless_path(mclient, mcp_server, script):
     script.script(call("echo", {"text": "stateless"}))
     tool = mcp_tool(mcp_server, require_approval="always")
