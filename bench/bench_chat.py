@@ -117,7 +117,7 @@ def main() -> None:
     results: dict[str, list[tuple[float, float, int]]] = {"in-process": [], "in-process host": [],
                                                            **{k: [] for k in contenders}}
     try:
-        for (base,), proc in zip(contenders.values(), procs):
+        for (base,), proc in zip(contenders.values(), procs, strict=False):
             wait_up(base, proc)
         client = httpx.Client(timeout=300)
         # warm-up: load pages, compile templates
@@ -141,8 +141,8 @@ def main() -> None:
         tps = statistics.median(r[1] for r in rows)
         toks = statistics.median(r[2] for r in rows)
         # paired with the in-process run of the same prompt in the same round, so drift cancels
-        extra = statistics.median((r[0] - b[0]) * 1000 for r, b in zip(rows, base))
-        ratio = statistics.median(r[1] / b[1] for r, b in zip(rows, base))
+        extra = statistics.median((r[0] - b[0]) * 1000 for r, b in zip(rows, base, strict=False))
+        ratio = statistics.median(r[1] / b[1] for r, b in zip(rows, base, strict=False))
         print(f"{name:26} {ttft * 1000:9.1f} {tps:13.1f} {toks:7.0f} {extra:+9.1f} {ratio:12.3f}x")
     print("\n(medians over runs; TTFT +ms and decode ratio are medians of per-run differences and ratios\n"
           " against the in-process run of the same prompt in the same round)")

@@ -161,7 +161,7 @@ def main() -> None:
     rows: dict[tuple[str, int, int], list[tuple[float, list[float]]]] = {}
     loads = [0, args.hog] if args.hog else [0]
     try:
-        for base, proc in zip(servers.values(), procs):
+        for base, proc in zip(servers.values(), procs, strict=False):
             wait_up(base, proc)
         for name, base in servers.items():   # warm-up: pages loaded, templates compiled
             asyncio.run(crowd(base, models[name], 2, 99, 8))

@@ -165,7 +165,7 @@ async def main() -> None:
     results: dict[str, list[float]] = {"raw in-process": [], "raw, one at a time": [],
                                        **{name: [] for name in ports}}
     try:
-        for port, proc in zip(ports.values(), procs):
+        for port, proc in zip(ports.values(), procs, strict=False):
             await wait_up(port, proc)
         conns = {name: [await Connection(port).open() for _ in range(args.clients)] for name, port in ports.items()}
         raw_round(model, texts, 1)                                   # warm-up
@@ -192,10 +192,10 @@ async def main() -> None:
     print(f"\n{'contender':20} {'sentences/s':>12} {'vs raw':>8}")
     for name, rows in results.items():
         print(f"{name:20} {statistics.median(rows):12.1f} "
-              f"{statistics.median(r / b for r, b in zip(rows, raw)):7.2f}x")
-    vs_raw = statistics.median(b / r for b, r in zip(batched, raw))
-    speedup = statistics.median(b / s for b, s in zip(batched, single))
-    ceiling = statistics.median(r / o for r, o in zip(raw, one))
+              f"{statistics.median(r / b for r, b in zip(rows, raw, strict=False)):7.2f}x")
+    vs_raw = statistics.median(b / r for b, r in zip(batched, raw, strict=False))
+    speedup = statistics.median(b / s for b, s in zip(batched, single, strict=False))
+    ceiling = statistics.median(r / o for r, o in zip(raw, one, strict=False))
     print("\nbatches formed during the measured rounds (server counters):")
     for name in ports:
         before, after = stats_before[name], stats_after[name]

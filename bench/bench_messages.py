@@ -81,14 +81,14 @@ def main() -> None:
         stop([proc])
 
     ref = results["chat/completions"]
-    mismatched = sum(a[2] != b[2] for a, b in zip(results["messages"], ref))
+    mismatched = sum(a[2] != b[2] for a, b in zip(results["messages"], ref, strict=False))
     print(f"\n{'API':18} {'TTFT ms':>9} {'decode tok/s':>13} {'tokens':>7} {'TTFT +ms':>9} {'decode ratio':>13}")
     for name, rows in results.items():
         ttft = statistics.median(r[0] for r in rows)
         tps = statistics.median(r[1] for r in rows)
         toks = statistics.median(r[2] for r in rows)
-        extra = statistics.median((r[0] - b[0]) * 1000 for r, b in zip(rows, ref))
-        ratio = statistics.median(r[1] / b[1] for r, b in zip(rows, ref))
+        extra = statistics.median((r[0] - b[0]) * 1000 for r, b in zip(rows, ref, strict=False))
+        ratio = statistics.median(r[1] / b[1] for r, b in zip(rows, ref, strict=False))
         print(f"{name:18} {ttft * 1000:9.1f} {tps:13.1f} {toks:7.0f} {extra:+9.1f} {ratio:12.3f}x")
     print("\n(medians over runs; TTFT +ms and decode ratio are medians of per-run differences and ratios\n"
           " against the chat run of the same prompt in the same round; target: decode >= 0.97x, TTFT <= +2 ms)")

@@ -79,7 +79,7 @@ def main() -> None:
     for name, rows in results.items():
         print(f"{name:12} {statistics.median(x[0] for x in rows) * 1000:9.1f} "
               f"{statistics.median(x[1] for x in rows):13.1f} {statistics.median(x[2] for x in rows):7.0f}")
-    pairs = list(zip(results["responses"], results["chat"]))
+    pairs = list(zip(results["responses"], results["chat"], strict=False))
     assert all(a[2] == b[2] for a, b in pairs), "the two routes generated different token counts"
     extra = [(a[0] - b[0]) * 1000 for a, b in pairs]
     ratio = [a[1] / b[1] for a, b in pairs]

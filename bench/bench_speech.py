@@ -114,8 +114,8 @@ def main() -> None:
         audio = statistics.median(r[2] for r in rows)
         rtf = statistics.median(r[1] / r[2] for r in rows)
         # paired with the in-process run of the same round, so drift cancels
-        first_ratio = statistics.median(r[0] / b[0] for r, b in zip(rows, base_rows))
-        rtf_ratio = statistics.median((r[1] / r[2]) / (b[1] / b[2]) for r, b in zip(rows, base_rows))
+        first_ratio = statistics.median(r[0] / b[0] for r, b in zip(rows, base_rows, strict=False))
+        rtf_ratio = statistics.median((r[1] / r[2]) / (b[1] / b[2]) for r, b in zip(rows, base_rows, strict=False))
         # the time to the first byte that is not the engine's, within the same request
         added = f"{statistics.median(r[0] - r[3] for r in rows) * 1000:9.1f}" if len(rows[0]) > 3 else f"{'-':>9}"
         print(f"{name:18} {first * 1000:9.1f} {total * 1000:9.1f} {audio:8.2f} {rtf:7.3f} {first_ratio:11.2f}x "

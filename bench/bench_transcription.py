@@ -139,7 +139,7 @@ def main() -> None:
     base_rows = results["in-process faster-whisper"]
     for name, rows in results.items():
         took = statistics.median(r[0] for r in rows)
-        ratio = statistics.median(r[0] / b[0] for r, b in zip(rows, base_rows))   # paired by round
+        ratio = statistics.median(r[0] / b[0] for r, b in zip(rows, base_rows, strict=False))   # paired by round
         print(f"{name:28} {took:8.2f} {took / seconds:7.3f} {wer(spoken, rows[-1][1]):6.1%} {ratio:13.3f}x")
     print("\n(medians over rounds; the ratio is the median of per-round ratios against the in-process run of the\n"
           " same round. Targets: ratio <= 1.05, RTF <= 0.25)")

@@ -108,7 +108,7 @@ def main() -> None:
         rows = single[name]
         print(f"{name:10} {statistics.median(x[0] for x in rows) * 1000:9.1f} "
               f"{statistics.median(x[1] for x in rows):13.1f} {statistics.median(many[name]):12.1f}")
-    pairs = list(zip(single["through"], single["direct"]))
+    pairs = list(zip(single["through"], single["direct"], strict=False))
     extra = [(a[0] - b[0]) * 1000 for a, b in pairs]
     ratio = [a[1] / b[1] for a, b in pairs]
     agg = statistics.median(many["through"]) / statistics.median(many["direct"])

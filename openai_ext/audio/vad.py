@@ -59,7 +59,7 @@ class SpeechMap:
 
         self.map = SpeechTimestampsMap(chunks, RATE) if chunks else None
         ends = [end / RATE for end in (self.map.chunk_end_sample if self.map else [])]
-        self.spans = list(zip([0.0] + ends[:-1], ends))     # each chunk in the joined audio, seconds
+        self.spans = list(zip([0.0] + ends[:-1], ends, strict=False))     # each chunk in the joined audio, seconds
         # how much of a chunk next to a cut is pause: its padding, and whisper's reach into speech
         self.pause = padding_s + MARGIN_S
 

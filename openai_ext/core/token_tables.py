@@ -52,7 +52,7 @@ def decode(encoding: Any, arrays: Sequence[Sequence[int]], params: Sequence[str]
     """Each token-id array as text; ``params`` names each array for errors ("input", "input[2]").
     An id outside cl100k_base gets a 400 that says where it is."""
     out = []
-    for ids, where in zip(arrays, params):
+    for ids, where in zip(arrays, params, strict=True):
         for j, token in enumerate(ids):
             # negative ids must be refused here: the decoder would read them from the end of its table
             if token < 0 or token >= encoding.n_vocab:

@@ -340,7 +340,7 @@ class Batcher:
         self.stats.largest = max(self.stats.largest, len(texts))
         deliveries = _Deliveries()
         offset = 0
-        for (job, start, end), vectors in zip(batch, results):
+        for (job, start, end), vectors in zip(batch, results, strict=True):
             whole = job.finish_part(start, vectors, counts[offset:offset + end - start])
             if whole is not None:
                 deliveries.add(job, whole)

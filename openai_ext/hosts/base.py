@@ -151,7 +151,7 @@ class Host(ABC):
         """Scores of the prompt's visible tokens (a leading BOS is left out), for echo."""
         raise NotImplementedError
 
-    def check_prompt_scoring(self) -> None:
+    def check_prompt_scoring(self) -> None:  # noqa: B027 - an optional hook
         """Refuses (InvalidRequestError) echo with log-probabilities when the loaded model turns
         out unable to score a prompt, before anything runs. Called for such requests only."""
 
@@ -160,7 +160,7 @@ class Host(ABC):
         that cannot tell say yes, and an unparsable grammar fails while generating."""
         return True
 
-    def check_settings(self, settings: GenerationSettings) -> None:
+    def check_settings(self, settings: GenerationSettings) -> None:  # noqa: B027 - an optional hook
         """Refuses (InvalidRequestError) settings that name what the host does not have (a
         preset, say), before anything runs."""
 
@@ -176,7 +176,7 @@ class Host(ABC):
         (the web UI's /v1/internal/logits)."""
         raise NotImplementedError
 
-    def stop_all(self) -> None:
+    def stop_all(self) -> None:  # noqa: B027 - an optional hook
         """Asks any running generation to stop (internal stop-generation endpoint)."""
 
     def unavailable(self) -> Exception | None:
@@ -199,7 +199,7 @@ class Host(ABC):
         hosts/textgen_images.WebUiImages), or None."""
         return None
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - an optional hook
         pass
 
     def describe(self) -> dict[str, Any]:

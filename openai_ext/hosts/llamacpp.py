@@ -176,7 +176,7 @@ class LlamaCppHost(Host):
         try:
             # (llama_cpp types messages and tools as its TypedDicts; these are dicts of that shape)
             out = self._formatter(messages=messages, tools=options.tools)  # type: ignore[arg-type]
-        except Exception as e:  # the template's own raise_exception(), or a jinja error
+        except Exception as e:  # noqa: BLE001 - the template's own raise_exception(), or any jinja error
             from ..core.errors import InvalidRequestError
             raise InvalidRequestError(f"The model's chat template rejected these messages: {e}",
                                       param="messages") from None

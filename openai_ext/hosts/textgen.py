@@ -186,7 +186,7 @@ class TextgenHost(Host):
                 text = self.m.chat.generate_chat_prompt(user_input, state, _continue=options.continue_)
         except ServiceUnavailableError:
             raise
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - whatever the web UI's template code raises, told to the client
             raise InvalidRequestError(f"The chat template could not render these messages ({e}).",
                                       param="messages") from None
         # the web UI's chatbot_wrapper strips the start of a chat-mode reply (not a continued one)

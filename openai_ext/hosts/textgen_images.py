@@ -46,8 +46,8 @@ class WebUiImages:
                      image_batch_count=1, image_llm_variations=False)
         images: list[Any] = []
         with _ONE_AT_A_TIME:
-            for images, _ in ui.generate(state, save_images=False):
-                pass
+            for batch, _ in ui.generate(state, save_images=False):
+                images = batch   # each yield holds every image so far: the last one holds them all
         return list(images)
 
 

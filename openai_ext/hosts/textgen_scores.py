@@ -177,7 +177,7 @@ class Recorder:
         k = min(self.top, row.shape[-1])
         values, ids = torch.topk(row, k) if k > 0 else (row[:0], row[:0].long())
         top = [self._token(int(tid), self.decode([int(tid)])) + (_lp(value),)
-               for value, tid in zip(values.tolist(), ids.tolist())]
+               for value, tid in zip(values.tolist(), ids.tolist(), strict=False)]
         shown, raw = self._token(token, added if added and "\ufffd" not in added else self.decode([token]))
         return Scored("" if added.endswith("\ufffd") else added,
                       TokenLogprob(shown, _lp(row[token]), raw, [(t, lp, b) for t, b, lp in top]))

@@ -123,7 +123,7 @@ def _logprobs(lp: Any, top: int) -> list[TokenLogprob]:
     tokens, lps = lp.get("tokens") or [], lp.get("token_logprobs") or []
     tops: list[Any] = lp.get("top_logprobs") or [None] * len(tokens)
     out = []
-    for tok, value, alt in zip(tokens, lps, tops):
+    for tok, value, alt in zip(tokens, lps, tops, strict=False):
         alts = sorted((alt or {}).items(), key=lambda kv: -kv[1])
         out.append(TokenLogprob(tok, float(value if value is not None else 0.0), None,
                                 [(t, float(v), None) for t, v in alts[:top]]))

@@ -129,7 +129,7 @@ def read(req: MessagesRequest, headers: Any, settings: Settings) -> "Connector |
                        f"{OLD_BETA}, configure each server's tools in its tool_configuration).", f"tools[{j}].type")
         choosers = [_from_configuration(s) for s in servers]
     sources = [Source(i, Server(s.name, s.url, _auth(s.authorization_token)), c)
-               for i, (s, c) in enumerate(zip(servers, choosers))]
+               for i, (s, c) in enumerate(zip(servers, choosers, strict=True))]
     return Connector(sources, settings)
 
 
@@ -223,7 +223,7 @@ class Connector:
             for k, s in enumerate(self.sources):
                 tg.start_soon(one, k, s)
         owners: dict[str, McpTool] = {}
-        for s, got in zip(self.sources, listed):
+        for s, got in zip(self.sources, listed, strict=True):
             if isinstance(got, McpFailure):
                 raise _unlisted(s, got)
             for t in got:

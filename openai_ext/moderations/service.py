@@ -61,16 +61,16 @@ def parse_input(value: Any) -> list[str]:
 def result(scores: np.ndarray, text: str) -> dict[str, Any]:
     if not text.strip():
         scores = np.zeros_like(scores)   # nothing to classify
-    flags = {c: bool(s >= 0.5) for c, s in zip(CATEGORIES, scores)}
+    flags = {c: bool(s >= 0.5) for c, s in zip(CATEGORIES, scores, strict=False)}
     return {"flagged": any(flags.values()), "categories": flags,
-            "category_scores": {c: round(float(s), 6) for c, s in zip(CATEGORIES, scores)},
+            "category_scores": {c: round(float(s), 6) for c, s in zip(CATEGORIES, scores, strict=False)},
             "category_applied_input_types": {c: ["text"] for c in CATEGORIES}}
 
 
 def render(raw: np.ndarray, texts: list[str]) -> bytes:
     """The response body: results in the order of the inputs."""
     body = {"id": f"modr-{uuid.uuid4().hex}", "model": MODEL_ID,
-            "results": [result(s, t) for s, t in zip(probabilities(raw), texts)]}
+            "results": [result(s, t) for s, t in zip(probabilities(raw), texts, strict=False)]}
     return json.dumps(body, separators=(",", ":")).encode()
 
 

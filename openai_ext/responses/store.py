@@ -209,7 +209,7 @@ class Store(ResponseRows, ConversationRows):
         with self._lock:
             owed = list(self._owed.values())
         for body in owed:
-            self.db.run(lambda conn: self._save(conn, body, None, if_running=True), write=True)
+            self.db.run(lambda conn, body=body: self._save(conn, body, None, if_running=True), write=True)
             with self._lock:
                 self._owed.pop(body["id"], None)
             log.warning("response %s, whose end could not be stored when it happened, is stored now as %s",

@@ -80,7 +80,7 @@ async def complete(text: TextService, job: Job, place: Place) -> dict[str, Any]:
             if ev.result is not None:
                 results.append(ev.result)
     choices = []
-    for p, prompt in enumerate(job.prompts):
+    for p in range(len(job.prompts)):
         group = results[p * plan.best_of:(p + 1) * plan.best_of]
         if plan.best_of > plan.n:
             group = best_of(group, plan.n)

@@ -64,7 +64,7 @@ async def host_pieces(host: Host, prompt: Prompt, settings: GenerationSettings,
             channel.sync_q.put(_End())
         except janus.SyncQueueShutDown:
             pass  # the reader left; closing() above already stopped the host
-        except BaseException as e:  # reported to the reader, which turns it into an error object
+        except BaseException as e:  # noqa: BLE001 - reported to the reader, which turns it into an error object
             with contextlib.suppress(janus.SyncQueueShutDown):
                 channel.sync_q.put(_Failure(e))
 

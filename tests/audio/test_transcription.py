@@ -224,7 +224,7 @@ def test_verbose_json_has_segments_by_default(client, long_wav, long_audio):
     segments = body["segments"]
     assert [s["id"] for s in segments] == list(range(len(segments)))     # from 0, as OpenAI numbers them
     assert body["text"] == "".join(s["text"] for s in segments).strip()
-    for a, b in zip(segments, segments[1:]):
+    for a, b in zip(segments, segments[1:], strict=False):
         assert a["start"] <= b["start"] and a["end"] <= b["start"] + 0.01
     for s in segments:
         assert 0 <= s["start"] < s["end"] <= body["duration"] + 0.5

@@ -75,7 +75,7 @@ def test_base64_default_of_the_official_client_decodes_to_the_float_vectors(clie
     decoded = decode_b64(body)
     assert decoded.dtype == np.float32 and np.array_equal(decoded, as_float)
     # the rest of the body follows the schema (which only knows float lists)
-    for item, vec in zip(body["data"], decoded):
+    for item, vec in zip(body["data"], decoded, strict=False):
         item["embedding"] = vec.tolist()
     assert_valid("CreateEmbeddingResponse", body)
 

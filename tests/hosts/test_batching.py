@@ -162,7 +162,7 @@ def assert_same_greedy_answer(alone: list, other: list, tie: float = 0.5) -> Non
     answers are the same, token for token with log-probabilities within ``tie``, up to a near tie
     between the two best tokens, where such a difference may choose the other one."""
     alone, other = [p for p in alone if p.logprob], [p for p in other if p.logprob]   # (an end has none)
-    for i, (a, b) in enumerate(zip(alone, other)):
+    for i, (a, b) in enumerate(zip(alone, other, strict=False)):
         best, second = a.logprob.top[0][1], a.logprob.top[1][1]
         if a.text != b.text:
             assert best - second < tie, (i, a, b)
@@ -175,7 +175,7 @@ def test_company_changes_a_greedy_answer_only_in_its_last_bits(batch_host):
     settings = GREEDY.replace(max_new_tokens=30, logprobs=2, samplers={"ban_eos_token": True})
     alone = [generate(batch_host, f"List animals, number {i}.", settings) for i in range(4)]
     together = [in_thread(generate, batch_host, f"List animals, number {i}.", settings) for i in range(4)]
-    for a, t in zip(alone, together):
+    for a, t in zip(alone, together, strict=False):
         assert_same_greedy_answer(a, t.result())
 
 

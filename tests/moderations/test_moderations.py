@@ -175,19 +175,19 @@ def test_accuracy_on_the_labelled_set(live):
     assert_valid("CreateModerationResponse", body)
     results = body["results"]
     assert len(results) == len(texts)
-    right = sum(r["flagged"] == bool(lab) for r, lab in zip(results, labels))
+    right = sum(r["flagged"] == bool(lab) for r, lab in zip(results, labels, strict=False))
     assert right / len(texts) >= 0.97, right / len(texts)
-    safe = [r for r, lab in zip(results, labels) if not lab]
+    safe = [r for r, lab in zip(results, labels, strict=False) if not lab]
     assert sum(r["flagged"] for r in safe) / len(safe) <= 0.03
-    harmful = [(r, mod.with_parents(lab)) for r, lab in zip(results, labels) if lab]
+    harmful = [(r, mod.with_parents(lab)) for r, lab in zip(results, labels, strict=False) if lab]
     assert sum(r["flagged"] for r, _ in harmful) / len(harmful) >= 0.95
     on_topic = [bool(flagged_categories(r) & lab) for r, lab in harmful if r["flagged"]]
     assert sum(on_topic) / len(on_topic) >= 0.95
 
 
 def held_out_figures(results: list[dict], labels: list[set[str]]) -> dict[str, float]:
-    safe = [r for r, lab in zip(results, labels) if not lab]
-    harmful = [(r, mod.with_parents(lab)) for r, lab in zip(results, labels) if lab]
+    safe = [r for r, lab in zip(results, labels, strict=False) if not lab]
+    harmful = [(r, mod.with_parents(lab)) for r, lab in zip(results, labels, strict=False) if lab]
     caught = [(r, lab) for r, lab in harmful if r["flagged"]]
     return {"false_positive_rate": sum(r["flagged"] for r in safe) / len(safe),
             "recall": len(caught) / len(harmful),
@@ -315,7 +315,7 @@ def test_many_clients_at_once(live):
     with concurrent.futures.ThreadPoolExecutor(len(texts)) as pool:
         results = list(pool.map(lambda t: moderate(live, {"input": t}).json()["results"][0], texts))
     alone = moderate(live, {"input": texts}).json()["results"]
-    for a, b in zip(results, alone):
+    for a, b in zip(results, alone, strict=False):
         assert a["categories"] == b["categories"]
         for c in mod.CATEGORIES:
             assert a["category_scores"][c] == pytest.approx(b["category_scores"][c], abs=1e-3)

@@ -115,7 +115,8 @@ def test_a_stream_is_told_completed_only_once_its_response_is_stored(running, sc
         # the ends owed to the store are written by the server itself, with no request needed
         wait_until(lambda: health(server)["store"]["ok"], "the store answers again", tries=600)
         for rid in ids:
-            wait_until(lambda: client.responses.retrieve(rid).status != "in_progress", f"{rid} is settled", tries=600)
+            wait_until(lambda rid=rid: client.responses.retrieve(rid).status != "in_progress", f"{rid} is settled",
+                       tries=600)
             body = client.responses.with_raw_response.retrieve(rid).http_response.json()
             assert_valid("Response", body)
             assert body["status"] == "failed" and body["error"]["code"] == "server_error"
@@ -154,7 +155,8 @@ def test_background_responses_whose_store_stops_are_settled_and_cancellable(runn
         running.launch()
         wait_until(lambda: health(server)["store"]["ok"], "the store answers again", tries=600)
         for rid, status in ((first.id, "failed"), (second.id, "cancelled")):
-            wait_until(lambda: client.responses.retrieve(rid).status == status, f"{rid} is {status}", tries=600)
+            wait_until(lambda rid=rid, status=status: client.responses.retrieve(rid).status == status,
+                       f"{rid} is {status}", tries=600)
             again = client.responses.with_raw_response.cancel(rid).http_response.json()
             assert_valid("Response", again)
             assert again["status"] == status

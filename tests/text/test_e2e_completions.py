@@ -67,10 +67,10 @@ def test_echo_and_logprobs(client, llama_host):
     assert "".join(lp.tokens) == choice.text
     assert lp.text_offset == [sum(len(t) for t in lp.tokens[:i]) for i in range(len(lp.tokens))]
     # the two most likely tokens, plus the chosen one when it is not among them
-    for token, score, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
+    for token, score, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs, strict=False):
         assert 2 <= len(top) <= 3 and top[token] == score
     # greedy generation: each generated token is the most likely one
-    for token, top in zip(lp.tokens[n_prompt:], lp.top_logprobs[n_prompt:]):
+    for token, top in zip(lp.tokens[n_prompt:], lp.top_logprobs[n_prompt:], strict=False):
         assert max(top, key=top.get) == token
 
 
@@ -80,7 +80,7 @@ def test_logprobs_without_echo(sclient):
     assert len(lp.tokens) == 4 and lp.text_offset[0] == 0
     assert "".join(lp.tokens) == resp.choices[0].text
     # logprobs=0 asks for no alternatives: each entry holds just the chosen token
-    assert all(top == {tok: score} for tok, score, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs))
+    assert all(top == {tok: score} for tok, score, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs, strict=False))
 
 
 def test_echo_without_logprobs_streams_prompt_first(scripted):

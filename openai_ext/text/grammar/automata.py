@@ -128,7 +128,7 @@ class _NFA:
 def _intervals(moves: list[tuple[int, int, int]]) -> list[tuple[int, int]]:
     """The pieces the moves' ranges cut the characters into, each inside or outside every range."""
     points = sorted({lo for lo, _, _ in moves} | {hi + 1 for _, hi, _ in moves})
-    return [(a, b - 1) for a, b in zip(points, points[1:])]
+    return [(a, b - 1) for a, b in zip(points, points[1:], strict=False)]
 
 
 def combine(patterns: list[Pattern], min_len: int = 0, max_len: int | None = None,
@@ -151,7 +151,7 @@ def combine(patterns: list[Pattern], min_len: int = 0, max_len: int | None = Non
         key = queue.popleft()
         sets, n = key
         i = index[key]
-        dfa.accept[i] = all(f in s for f, s in zip(finals, sets)) and n >= min_len
+        dfa.accept[i] = all(f in s for f, s in zip(finals, sets, strict=True)) and n >= min_len
         dfa.moves[i] = []
         if max_len is not None and n >= max_len:
             continue

@@ -16,7 +16,7 @@ def get_next_logits(prompt, state, use_samplers, previous, top_logits=25, return
         shared.generation_lock.acquire()
     try:
         result = _get_next_logits(prompt, state, use_samplers, top_logits)
-    except Exception:
+    except Exception:  # noqa: BLE001 - as the web UI does: logged, not raised
         logging_colors.logger.exception("Failed to get next logits")
         result = None
     if needs_lock:

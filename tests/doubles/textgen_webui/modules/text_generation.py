@@ -62,7 +62,7 @@ def distribution(step, tid):
     byte tokens; every third step one of those is more likely than the token sampled (as
     sampling with a temperature does). Every other token is impossible."""
     logits = {}
-    for alt, value in zip((ord("a"), ord("b"), ord("c")), (1.0, 0.5, 0.0)):
+    for alt, value in zip((ord("a"), ord("b"), ord("c")), (1.0, 0.5, 0.0), strict=False):
         logits[alt] = value
     logits[ord("a")] = 2.5 if step % 3 == 2 else 1.0
     logits[tid] = 2.0
@@ -203,7 +203,7 @@ def _model_replies(question, state, is_chat):
         else:
             for reply in shared.model.generate_with_streaming(question, state):
                 yield reply
-    except Exception:
+    except Exception:  # noqa: BLE001 - as the web UI does: logged, not raised
         logging_colors.logger.exception(f"Failed to generate reply ({'HF' if hf else 'custom'})")
     finally:
         # as the host's generate_reply_custom: the reply's tokens are counted for its log line,

@@ -124,6 +124,6 @@ def generate(state, save_images=True):
             yield all_images, progress_bar_html((batch_idx + 1) / batch_count, f"Batch {batch_idx + 1}/{batch_count}")
 
         yield all_images, progress_bar_html()
-    except Exception:
+    except Exception:  # noqa: BLE001 - as the web UI does: logged, not raised
         logger.exception("Image generation failed")
         yield [], progress_bar_html()
