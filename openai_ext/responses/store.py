@@ -33,6 +33,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
@@ -209,7 +210,7 @@ class Store(ResponseRows, ConversationRows):
         with self._lock:
             owed = list(self._owed.values())
         for body in owed:
-            self.db.run(lambda conn, body=body: self._save(conn, body, None, if_running=True), write=True)
+            self.db.run(functools.partial(self._save, body=body, conversation=None, if_running=True), write=True)
             with self._lock:
                 self._owed.pop(body["id"], None)
             log.warning("response %s, whose end could not be stored when it happened, is stored now as %s",
