@@ -43,7 +43,7 @@ def _fast_tests_load_no_model(request, monkeypatch):
     at run time, a host built in the test) fails, naming the rule."""
     if request.node.get_closest_marker("slow") is not None:
         return
-    from openai_ext.hosts import llamacpp_context
+    from openai_ext.hosts.llamacpp import context as llamacpp_context
 
     def refuse(*args, **kwargs):
         pytest.fail("a test outside the slow tier loaded a model: mark it slow, or use the scripted host "

@@ -196,7 +196,7 @@ class Host(ABC):
 
     def image_model(self) -> Any:
         """An image model the host has loaded beside its text model (the web UI's Image tab:
-        hosts/textgen_images.WebUiImages), or None."""
+        hosts/textgen/images.WebUiImages), or None."""
         return None
 
     def close(self) -> None:  # noqa: B027 - an optional hook

@@ -1,7 +1,7 @@
 """/v1/images/*: OpenAI's image API over the web UI's own image model or a Stable Diffusion web UI.
 
 generations: in extension mode, with an image model loaded in the web UI's Image tab, that model
-draws them (hosts/textgen_images.py), as the web UI's own API does; otherwise a Stable Diffusion
+draws them (hosts/textgen/images.py), as the web UI's own API does; otherwise a Stable Diffusion
 web UI's txt2img (sd_client.py). edits -> img2img, inpainting where the mask is transparent.
 variations -> img2img with no prompt (the Stable Diffusion web UI only). Its address is the
 sd_webui_url setting (or the SD_WEBUI_URL environment variable).

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from openai_ext.hosts.llamacpp_cells import Cells
+from openai_ext.hosts.llamacpp.cells import Cells
 
 
 def test_new_cells_are_counted_and_cut_ones_freed():

@@ -14,8 +14,8 @@ import sys
 
 import pytest
 
-from openai_ext.hosts import llamacpp_probe as probe
 from openai_ext.hosts.files import default_gguf
+from openai_ext.hosts.llamacpp import probe as probe
 
 DECODES = [sys.executable, "-c", f"print({probe.PROBE_OK!r})"]   # a CPU and build on which the decode works
 CRASH = [sys.executable, "-c", "import ctypes; ctypes.string_at(0)"]   # a real SIGSEGV

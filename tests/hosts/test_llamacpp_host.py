@@ -127,7 +127,7 @@ def test_the_web_uis_fields_on_the_embedded_host(live):
 
 
 def test_flash_attention_is_on_with_several_sequences_unless_set():
-    from openai_ext.hosts.llamacpp_context import uses_flash_attn
+    from openai_ext.hosts.llamacpp.context import uses_flash_attn
 
     assert uses_flash_attn("auto", 4) and not uses_flash_attn("auto", 1)
     assert uses_flash_attn("on", 1) and not uses_flash_attn("off", 8)

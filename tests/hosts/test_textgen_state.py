@@ -1,4 +1,4 @@
-"""The hosts' typed request in the web UI's vocabulary (hosts/textgen_state.py): the names and
+"""The hosts' typed request in the web UI's vocabulary (hosts/textgen/state.py): the names and
 values its generation functions read, as its own API fills them."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from openai_ext.hosts.request import ChatOptions, GenerationSettings
-from openai_ext.hosts.textgen_state import generation_state, request_state
+from openai_ext.hosts.textgen.state import generation_state, request_state
 
 
 def test_openai_defaults_in_the_web_uis_names():

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from openai_ext.hosts import llamacpp_threads as lt
+from openai_ext.hosts.llamacpp import threads as lt
 
 
 class Machine:

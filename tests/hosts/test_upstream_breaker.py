@@ -8,7 +8,7 @@ import threading
 from support.servers import wait_until
 
 from openai_ext.core.errors import InvalidRequestError, UpstreamError
-from openai_ext.hosts.upstream_breaker import THRESHOLD, Breaker
+from openai_ext.hosts.upstream.breaker import THRESHOLD, Breaker
 
 
 def fault() -> UpstreamError:

@@ -19,8 +19,8 @@ from support.fake_upstream import FakeUpstream
 from support.servers import openai_client, wait_until
 from support.spec import assert_valid, error_of, parse_sse
 
-from openai_ext.hosts import upstream_calls
 from openai_ext.hosts.upstream import UpstreamHost
+from openai_ext.hosts.upstream import calls as upstream_calls
 
 ASK = {"model": "x", "max_tokens": 16, "messages": [{"role": "user", "content": "Say hello."}]}
 

@@ -100,7 +100,7 @@ class Call:
 
 def default_abilities() -> HostAbilities:
     """What the embedded llama.cpp host offers, FIM aside (SmolLM2 has no FIM tokens)."""
-    from openai_ext.hosts.llamacpp_sampling import SAMPLERS
+    from openai_ext.hosts.llamacpp.sampling import SAMPLERS
 
     return HostAbilities(samplers=SAMPLERS, logprobs=True, logit_bias=True, fim=False, vocab_size=VOCAB_SIZE,
                          grammar=True, lazy_grammar=True)

@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from .base import Piece, TokenLogprob
-from .llamacpp_context import Runtime
-from .llamacpp_sampling import Constrained, Detokenizer, logit_biases, sampler_chain
-from .request import GenerationSettings
+from ..base import Piece, TokenLogprob
+from ..request import GenerationSettings
+from .context import Runtime
+from .sampling import Constrained, Detokenizer, logit_biases, sampler_chain
 
 # Pieces a generation may produce ahead of its reader.
 OUTBOX = 16

@@ -6,8 +6,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from ..core.errors import InvalidRequestError
-from .request import ChatOptions
+from ...core.errors import InvalidRequestError
+from ..request import ChatOptions
 
 
 def messages_to_history(messages: list[dict[str, Any]]) -> tuple[str, str, dict[str, Any]]:

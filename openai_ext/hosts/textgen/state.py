@@ -6,8 +6,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from .request import ChatOptions, GenerationSettings
-from .textgen_chat import resolve_preset
+from ..request import ChatOptions, GenerationSettings
+from .chat import resolve_preset
 
 
 def generation_state(g: GenerationSettings) -> dict[str, Any]:

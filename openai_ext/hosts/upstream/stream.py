@@ -14,8 +14,8 @@ import json
 import threading
 from typing import Any, Generator, Iterable, Iterator
 
-from .base import Piece, TokenLogprob
-from .upstream_dialects import error_of
+from ..base import Piece, TokenLogprob
+from .dialects import error_of
 
 SHOWN_BYTES = 200   # of a bad chunk or body, quoted in the error
 # Finish reasons that end an answer before its end (vLLM's, when it aborts a request or fails in it).

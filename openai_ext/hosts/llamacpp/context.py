@@ -1,5 +1,5 @@
 """Loading a GGUF model and its context for the embedded llama.cpp host (and for the CPU test of
-llamacpp_probe, which must load them exactly as the host does), and ``Runtime``: the loaded pair
+llamacpp/probe.py, which must load them exactly as the host does), and ``Runtime``: the loaded pair
 with the per-token operations that the host, the batch's works and the sampling share."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import TokenLogprob
+from ..base import TokenLogprob
 
 # Tokens decoded in one step at most, and prompt tokens read per step while others generate.
 N_BATCH = 512
@@ -37,7 +37,7 @@ def lazy_llama():
 
 def load_model(path: Path, *, extra_buffers: bool, n_gpu_layers: int = 0) -> Any:
     """The model's weights; ``extra_buffers``: llama.cpp may put them in its extra CPU buffer
-    types (repacked layouts, AMX tiles), see llamacpp_probe."""
+    types (repacked layouts, AMX tiles), see llamacpp/probe.py."""
     L = lazy_llama()
     from llama_cpp._internals import LlamaModel
 
@@ -58,7 +58,7 @@ def load_context(model: Any, *, n_ctx: int, parallel: int, n_threads: int | None
     cparams.n_ctx = n_ctx
     cparams.n_batch = cparams.n_ubatch = min(N_BATCH, n_ctx)
     cparams.n_seq_max = parallel
-    # One KV cache for all sequences (see llamacpp_batch): a request may use the whole context.
+    # One KV cache for all sequences (see llamacpp/batch.py): a request may use the whole context.
     cparams.kv_unified = True
     cparams.n_threads = n_threads or max(multiprocessing.cpu_count() // 2, 1)
     cparams.n_threads_batch = multiprocessing.cpu_count()
@@ -82,7 +82,7 @@ def uses_flash_attn(setting: str, parallel: int) -> bool:
 class Runtime:
     """A loaded model and its context: llama.cpp's handles, the vocabulary's facts and the
     operations on single tokens. The host creates and closes it (so a model change frees both in
-    one place); the works of the batch (llamacpp_work) and the sampling (llamacpp_sampling) are
+    one place); the works of the batch (llamacpp/work.py) and the sampling (llamacpp/sampling.py) are
     handed it. Its fields are plain attributes because they are read on every token.
 
     ``L``: the llama_cpp module; ``model``, ``context``: llama-cpp-python's wrappers; ``vocab``,

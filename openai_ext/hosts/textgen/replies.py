@@ -11,7 +11,7 @@ import threading
 from dataclasses import replace
 from typing import Iterator
 
-from .base import Pieces
+from ..base import Pieces
 
 log = logging.getLogger(__name__)
 

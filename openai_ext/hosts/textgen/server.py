@@ -13,8 +13,8 @@ import contextlib
 import signal
 from typing import Any, Iterator
 
-from ..core.errors import ServiceUnavailableError
-from .llamacpp_probe import has_amx
+from ...core.errors import ServiceUnavailableError
+from ..llamacpp.probe import has_amx
 
 CRASHES = {signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGABRT, signal.SIGFPE}
 

@@ -32,8 +32,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .llamacpp_cells import Cells
-from .llamacpp_work import Work
+from .cells import Cells
+from .work import Work
 
 log = logging.getLogger(__name__)
 

@@ -18,15 +18,15 @@ import weakref
 from types import SimpleNamespace
 from typing import Any, Iterator
 
-from ..core.errors import InvalidRequestError, ServiceUnavailableError
-from . import textgen_images
-from . import textgen_scores as scores
-from . import textgen_server as model_server
-from .base import HOST_SAMPLERS, ChatPrompt, Host, HostAbilities, Piece, Pieces, Prompt, TokenLogprob
-from .request import NO_CHAT_OPTIONS, ChatOptions, GenerationSettings
-from .textgen_chat import messages_to_history, resolve_chat, resolve_preset
-from .textgen_replies import Follower, Turns, chat_reply, host_failures
-from .textgen_state import request_state
+from ...core.errors import InvalidRequestError, ServiceUnavailableError
+from ..base import HOST_SAMPLERS, ChatPrompt, Host, HostAbilities, Piece, Pieces, Prompt, TokenLogprob
+from ..request import NO_CHAT_OPTIONS, ChatOptions, GenerationSettings
+from . import images as textgen_images
+from . import scores
+from . import server as model_server
+from .chat import messages_to_history, resolve_chat, resolve_preset
+from .replies import Follower, Turns, chat_reply, host_failures
+from .state import request_state
 
 log = logging.getLogger(__name__)
 
@@ -207,7 +207,7 @@ class TextgenHost(Host):
         what could still become one) and stops the host through ``stop_event``. Given stop
         strings, the host would cut a partial one off the end of its final text, and that text
         would no longer show how much was generated. With log-probabilities, each piece is one
-        token with its entry (see textgen_scores).
+        token with its entry (see scores.py).
         """
         self._require_model()
         # The llama.cpp and ExLlamaV3 loaders keep the log-probabilities of "the" generation in

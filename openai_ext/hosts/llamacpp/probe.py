@@ -13,7 +13,7 @@ process loads the model with them on and decodes batches as the server will. If 
 (or hangs), they are turned off. The verdict is kept per model file, llama.cpp build and CPU, so
 the test runs once. The ``repack`` setting forces either way.
 
-Run as ``python -m openai_ext.hosts.llamacpp_probe MODEL [--threads N] [--gpu-layers N]`` it is
+Run as ``python -m openai_ext.hosts.llamacpp.probe MODEL [--threads N] [--gpu-layers N]`` it is
 that child.
 """
 
@@ -38,7 +38,7 @@ MODES = ("auto", "on", "off")
 # Seconds the child may take: loading, repacking and a few decodes, plus time per GB of weights.
 PROBE_BASE_S, PROBE_PER_GB_S = 90.0, 60.0
 # The child is this module run as a program; tests may point it elsewhere.
-PROBE_COMMAND = [sys.executable, "-m", "openai_ext.hosts.llamacpp_probe"]
+PROBE_COMMAND = [sys.executable, "-m", "openai_ext.hosts.llamacpp.probe"]
 PROBE_OK = "probe ok"
 
 
@@ -95,7 +95,7 @@ def probe_key(path: Path, n_gpu_layers: int) -> str:
 
 
 def _verdicts_file() -> Path:
-    from ..core.packages import cache_root
+    from ...core.packages import cache_root
 
     return cache_root() / "llama-cpu-probe.json"
 
@@ -147,7 +147,7 @@ def _probe(path: Path, *, n_threads: int | None, n_gpu_layers: int) -> Choice:
         cmd += ["--threads", str(n_threads)]
     amx = " (this CPU reports Intel AMX, whose llama.cpp path is known to crash)" if has_amx() else ""
     # the child imports this package from where the server imports it, whatever the folder
-    package_root = str(Path(__file__).resolve().parents[2])
+    package_root = str(Path(__file__).resolve().parents[3])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
     t0 = time.monotonic()
     try:
@@ -174,14 +174,14 @@ def _probe(path: Path, *, n_threads: int | None, n_gpu_layers: int) -> Choice:
 def _child(argv: list[str] | None = None) -> int:
     """Loads the model with the extra buffer types and decodes as the server does: a prompt of
     many tokens (the batch that crashes on AMX), then two sequences a token each."""
-    ap = argparse.ArgumentParser(prog="python -m openai_ext.hosts.llamacpp_probe")
+    ap = argparse.ArgumentParser(prog="python -m openai_ext.hosts.llamacpp.probe")
     ap.add_argument("model")
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--gpu-layers", type=int, default=0)
     args = ap.parse_args(argv)
     import numpy as np
 
-    from .llamacpp_context import load_context, load_model
+    from .context import load_context, load_model
 
     model = load_model(Path(args.model), extra_buffers=True, n_gpu_layers=args.gpu_layers)
     ctx = load_context(model, n_ctx=512, parallel=2, n_threads=args.threads or None)

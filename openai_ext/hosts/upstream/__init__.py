@@ -10,10 +10,10 @@ Faults are answered, never waited on, and named as the upstream's: an upstream t
 reached is a 503 within the connect timeout; one that does not begin its answer within the
 first-byte timeout, or goes silent mid-stream past the idle timeout, a 504 (upstream_timeout); an
 upstream 4xx keeps its message and param; a 5xx, a malformed or cut stream, a body that is not a
-stream, a 502 (upstream_error; see upstream_stream.py). A generation that is stopped (its client
+stream, a 502 (upstream_error; see upstream/stream.py). A generation that is stopped (its client
 left) is cut at once, even while it waits for the upstream's headers, and its connection closed,
 which the engines take as a cancel (upstream_calls.py). After a few faults in a row, requests are
-refused at once until the upstream answers again (upstream_breaker.py). Connections are pooled,
+refused at once until the upstream answers again (upstream/breaker.py). Connections are pooled,
 one pool per host, as large as the generations allowed at once (``parallel``: more wait in this
 server's line, and get its 429 beyond it). Nothing here needs a restart when the upstream is back.
 """
@@ -31,14 +31,14 @@ import requests
 import urllib3
 from urllib3.exceptions import ReadTimeoutError
 
-from ..core.errors import InvalidRequestError, OpenAIError, ServiceUnavailableError, UpstreamError
-from . import upstream_calls
-from .base import ChatPrompt, Host, HostAbilities, Piece, Pieces, Prompt
-from .request import NO_CHAT_OPTIONS, ChatOptions, GenerationSettings
-from .upstream_breaker import Breaker
-from .upstream_calls import Call, Calls
-from .upstream_dialects import Dialect, detect, error_of
-from .upstream_stream import StreamFault, is_event_stream, not_a_stream, read_pieces
+from ...core.errors import InvalidRequestError, OpenAIError, ServiceUnavailableError, UpstreamError
+from ..base import ChatPrompt, Host, HostAbilities, Piece, Pieces, Prompt
+from ..request import NO_CHAT_OPTIONS, ChatOptions, GenerationSettings
+from . import calls as upstream_calls
+from .breaker import Breaker
+from .calls import Call, Calls
+from .dialects import Dialect, detect, error_of
+from .stream import StreamFault, is_event_stream, not_a_stream, read_pieces
 
 log = logging.getLogger(__name__)
 
@@ -284,7 +284,7 @@ class UpstreamHost(Host):
             self._stops.discard(stop_event)
 
     def _stream(self, call: Call, body: dict[str, Any], stop_event: threading.Event, top: int | None) -> Pieces:
-        # The socket's own read timeout only backs the watcher's deadlines up (upstream_calls).
+        # The socket's own read timeout only backs the watcher's deadlines up (upstream/calls.py).
         with call.sending():
             r = self.session.post(self.root + "/v1/completions", json=body, headers=self.headers, stream=True,
                                   timeout=(self.connect_timeout, max(self.first_byte_timeout, self.idle_timeout)))

@@ -5,10 +5,10 @@ It speaks the same generation-settings vocabulary as the web UI host (``max_new_
 on llama.cpp's C sampler API: that gives exact token counts, logit bias, seeds, log-probabilities
 and a stop check between every two tokens, without the layers of ``create_completion``.
 
-Up to ``parallel`` requests generate at once, as sequences of one batch (llamacpp_batch). They
+Up to ``parallel`` requests generate at once, as sequences of one batch (llamacpp/batch.py). They
 share the context's KV cells, so each request may use the whole context.
 
-Before the model loads, llamacpp_probe decides whether llama.cpp may use its extra CPU buffer
+Before the model loads, probe.py decides whether llama.cpp may use its extra CPU buffer
 types (weight repacking, AMX), which crash on some CPUs.
 """
 
@@ -21,14 +21,14 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from . import llamacpp_probe as probe
-from .base import ChatPrompt, Host, HostAbilities, Piece, Pieces, Prompt, TokenLogprob
-from .llamacpp_batch import Closed, Scheduler
-from .llamacpp_context import PREFILL_CHUNK, Runtime, uses_flash_attn
-from .llamacpp_sampling import SAMPLERS, Detokenizer
-from .llamacpp_threads import Threads
-from .llamacpp_work import END, OUTBOX, Generation, NextToken, Scoring, Work
-from .request import NO_CHAT_OPTIONS, ChatOptions, GenerationSettings
+from ..base import ChatPrompt, Host, HostAbilities, Piece, Pieces, Prompt, TokenLogprob
+from ..request import NO_CHAT_OPTIONS, ChatOptions, GenerationSettings
+from . import probe
+from .batch import Closed, Scheduler
+from .context import PREFILL_CHUNK, Runtime, uses_flash_attn
+from .sampling import SAMPLERS, Detokenizer
+from .threads import Threads
+from .work import END, OUTBOX, Generation, NextToken, Scoring, Work
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +177,7 @@ class LlamaCppHost(Host):
             # (llama_cpp types messages and tools as its TypedDicts; these are dicts of that shape)
             out = self._formatter(messages=messages, tools=options.tools)  # type: ignore[arg-type]
         except Exception as e:  # noqa: BLE001 - the template's own raise_exception(), or any jinja error
-            from ..core.errors import InvalidRequestError
+            from ...core.errors import InvalidRequestError
             raise InvalidRequestError(f"The model's chat template rejected these messages: {e}",
                                       param="messages") from None
         return ChatPrompt(out.prompt, list(self._template_stops))
@@ -258,7 +258,7 @@ class LlamaCppHost(Host):
             self._sched.submit(work)
         except Closed:
             work.retire()
-            from ..core.errors import ServiceUnavailableError
+            from ...core.errors import ServiceUnavailableError
             raise ServiceUnavailableError("The model was closed while this request waited; send it again.",
                                           code="model_changed") from None
 
@@ -288,7 +288,7 @@ class LlamaCppHost(Host):
                                  top: int) -> dict[str, float]:
         """The model's own distribution after the prompt (no sampler touches it)."""
         if use_samplers:
-            from ..core.errors import InvalidRequestError
+            from ...core.errors import InvalidRequestError
             raise InvalidRequestError("use_samplers is not supported by the embedded host: it reports the model's "
                                       "own probabilities only. Remove use_samplers.", param="use_samplers")
         work = NextToken(self.runtime, self.tokenize(prompt) or self.document_start(), top)

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from .base import Piece, TokenLogprob
+from ..base import Piece, TokenLogprob
 
 # OpenAI's floor for a token the model gives no chance at all (JSON has no -Infinity).
 FLOOR = -9999.0

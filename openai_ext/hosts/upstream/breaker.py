@@ -20,7 +20,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from ..core.errors import OpenAIError, ServiceUnavailableError
+from ...core.errors import OpenAIError, ServiceUnavailableError
 
 log = logging.getLogger(__name__)
 

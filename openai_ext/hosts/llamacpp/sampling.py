@@ -11,8 +11,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .llamacpp_context import Runtime
-from .request import GenerationSettings
+from ..request import GenerationSettings
+from .context import Runtime
 
 SAMPLERS = frozenset({
     "top_k", "min_p", "typical_p", "top_n_sigma", "repetition_penalty", "repetition_penalty_range",
