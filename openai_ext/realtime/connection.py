@@ -117,7 +117,8 @@ class Session:
     # --- session ------------------------------------------------------------------------------
     async def _on_session_update(self, doc: dict[str, Any]) -> None:
         before = self.config.turn_detection
-        self.config = session_mod.update(self.config, doc.get("session"), self.service.check_voice)
+        self.config = session_mod.update(self.config, doc.get("session"), self.service.check_voice,
+                                         allow_unknown=self.service.settings.allow_unknown_fields)
         if self.config.turn_detection != before:
             self.vad = None     # made again with the new settings at the next append
             self.speech_item = None

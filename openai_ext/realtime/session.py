@@ -14,6 +14,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.errors import InvalidRequestError, refuse_unknown
 from .audio import FORMATS, VadSettings
 from .events import ClientEventError
 from .events import field as get
@@ -144,11 +145,48 @@ def check_max_tokens(value: Any, param: str) -> int | str:
     raise ClientEventError(f"'{param}' must be an integer from 1 to {MAX_OUTPUT_TOKENS}, or \"inf\".", param=param)
 
 
-def update(config: SessionConfig, session: Any, voices_ok) -> SessionConfig:
+# The fields of OpenAI's session (RealtimeSessionCreateRequestGA), and the beta's temperature; a
+# field it knows and this server does not serve (tracing, include, prompt ...) is taken and left
+# unused, as a client of OpenAI's sends them; one it does not know is an error, as at OpenAI.
+FIELDS: dict[str, tuple[str, ...]] = {
+    "session": ("type", "model", "instructions", "output_modalities", "audio", "include", "max_output_tokens",
+                "parallel_tool_calls", "prompt", "reasoning", "tool_choice", "tools", "tracing", "truncation",
+                "temperature"),
+    "session.audio": ("input", "output"),
+    "session.audio.input": ("format", "noise_reduction", "transcription", "turn_detection"),
+    "session.audio.input.transcription": ("delay", "keywords", "language", "languages", "model", "prompt"),
+    "session.audio.input.turn_detection": ("type", "create_response", "idle_timeout_ms", "interrupt_response",
+                                           "prefix_padding_ms", "silence_duration_ms", "threshold", "eagerness"),
+    "session.audio.output": ("format", "speed", "voice"),
+}
+
+
+def check_known(session: dict[str, Any], allow: bool) -> None:
+    """The one unknown-field check (core.errors.refuse_unknown), at every level of a session, as an
+    error event naming the field's path (``session.audio.output.voise``: "Did you mean 'voice'?")."""
+    def walk(obj: Any, where: str) -> None:
+        known = FIELDS.get(where)
+        if known is None or not isinstance(obj, dict):
+            return
+        try:
+            refuse_unknown([k for k in obj if k not in known], known=known, allow=allow)
+        except InvalidRequestError as e:
+            raise ClientEventError(e.message.replace(f"argument supplied: {e.param}", f"argument supplied: "
+                                                     f"{where}.{e.param}"), param=f"{where}.{e.param}",
+                                   code="unknown_parameter") from None
+        for key, value in obj.items():
+            walk(value, f"{where}.{key}")
+
+    walk(session, "session")
+
+
+def update(config: SessionConfig, session: Any, voices_ok, *, allow_unknown: bool = False) -> SessionConfig:
     """``config`` with a ``session.update``'s ``session`` applied (a partial object: fields left
-    out keep their values). ``voices_ok(name)`` checks a voice."""
+    out keep their values). ``voices_ok(name)`` checks a voice; ``allow_unknown``: the
+    allow_unknown_fields setting (fields no session has are then ignored)."""
     if not isinstance(session, dict):
         raise ClientEventError("'session' must be an object, such as {\"instructions\": \"...\"}.", param="session")
+    check_known(session, allow_unknown)
     if session.get("type", "realtime") != "realtime":
         raise ClientEventError("'session.type' must be \"realtime\" (transcription sessions are not served here).",
                                param="session.type")

@@ -268,6 +268,19 @@ def test_bad_events_get_error_events_and_the_session_goes_on(rt):
             assert error["type"] == "invalid_request_error" and error["message"]
         ws.send("not json at all")
         assert raw_events(ws, "error")[-1]["error"]["code"] == "invalid_json"
+        # a misspelt field, at any level, is named with a hint (not ignored); fields OpenAI's session has
+        # and this server does not serve are taken
+        for session, param, hint in (({"instrutions": "x"}, "session.instrutions", "instructions"),
+                                     ({"audio": {"output": {"voise": "alloy"}}}, "session.audio.output.voise",
+                                      "voice")):
+            ws.send(json.dumps({"type": "session.update", "session": {"type": "realtime", **session},
+                                "event_id": "e8"}))
+            error = raw_events(ws, "error")[-1]["error"]
+            assert error["code"] == "unknown_parameter" and error["param"] == param, error
+            assert f"Did you mean '{hint}'?" in error["message"] and error["event_id"] == "e8"
+        ws.send(json.dumps({"type": "session.update", "session": {"type": "realtime", "tracing": "auto",
+                                                                  "include": [], "model": "gpt-realtime"}}))
+        raw_events(ws, "session.updated")
         # still serving
         ws.send(json.dumps({"type": "session.update", "session": {"type": "realtime", "instructions": "Be brief."}}))
         assert raw_events(ws, "session.updated")[-1]["session"]["instructions"] == "Be brief."
@@ -634,3 +647,17 @@ def test_a_speech_engine_that_fails_fails_the_response_not_the_session(rt, monke
         monkeypatch.undo()
         connection.session.update(session={"type": "realtime", "instructions": "Still serving."})
         assert events.until("session.updated")[-1]["session"]["instructions"] == "Still serving."
+
+
+def test_allow_unknown_fields_lets_a_session_field_no_session_has_pass():
+    from openai_ext.realtime import session as session_mod
+    from openai_ext.realtime.events import ClientEventError
+
+    config = session_mod.SessionConfig()
+    with pytest.raises(ClientEventError) as e:
+        session_mod.update(config, {"type": "realtime", "audio": {"input": {"transcription": {"modle": "x"}}}},
+                           lambda voice: None)
+    assert e.value.param == "session.audio.input.transcription.modle" and "'model'" in e.value.message
+    kept = session_mod.update(config, {"type": "realtime", "instructions": "Hi", "extra_thing": 1},
+                              lambda voice: None, allow_unknown=True)
+    assert kept.instructions == "Hi"
