@@ -27,8 +27,10 @@ from ..core.errors import InvalidRequestError
 from ..hosts.base import Host
 from ..text import chat
 from ..text.generation import Job, run_job
+from ..text.output import OutputParser
 from ..text.protocol import ChatCompletionRequest
 from ..text.service import TextService
+from ..text.tools import Content
 from . import items as items_
 from . import mcp
 from .compacted import KEPT_BYTES, MAX_KEPT, Kept, decode, encode, size
@@ -279,10 +281,15 @@ async def summarize(text: TextService, plan: Plan) -> str:
     summary = ""
     for part in plan.chunks:
         job = await text.tokenizer_work(_pass_job, text, plan, summary, part)
+        # the one output parser, as for every answer: a reasoning model's thinking is no summary
+        parser, written = OutputParser.for_job(job, incremental=False), []
         async with contextlib.aclosing(run_job(text, job, None)) as events:
             async for ev in events:
+                if ev.delta is not None:
+                    written += [e.text for e in parser.feed(ev.delta.text) if isinstance(e, Content)]
                 if ev.result is not None:
-                    summary = ev.result.text.strip() or summary
+                    written += [e.text for e in parser.feed("", final=True) if isinstance(e, Content)]
+                    summary = "".join(written).strip() or summary
                     plan.spent[0] += job.prompt_tokens
                     plan.spent[1] += ev.result.tokens
     if plan.omitted:

@@ -55,3 +55,19 @@ def test_thinking_streams_as_reasoning_text_events(thinking):
 def test_a_model_without_a_reasoning_mode_gives_no_reasoning_item(srclient):
     _, body = create(srclient, input="Name a colour.", max_output_tokens=16, reasoning={"effort": "high"})
     assert [item["type"] for item in body["output"]] == ["message"]
+
+
+def test_a_compaction_summary_holds_the_answer_not_the_thinking(thinking):
+    """The summary a reasoning model writes goes through the one output parser, as every answer
+    does: its thinking is not the summary."""
+    r = httpx.post(f"{thinking.url}/responses/compact", timeout=120, json={
+        "model": "x", "input": [{"role": "user", "content": "Hello there."},
+                                {"role": "assistant", "content": "Hi! How can I help?"},
+                                {"role": "user", "content": "Tell me about colours."}]})
+    assert r.status_code == 200, r.text
+    summary = r.json()["output"][-1]
+    assert summary["type"] == "compaction"
+    from openai_ext.responses import compacted
+
+    text, _ = compacted.decode(summary["encrypted_content"], "output")
+    assert text and THOUGHT not in text and "think>" not in text
