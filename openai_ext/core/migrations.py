@@ -1,9 +1,12 @@
-"""A SQLite database's schema as a list of forward migrations.
+"""A store's schema as one list of named forward steps, for every database it runs on.
 
-The schema version is the database's ``PRAGMA user_version`` (0 in a new file, and in one
-written before versions existed). ``migrations[n]`` takes a database from version ``n`` to
-``n + 1``: a script of SQL statements or a function of the connection. The list is only ever
-appended to; a released migration is never edited, since data folders already ran it.
+``steps[n]`` takes a database from version ``n`` to ``n + 1``: a ``Step`` with its name and what
+it is on each database (a script of SQL statements, a function of the connection, or None where
+an earlier step there made it already), or a bare script or function, the same everywhere. So a
+version number means the same tables on SQLite and on PostgreSQL. The list is only ever appended
+to; a released step is never edited, since data folders and databases already ran it. ``pending``
+is the one loop over it; each database keeps its version and its lock its own way (SQLite:
+``PRAGMA user_version`` here; PostgreSQL: a row, under an advisory lock, in store_postgres.py).
 
 ``migrate`` applies the missing ones in order, in one write transaction with the version bump:
 a crash leaves the database at its old version, whole, and two processes opening the same file
@@ -14,9 +17,30 @@ the code than this one is refused, before anything touches it.
 from __future__ import annotations
 
 import sqlite3
-from typing import Callable, Sequence, Union
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Literal, Sequence, Union
 
-Migration = Union[str, Callable[[sqlite3.Connection], None]]
+Migration = Union[str, Callable[[Any], None]]
+Database = Literal["sqlite", "postgres"]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One change to the tables, by name, as each database writes it (None: nothing to do there)."""
+    name: str
+    sqlite: Migration | None
+    postgres: Migration | None
+
+
+Steps = Sequence[Union[Step, Migration]]
+
+
+def pending(steps: Steps, found: int, database: Database) -> Iterator[Migration]:
+    """What a database at version ``found`` runs, in order, to reach ``len(steps)``."""
+    for step in steps[found:]:
+        work = getattr(step, database) if isinstance(step, Step) else step
+        if work is not None:
+            yield work
 
 
 class SchemaTooNew(RuntimeError):
@@ -48,7 +72,7 @@ def refuse_newer(found: int, known: int, what: str) -> None:
                            "(or database).")
 
 
-def migrate(conn: sqlite3.Connection, migrations: Sequence[Migration], *, what: str = "the database") -> int:
+def migrate(conn: sqlite3.Connection, migrations: Steps, *, what: str = "the database") -> int:
     """Brings the database on ``conn`` (opened with ``isolation_level=None``, outside a
     transaction) up to ``len(migrations)``; returns the version it found."""
     known = len(migrations)
@@ -60,7 +84,7 @@ def migrate(conn: sqlite3.Connection, migrations: Sequence[Migration], *, what: 
     try:
         found = version(conn)
         refuse_newer(found, known, what)
-        for step in migrations[found:]:
+        for step in pending(migrations, found, "sqlite"):
             if callable(step):
                 step(conn)
             else:

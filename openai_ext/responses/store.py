@@ -17,8 +17,9 @@
   when a store opens, and every ``SWEEP_EVERY`` heartbeats; a live instance's are never touched.
   Cancelling a response another instance runs sets ``cancel_requested``, which that instance
   polls (``stopping``); a response whose instance is dead is marked cancelled at once.
-- The schema is versioned: each backend's ``MIGRATIONS`` bring an older database forward when it
-  opens, and a database written by a newer version of the server is refused (``SchemaTooNew``).
+- The schema is versioned: one list of named steps for both databases (store_schema.STEPS)
+  brings an older database forward when it opens, and a database written by a newer version of
+  the server is refused (``SchemaTooNew``).
 - Every call has a deadline (``timeout``: the database_timeout setting) that the backend enforces
   whatever the database does, and ``health`` (store_health.py) turns the calls' failures into a
   prompt 503 for the requests that need the store while it is down.
@@ -46,11 +47,11 @@ from . import store_upkeep as upkeep
 from .store_conversations import ConversationRows
 from .store_health import StoreHealth, StoreUnavailable
 from .store_responses import ResponseRows
-from .store_sqlite import FILE, MIGRATIONS, SqliteDatabase
+from .store_sqlite import FILE, SqliteDatabase
 from .store_upkeep import RUNNING, visible
 from .store_upkeep import dump as _dump
 
-__all__ = ["FILE", "MIGRATIONS", "PRUNE_EVERY", "Store"]
+__all__ = ["FILE", "PRUNE_EVERY", "Store"]
 
 log = logging.getLogger(__name__)
 

@@ -27,9 +27,10 @@ import time
 from typing import Any, Callable, TypeVar
 from urllib.parse import urlsplit
 
-from ..core.migrations import Migration, refuse_newer
+from ..core.migrations import Steps, pending, refuse_newer
 from ..core.watchdog import WATCHDOG
 from .store_health import StoreUnavailable
+from .store_schema import STEPS
 
 T = TypeVar("T")
 
@@ -38,33 +39,6 @@ MIGRATE_S = 60.0   # the deadline of the schema's migration at start (servers st
 VERSION_TABLE = "openai_ext_schema"
 LOCK_KEY = 0x6F61695F657874   # pg_advisory_xact_lock's key for migrations ("oai_ext")
 
-SCHEMA = """
-CREATE TABLE responses (
-    id TEXT PRIMARY KEY, owner TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL,
-    updated_at DOUBLE PRECISION NOT NULL, status TEXT NOT NULL, previous_response_id TEXT, body TEXT NOT NULL,
-    instance TEXT, cancel_requested INTEGER NOT NULL DEFAULT 0);
-CREATE INDEX responses_by_time ON responses(updated_at);
-CREATE INDEX responses_by_status ON responses(status);
-CREATE TABLE items (
-    seq BIGSERIAL PRIMARY KEY, response_id TEXT NOT NULL, item_id TEXT NOT NULL, role TEXT NOT NULL,
-    body TEXT NOT NULL);
-CREATE INDEX items_by_response ON items(response_id, role, seq);
-CREATE INDEX items_by_id ON items(item_id);
-CREATE TABLE events (
-    response_id TEXT NOT NULL, seq INTEGER NOT NULL, body TEXT NOT NULL, PRIMARY KEY (response_id, seq));
-CREATE TABLE conversations (
-    id TEXT PRIMARY KEY, owner TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL,
-    updated_at DOUBLE PRECISION NOT NULL, metadata TEXT NOT NULL);
-CREATE INDEX conversations_by_time ON conversations(updated_at);
-CREATE TABLE conversation_items (
-    seq BIGSERIAL PRIMARY KEY, conversation_id TEXT NOT NULL, item_id TEXT NOT NULL, body TEXT NOT NULL);
-CREATE INDEX conversation_items_by_id ON conversation_items(conversation_id, item_id);
-CREATE TABLE instances (
-    id TEXT PRIMARY KEY, started_at DOUBLE PRECISION NOT NULL, heartbeat_at DOUBLE PRECISION NOT NULL);
-"""
-
-# Forward migrations, as for SQLite: appended to, never edited.
-MIGRATIONS: list[Migration] = [SCHEMA]
 
 
 def masked(url: str) -> str:
@@ -88,7 +62,7 @@ def _driver() -> Any:
     return psycopg
 
 
-def migrate(conn: Any, migrations: list[Migration], *, what: str) -> int:
+def migrate(conn: Any, migrations: Steps, *, what: str) -> int:
     """Brings the database up to ``len(migrations)`` in one transaction, under an advisory lock;
     returns the version it found. A newer database is refused (SchemaTooNew), untouched."""
     known = len(migrations)
@@ -100,7 +74,7 @@ def migrate(conn: Any, migrations: list[Migration], *, what: str) -> int:
         row = conn.execute(f"SELECT version FROM {VERSION_TABLE}").fetchone()
         found = int(row[0]) if row else 0
         refuse_newer(found, known, what)
-        for step in migrations[found:]:
+        for step in pending(migrations, found, "postgres"):
             if callable(step):
                 step(conn)
             else:
@@ -187,7 +161,7 @@ class PostgresDatabase:
         if self._migrated:
             return
         self.run(lambda tx: None)   # a clear StoreUnavailable first when the server cannot be reached
-        self.run(lambda tx: migrate(tx.conn, MIGRATIONS, what=f"The database {self.what}"), raw=True,
+        self.run(lambda tx: migrate(tx.conn, STEPS, what=f"The database {self.what}"), raw=True,
                  timeout=max(self.timeout, MIGRATE_S))
         self._migrated = True
 

@@ -20,50 +20,16 @@ import time
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-from ..core.migrations import Migration, migrate
+from ..core.migrations import migrate
 from ..core.watchdog import WATCHDOG
 from .store_health import StoreUnavailable
+from .store_schema import STEPS
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 FILE = "responses.sqlite3"
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS responses (
-    id TEXT PRIMARY KEY, owner TEXT NOT NULL, created_at REAL NOT NULL, updated_at REAL NOT NULL,
-    status TEXT NOT NULL, previous_response_id TEXT, body TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS responses_by_time ON responses(updated_at);
-CREATE TABLE IF NOT EXISTS items (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT, response_id TEXT NOT NULL, item_id TEXT NOT NULL,
-    role TEXT NOT NULL, body TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS items_by_response ON items(response_id, role, seq);
-CREATE INDEX IF NOT EXISTS items_by_id ON items(item_id);
-CREATE TABLE IF NOT EXISTS events (
-    response_id TEXT NOT NULL, seq INTEGER NOT NULL, body TEXT NOT NULL, PRIMARY KEY (response_id, seq));
-CREATE TABLE IF NOT EXISTS conversations (
-    id TEXT PRIMARY KEY, owner TEXT NOT NULL, created_at REAL NOT NULL, updated_at REAL NOT NULL,
-    metadata TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS conversations_by_time ON conversations(updated_at);
-CREATE TABLE IF NOT EXISTS conversation_items (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT, conversation_id TEXT NOT NULL, item_id TEXT NOT NULL,
-    body TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS conversation_items_by_id ON conversation_items(conversation_id, item_id);
-"""
-
-# Several servers on one store: which server runs a response, whether another asked it to stop,
-# and the servers alive (a heartbeat each), so a server only fails the responses of dead ones.
-INSTANCES = """
-ALTER TABLE responses ADD COLUMN instance TEXT;
-ALTER TABLE responses ADD COLUMN cancel_requested INTEGER NOT NULL DEFAULT 0;
-CREATE INDEX responses_by_status ON responses(status);
-CREATE TABLE instances (id TEXT PRIMARY KEY, started_at REAL NOT NULL, heartbeat_at REAL NOT NULL);
-"""
-
-# The schema as forward migrations (see core/migrations.py): a change to the tables is a new step
-# appended here, never an edit of one. Step 1 is the schema of before versions existed, all
-# "IF NOT EXISTS": a data folder written then (version 0, the same tables) keeps its rows.
-MIGRATIONS: list[Migration] = [SCHEMA, INSTANCES]
 
 
 def _transaction(conn: sqlite3.Connection, work: Callable[[Any], T], *, write: bool) -> T:
@@ -132,7 +98,7 @@ class SqliteDatabase:
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute("PRAGMA synchronous=NORMAL")   # WAL: durable at checkpoints, never corrupt
                 conn.execute(f"PRAGMA busy_timeout={max(1, int(self.timeout * 1000)):d}")
-                _retrying(lambda: migrate(conn, MIGRATIONS, what=str(self.path)), time.monotonic() + self.timeout)
+                _retrying(lambda: migrate(conn, STEPS, what=str(self.path)), time.monotonic() + self.timeout)
             except BaseException:
                 conn.close()
                 raise

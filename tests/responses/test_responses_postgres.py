@@ -14,7 +14,8 @@ from openai_ext.core.config import Settings, SettingsError, load_settings
 from openai_ext.core.migrations import SchemaTooNew
 from openai_ext.responses import store_postgres
 from openai_ext.responses.store import Store
-from openai_ext.responses.store_postgres import MIGRATIONS, StoreUnavailable, masked
+from openai_ext.responses.store_postgres import StoreUnavailable, masked
+from openai_ext.responses.store_schema import STEPS as MIGRATIONS
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -37,6 +38,21 @@ def test_an_empty_database_gets_the_latest_schema(pg_url):
     assert again.conversation("conv_1", None)["id"] == "conv_1"
     again.close()
     assert version(pg_url) == len(MIGRATIONS)
+
+
+def test_a_database_of_the_first_release_moves_to_the_version_sqlite_has(pg_url):
+    """One list of named steps for both databases: PostgreSQL's first release stopped at version 1
+    with the tables SQLite reaches at version 2; it is brought to 2, its rows kept, nothing run."""
+    store = Store(database_url=pg_url)
+    store.put_conversation({"id": "conv_old", "created_at": 1, "metadata": {}}, "", [])
+    store.close()
+    with psycopg.connect(pg_url) as conn:
+        conn.execute(f"UPDATE {store_postgres.VERSION_TABLE} SET version = 1")
+    assert [step.name for step in MIGRATIONS] == ["schema", "instances"] and MIGRATIONS[1].postgres is None
+    again = Store(database_url=pg_url)
+    assert again.conversation("conv_old", None)["id"] == "conv_old"
+    again.close()
+    assert version(pg_url) == len(MIGRATIONS) == 2
 
 
 def test_a_database_from_a_newer_server_is_refused_untouched(pg_url):

@@ -15,7 +15,8 @@ from support.servers import openai_client, run_together
 from openai_ext.core import migrations
 from openai_ext.core.migrations import SchemaTooNew, migrate
 from openai_ext.responses import render
-from openai_ext.responses.store import FILE, MIGRATIONS, Store
+from openai_ext.responses.store import FILE, Store
+from openai_ext.responses.store_schema import STEPS as MIGRATIONS
 
 # The tables exactly as servers wrote them before the schema had a version (user_version 0).
 # A fixture, not a copy to keep in step: it stands for data folders that already exist.

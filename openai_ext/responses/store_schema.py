@@ -1,0 +1,72 @@
+"""The store's tables, as one list of named steps for both databases (core/migrations.py): a
+version number means the same tables in SQLite and in PostgreSQL. A change is a new step
+appended here, never an edit of one."""
+
+from __future__ import annotations
+
+from ..core.migrations import Step
+
+# SQLite's first step is the schema of before versions existed, all "IF NOT EXISTS": a data folder
+# written then (version 0, the same tables) keeps its rows.
+SQLITE_SCHEMA = """
+CREATE TABLE IF NOT EXISTS responses (
+    id TEXT PRIMARY KEY, owner TEXT NOT NULL, created_at REAL NOT NULL, updated_at REAL NOT NULL,
+    status TEXT NOT NULL, previous_response_id TEXT, body TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS responses_by_time ON responses(updated_at);
+CREATE TABLE IF NOT EXISTS items (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, response_id TEXT NOT NULL, item_id TEXT NOT NULL,
+    role TEXT NOT NULL, body TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS items_by_response ON items(response_id, role, seq);
+CREATE INDEX IF NOT EXISTS items_by_id ON items(item_id);
+CREATE TABLE IF NOT EXISTS events (
+    response_id TEXT NOT NULL, seq INTEGER NOT NULL, body TEXT NOT NULL, PRIMARY KEY (response_id, seq));
+CREATE TABLE IF NOT EXISTS conversations (
+    id TEXT PRIMARY KEY, owner TEXT NOT NULL, created_at REAL NOT NULL, updated_at REAL NOT NULL,
+    metadata TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS conversations_by_time ON conversations(updated_at);
+CREATE TABLE IF NOT EXISTS conversation_items (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, conversation_id TEXT NOT NULL, item_id TEXT NOT NULL,
+    body TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS conversation_items_by_id ON conversation_items(conversation_id, item_id);
+"""
+
+POSTGRES_SCHEMA = """
+CREATE TABLE responses (
+    id TEXT PRIMARY KEY, owner TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL,
+    updated_at DOUBLE PRECISION NOT NULL, status TEXT NOT NULL, previous_response_id TEXT, body TEXT NOT NULL,
+    instance TEXT, cancel_requested INTEGER NOT NULL DEFAULT 0);
+CREATE INDEX responses_by_time ON responses(updated_at);
+CREATE INDEX responses_by_status ON responses(status);
+CREATE TABLE items (
+    seq BIGSERIAL PRIMARY KEY, response_id TEXT NOT NULL, item_id TEXT NOT NULL, role TEXT NOT NULL,
+    body TEXT NOT NULL);
+CREATE INDEX items_by_response ON items(response_id, role, seq);
+CREATE INDEX items_by_id ON items(item_id);
+CREATE TABLE events (
+    response_id TEXT NOT NULL, seq INTEGER NOT NULL, body TEXT NOT NULL, PRIMARY KEY (response_id, seq));
+CREATE TABLE conversations (
+    id TEXT PRIMARY KEY, owner TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL,
+    updated_at DOUBLE PRECISION NOT NULL, metadata TEXT NOT NULL);
+CREATE INDEX conversations_by_time ON conversations(updated_at);
+CREATE TABLE conversation_items (
+    seq BIGSERIAL PRIMARY KEY, conversation_id TEXT NOT NULL, item_id TEXT NOT NULL, body TEXT NOT NULL);
+CREATE INDEX conversation_items_by_id ON conversation_items(conversation_id, item_id);
+CREATE TABLE instances (
+    id TEXT PRIMARY KEY, started_at DOUBLE PRECISION NOT NULL, heartbeat_at DOUBLE PRECISION NOT NULL);
+"""
+
+# Several servers on one store: which server runs a response, whether another asked it to stop,
+# and the servers alive (a heartbeat each), so a server only fails the responses of dead ones.
+SQLITE_INSTANCES = """
+ALTER TABLE responses ADD COLUMN instance TEXT;
+ALTER TABLE responses ADD COLUMN cancel_requested INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX responses_by_status ON responses(status);
+CREATE TABLE instances (id TEXT PRIMARY KEY, started_at REAL NOT NULL, heartbeat_at REAL NOT NULL);
+"""
+
+
+STEPS: tuple[Step, ...] = (
+    Step("schema", sqlite=SQLITE_SCHEMA, postgres=POSTGRES_SCHEMA),
+    # PostgreSQL's schema step had these from its first release: nothing to do there
+    Step("instances", sqlite=SQLITE_INSTANCES, postgres=None),
+)
