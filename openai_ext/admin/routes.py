@@ -21,7 +21,7 @@ from ..hosts.base import Host
 from ..hosts.manager import ModelManager
 from ..text import chat, params, tools
 from ..text.protocol import ChatCompletionRequest, CompletionRequest
-from ..text.service import TextService
+from ..text.service import TextService, admit
 
 # Text tokenized by one /internal/encode or /internal/token-count call at most: a third of a second of
 # the tokenizer's time on a small CPU at worst, during which other requests' prompts wait.
@@ -140,11 +140,16 @@ def internal_router(text: TextService, manager: ModelManager | None) -> APIRoute
         """The next token's most likely candidates with their probabilities, as the web UI's
         own API returns them: {"logits": {token: probability}}."""
         host = loaded_host()
-        fields = {"max_tokens": 1, **(body.model_extra or {}), "prompt": body.prompt}
-        request = CompletionRequest.model_validate(fields)
-        plan = params.plan(request, abilities=host.abilities, room=1, max_n=1,
-                           allow_unknown=text.settings.allow_unknown_fields)
-        place = text.queue.admit()   # in line with generations: without samplers it takes the model too
+
+        def prepare() -> params.Plan:
+            fields = {"max_tokens": 1, **(body.model_extra or {}), "prompt": body.prompt}
+            request = CompletionRequest.model_validate(fields)
+            return params.plan(request, abilities=host.abilities, room=1, max_n=1,
+                               allow_unknown=text.settings.allow_unknown_fields)
+
+        # the front door, as every text request: in line with generations (without samplers it
+        # takes the model too), the request planned on the prepare thread
+        plan, place = await admit(text, prepare)
         async with place:
             try:
                 found = await text.run(host.next_token_probabilities, body.prompt, plan.settings,
