@@ -55,7 +55,7 @@ class Turn:
     stops: list[str]
     max_tokens: int
     context: dict[str, Any] | None = None    # the response's context_management
-    ticket: Any = None                        # a thread's, where the reply is kept (threads.Ticket)
+    ticket: threads.Ticket | None = None      # a thread's, where the reply is kept
     request: MessagesRequest | None = None    # as the model is shown it (context edits applied)
     connector: Connector | None = None        # the request's MCP servers
     asked: int = 0                            # the max_tokens of the pass now
@@ -87,11 +87,11 @@ def _job(text: TextService, req: MessagesRequest, connector: Connector | None,
         raise translate.chat_error(e, tr.names, tr.tools) from None
 
 
-def prepare(text: TextService, req: MessagesRequest, connector: Connector | None = None) -> Turn:
-    edited = context.apply(req, _counter(text))
+def prepare(text: TextService, asked: threads.Asked, connector: Connector | None = None) -> Turn:
+    edited = context.apply(asked.request, _counter(text))
     assert isinstance(edited.request, MessagesRequest)
     job, tr = _job(text, edited.request, connector)
-    return Turn(job, render.message_id(), tr.stops, tr.max_tokens, edited.report(), req._ticket,
+    return Turn(job, render.message_id(), tr.stops, tr.max_tokens, edited.report(), asked.ticket,
                 edited.request, connector, tr.max_tokens)
 
 
@@ -216,7 +216,7 @@ async def stream(text: TextService, turn: Turn, place: Place) -> AsyncGenerator[
     yield {"type": "message_stop"}
 
 
-async def respond(text: TextService, request: Request, req: MessagesRequest, connector: Connector) -> Any:
+async def respond(text: TextService, request: Request, asked: threads.Asked, connector: Connector) -> Any:
     """A request with MCP servers, from its validated body to its response: text.service.generate's
     steps, with the servers checked and their tools listed between taking the place in line (a
     full line is told at once) and preparing (the tools are offered in the prompt)."""
@@ -226,7 +226,7 @@ async def respond(text: TextService, request: Request, req: MessagesRequest, con
         if isinstance(listed, Response):   # the client left while the tools were listed
             place.release()
             return listed
-        turn = await text.prepared(prepare, text, req, connector)
+        turn = await text.prepared(prepare, text, asked, connector)
     except BaseException:
         place.release()
         raise

@@ -23,7 +23,6 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
-    PrivateAttr,
     StrictBool,
     StrictInt,
     StrictStr,
@@ -335,4 +334,3 @@ class MessagesRequest(CountTokensRequest):
     user_profile_id: StrictStr | None = None
     workspace_id: StrictStr | None = None
     # set by threads.py: where the reply goes when the request continues or creates a thread
-    _ticket: Any = PrivateAttr(default=None)

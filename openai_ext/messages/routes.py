@@ -19,11 +19,11 @@ def router(text: TextService) -> APIRouter:
     @r.post("/messages")
     async def create_message(body: MessagesRequest, request: Request):
         text.require_model()
-        whole = threads.resolve(body, caller_owner(request))
-        mcp = connector.read(whole, request.headers, text.settings)
+        asked = threads.resolve(body, caller_owner(request))
+        mcp = connector.read(asked.request, request.headers, text.settings)
         if mcp is not None:
-            return await endpoint.respond(text, request, whole, mcp)
-        return await generate(text, request, endpoint, whole)
+            return await endpoint.respond(text, request, asked, mcp)
+        return await generate(text, request, endpoint, asked)
 
     @r.post("/messages/count_tokens")
     async def count_tokens(body: CountTokensRequest):

@@ -48,6 +48,14 @@ class Ticket:
         self.threads._keep(self, message_id, with_reply(self.req.messages, content))
 
 
+@dataclass(frozen=True)
+class Asked:
+    """A Messages request as it is answered: the whole request (a thread's conversation put back
+    in front of a continued one), and the ticket its reply is kept by (None: not threaded)."""
+    request: MessagesRequest
+    ticket: Ticket | None = None
+
+
 class Threads:
     def __init__(self, max_threads: int | None = None, max_chars: int | None = None):
         self.max_threads = max_threads or MAX_THREADS
@@ -56,10 +64,10 @@ class Threads:
         self._kept: OrderedDict[str, _Kept] = OrderedDict()
         self._chars = 0
 
-    def resolve(self, req: MessagesRequest, owner: str) -> MessagesRequest:
+    def resolve(self, req: MessagesRequest, owner: str) -> Asked:
         """The whole request a threaded one stands for, with the ticket its reply is kept by."""
         if req.thread is None:
-            return req
+            return Asked(req)
         thread = parse(Thread, req.thread, "thread")
         previous = None
         if thread.type == "continue":
@@ -83,8 +91,7 @@ class Threads:
                 self._kept.move_to_end(previous)
                 req = req.model_copy(update={"messages": [*kept.messages, *req.messages], "system": kept.system,
                                              "tools": kept.tools})
-        req._ticket = Ticket(self, owner, previous, req)
-        return req
+        return Asked(req, Ticket(self, owner, previous, req))
 
     def _keep(self, ticket: Ticket, message_id: str, messages: list[InputMessage]) -> None:
         req = ticket.req

@@ -72,9 +72,9 @@ def request(**kw) -> MessagesRequest:
 
 
 def answer(store: threads.Threads, req: MessagesRequest, owner: str, reply_id: str, text: str) -> MessagesRequest:
-    whole = store.resolve(req, owner)
-    whole._ticket.commit(reply_id, [{"type": "text", "text": text}])
-    return whole
+    asked = store.resolve(req, owner)
+    asked.ticket.commit(reply_id, [{"type": "text", "text": text}])
+    return asked.request
 
 
 def cont(previous: str, text: str = "More.", **kw) -> MessagesRequest:
@@ -86,7 +86,7 @@ def test_a_continue_is_answered_with_the_kept_conversation():
     store = threads.Threads()
     answer(store, request(system="S.", tools=[{"name": "f", "input_schema": {"type": "object"}}],
                           thread={"type": "create"}), "", "msg_1", "Word.")
-    whole = store.resolve(cont("msg_1"), "")
+    whole = store.resolve(cont("msg_1"), "").request
     assert whole.system == "S." and whole.tools[0]["name"] == "f"
     assert [(m.role, m.content if isinstance(m.content, str) else m.content[0].text) for m in whole.messages] == [
         ("user", "Say a word."), ("assistant", "Word."), ("user", "More.")]
@@ -98,7 +98,7 @@ def test_threads_are_kept_per_key():
     with pytest.raises(NotFoundError) as e:
         store.resolve(cont("msg_1"), "owner-b")
     assert e.value.code == "thread_not_found"
-    assert store.resolve(cont("msg_1"), "owner-a").messages
+    assert store.resolve(cont("msg_1"), "owner-a").request.messages
 
 
 def test_the_oldest_threads_are_dropped_first_by_count_and_by_size():
@@ -121,6 +121,6 @@ def test_a_prefill_and_its_continuation_are_kept_as_one_turn():
     store = threads.Threads()
     answer(store, request(messages=[*Q, {"role": "assistant", "content": "The word is"}], thread={"type": "create"}),
            "", "msg_1", " blue.")
-    kept = store.resolve(cont("msg_1"), "").messages
+    kept = store.resolve(cont("msg_1"), "").request.messages
     assert [m.role for m in kept] == ["user", "assistant", "user"]
     assert [b.text for b in kept[1].content] == ["The word is blue."]
