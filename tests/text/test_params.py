@@ -263,3 +263,22 @@ def test_every_openai_parameter_has_a_rule():
 def test_readme_shows_the_generated_table():
     readme = (ROOT / "README.md").read_text()
     assert markdown_table() in readme, "README's parameter table is stale: paste params.markdown_table()"
+
+
+def test_the_embedded_hosts_samplers_are_its_typed_options_each_one_read():
+    """The llama.cpp host's samplers are the fields of its options model: every sampler a request
+    names there is read into it (none is accepted and ignored), and add_bos_token, which it
+    cannot honour (the prompt is tokenized before the samplers are read), is refused by name."""
+    from openai_ext.hosts.llamacpp.sampling import SAMPLERS, Options
+    from openai_ext.hosts.request import GenerationSettings
+
+    abilities = HostAbilities(samplers=SAMPLERS)
+    with pytest.raises(InvalidRequestError) as e:
+        plan(ChatCompletionRequest(messages=MSG, add_bos_token=False), abilities=abilities, room=10, max_n=1)
+    assert e.value.param == "add_bos_token"
+    every = {name: HOST_SAMPLERS[name](0 if HOST_SAMPLERS[name] is not str else "") for name in SAMPLERS}
+    p = plan(ChatCompletionRequest(messages=MSG, **every), abilities=abilities, room=10, max_n=1)
+    options = Options.of(p.settings)
+    assert options.model_dump() == {**Options().model_dump(), **p.settings.samplers}
+    with pytest.raises(ValueError):   # a name the model does not have is no option
+        Options.of(GenerationSettings(max_new_tokens=1, samplers={"top_kk": 1}))

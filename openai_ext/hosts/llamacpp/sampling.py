@@ -10,27 +10,48 @@ import ctypes
 from typing import Any, Callable
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict
 
 from ..request import GenerationSettings
 from .context import Runtime
 
-SAMPLERS = frozenset({
-    "top_k", "min_p", "typical_p", "top_n_sigma", "repetition_penalty", "repetition_penalty_range",
-    "xtc_threshold", "xtc_probability", "dry_multiplier", "dry_base", "dry_allowed_length",
-    "mirostat_mode", "mirostat_tau", "mirostat_eta", "dynamic_temperature", "dynatemp_low",
-    "dynatemp_high", "dynatemp_exponent", "ban_eos_token", "add_bos_token", "skip_special_tokens",
-    "custom_token_bans",
-})
 
-# Neutral values: a sampler the request does not name does nothing.
-NEUTRAL = {
-    "top_k": 0, "min_p": 0.0, "typical_p": 1.0, "top_n_sigma": 0.0, "repetition_penalty": 1.0,
-    "repetition_penalty_range": 0, "xtc_threshold": 0.1, "xtc_probability": 0.0,
-    "dry_multiplier": 0.0, "dry_base": 1.75, "dry_allowed_length": 2, "mirostat_mode": 0,
-    "mirostat_tau": 5.0, "mirostat_eta": 0.1, "dynamic_temperature": False, "dynatemp_low": 1.0,
-    "dynatemp_high": 1.0, "dynatemp_exponent": 1.0, "ban_eos_token": False, "skip_special_tokens": True,
-    "custom_token_bans": "",
-}
+class Options(BaseModel):
+    """The embedded host's own samplers, typed: a request's ``samplers`` (GenerationSettings) as
+    this host reads them. Each default is neutral (a sampler the request does not name does
+    nothing); a name this host does not take is refused (params.plan answers 400 before it gets
+    here, naming the host's samplers, which are these fields). add_bos_token is not one: the
+    prompt is tokenized as the model's own metadata says, before the samplers are read."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    top_k: int = 0
+    min_p: float = 0.0
+    typical_p: float = 1.0
+    top_n_sigma: float = 0.0
+    repetition_penalty: float = 1.0
+    repetition_penalty_range: int = 0
+    xtc_threshold: float = 0.1
+    xtc_probability: float = 0.0
+    dry_multiplier: float = 0.0
+    dry_base: float = 1.75
+    dry_allowed_length: int = 2
+    mirostat_mode: int = 0
+    mirostat_tau: float = 5.0
+    mirostat_eta: float = 0.1
+    dynamic_temperature: bool = False
+    dynatemp_low: float = 1.0
+    dynatemp_high: float = 1.0
+    dynatemp_exponent: float = 1.0
+    ban_eos_token: bool = False
+    skip_special_tokens: bool = True
+    custom_token_bans: str = ""
+
+    @classmethod
+    def of(cls, settings: GenerationSettings) -> "Options":
+        return cls.model_validate(dict(settings.samplers))
+
+
+SAMPLERS = frozenset(Options.model_fields)
 DRY_BREAKERS = ["\n", ":", "\"", "*"]
 
 
@@ -57,9 +78,10 @@ def logit_biases(s: GenerationSettings, eog: np.ndarray) -> dict[int, float]:
     """Token id -> logit bias, from logit_bias, custom_token_bans and ban_eos_token (``eog``:
     the tokens that end a generation, Runtime.eog)."""
     bias: dict[int, float] = dict(s.logit_bias)
-    for tok in filter(None, (t.strip() for t in str(s.samplers.get("custom_token_bans") or "").split(","))):
+    o = Options.of(s)
+    for tok in filter(None, (t.strip() for t in o.custom_token_bans.split(","))):
         bias[int(tok)] = float("-inf")
-    if s.samplers.get("ban_eos_token"):
+    if o.ban_eos_token:
         for eog_tok in np.flatnonzero(eog):
             bias[int(eog_tok)] = float("-inf")
     return {tok: float("-inf") if b <= -100 else b for tok, b in bias.items()}
@@ -70,7 +92,7 @@ def sampler_chain(L: Any, vocab: Any, n_vocab: int, context_length: int, g: Gene
     """llama.cpp's sampler chain for these settings, in llama.cpp's usual order. A grammar is
     not part of it (see Constrained). (No preset is applied here: a sampler left to one is at
     OpenAI's default.)"""
-    s = {**NEUTRAL, **g.samplers}
+    s = Options.of(g)
     temperature = 1.0 if g.temperature is None else g.temperature
     top_p = 1.0 if g.top_p is None else g.top_p
     chain = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
@@ -82,42 +104,42 @@ def sampler_chain(L: Any, vocab: Any, n_vocab: int, context_length: int, g: Gene
             arr[i].token, arr[i].bias = tok, b
         add(L.llama_sampler_init_logit_bias(n_vocab, len(biases), arr))
 
-    rep, freq, pres = s["repetition_penalty"], g.frequency_penalty or 0.0, g.presence_penalty or 0.0
+    rep, freq, pres = s.repetition_penalty, g.frequency_penalty or 0.0, g.presence_penalty or 0.0
     if rep != 1.0 or freq != 0.0 or pres != 0.0:
         # OpenAI's penalties count every token generated so far, so the window is the context.
-        last_n = s["repetition_penalty_range"] or context_length
+        last_n = s.repetition_penalty_range or context_length
         add(L.llama_sampler_init_penalties(n_vocab, last_n, rep, freq, pres))
-    if s["dry_multiplier"] > 0:
+    if s.dry_multiplier > 0:
         breakers = (ctypes.c_char_p * len(DRY_BREAKERS))(*[b.encode() for b in DRY_BREAKERS])
-        add(L.llama_sampler_init_dry(vocab, s["dry_multiplier"], s["dry_base"],
-                                     s["dry_allowed_length"], s["repetition_penalty_range"] or -1,
+        add(L.llama_sampler_init_dry(vocab, s.dry_multiplier, s.dry_base,
+                                     s.dry_allowed_length, s.repetition_penalty_range or -1,
                                      breakers, len(DRY_BREAKERS)))
 
     seed = L.LLAMA_DEFAULT_SEED if g.seed is None or g.seed < 0 else g.seed % 0xFFFFFFFF
     if temperature <= 0:
         add(L.llama_sampler_init_greedy())
-    elif s["mirostat_mode"] == 1:
+    elif s.mirostat_mode == 1:
         add(L.llama_sampler_init_temp(temperature))
-        add(L.llama_sampler_init_mirostat(n_vocab, seed, s["mirostat_tau"], s["mirostat_eta"], 100))
-    elif s["mirostat_mode"] == 2:
+        add(L.llama_sampler_init_mirostat(n_vocab, seed, s.mirostat_tau, s.mirostat_eta, 100))
+    elif s.mirostat_mode == 2:
         add(L.llama_sampler_init_temp(temperature))
-        add(L.llama_sampler_init_mirostat_v2(seed, s["mirostat_tau"], s["mirostat_eta"]))
+        add(L.llama_sampler_init_mirostat_v2(seed, s.mirostat_tau, s.mirostat_eta))
     else:
-        if s["top_n_sigma"] > 0:
-            add(L.llama_sampler_init_top_n_sigma(s["top_n_sigma"]))
-        if s["top_k"] > 0:
-            add(L.llama_sampler_init_top_k(s["top_k"]))
-        if s["typical_p"] < 1.0:
-            add(L.llama_sampler_init_typical(s["typical_p"], 1))
+        if s.top_n_sigma > 0:
+            add(L.llama_sampler_init_top_n_sigma(s.top_n_sigma))
+        if s.top_k > 0:
+            add(L.llama_sampler_init_top_k(s.top_k))
+        if s.typical_p < 1.0:
+            add(L.llama_sampler_init_typical(s.typical_p, 1))
         if top_p < 1.0:
             add(L.llama_sampler_init_top_p(top_p, 1))
-        if s["min_p"] > 0:
-            add(L.llama_sampler_init_min_p(s["min_p"], 1))
-        if s["xtc_probability"] > 0:
-            add(L.llama_sampler_init_xtc(s["xtc_probability"], s["xtc_threshold"], 1, seed))
-        if s["dynamic_temperature"]:
-            lo, hi = s["dynatemp_low"], s["dynatemp_high"]
-            add(L.llama_sampler_init_temp_ext((lo + hi) / 2, (hi - lo) / 2, s["dynatemp_exponent"]))
+        if s.min_p > 0:
+            add(L.llama_sampler_init_min_p(s.min_p, 1))
+        if s.xtc_probability > 0:
+            add(L.llama_sampler_init_xtc(s.xtc_probability, s.xtc_threshold, 1, seed))
+        if s.dynamic_temperature:
+            lo, hi = s.dynatemp_low, s.dynatemp_high
+            add(L.llama_sampler_init_temp_ext((lo + hi) / 2, (hi - lo) / 2, s.dynatemp_exponent))
         else:
             add(L.llama_sampler_init_temp(temperature))
         add(L.llama_sampler_init_dist(seed))

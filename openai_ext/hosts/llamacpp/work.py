@@ -19,7 +19,7 @@ import numpy as np
 from ..base import Piece, TokenLogprob
 from ..request import GenerationSettings
 from .context import Runtime
-from .sampling import Constrained, Detokenizer, logit_biases, sampler_chain
+from .sampling import Constrained, Detokenizer, Options, logit_biases, sampler_chain
 
 # Pieces a generation may produce ahead of its reader.
 OUTBOX = 16
@@ -82,7 +82,7 @@ class Generation(Work):
         self.rt = rt
         self.max_new = s.max_new_tokens
         self.top = s.logprobs
-        special = not s.samplers.get("skip_special_tokens", True)
+        special = not Options.of(s).skip_special_tokens
         constrained = bool(s.grammar)
         # (under a grammar the bias is applied to the logits before it, see Constrained)
         self.sampler = sampler_chain(rt.L, rt.vocab, rt.n_vocab, rt.context_length, s,
