@@ -32,12 +32,12 @@ from fastapi.responses import Response
 
 from ..core.admission import Place
 from ..core.errors import ContextLengthExceeded, InvalidRequestError
-from ..core.streaming import Framing, event_stream, until_disconnect
+from ..core.streaming import Framing, until_disconnect
 from ..text import chat, tools
 from ..text.generation import ChoiceResult, Job, run_job
 from ..text.output import OutputParser
 from ..text.params import Plan
-from ..text.service import TextService, enter
+from ..text.service import TextService, enter, serve
 from . import context, render, threads, translate
 from .connector import Connector
 from .protocol import CountTokensRequest, MessagesRequest
@@ -230,10 +230,5 @@ async def respond(text: TextService, request: Request, asked: threads.Asked, con
     except BaseException:
         place.release()
         raise
-    if turn.plan.stream:
-        return event_stream(stream(text, turn, place), send_timeout=text.settings.stream_send_timeout,
-                            on_close=place.release, framing=framing)
-    try:
-        return await until_disconnect(request, complete(text, turn, place))
-    finally:
-        place.release()
+    return await serve(text, request, place, events=stream(text, turn, place) if turn.plan.stream else None,
+                       answer=lambda: complete(text, turn, place), framing=framing)

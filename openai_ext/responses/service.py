@@ -35,7 +35,7 @@ from ..core.config import Settings, SettingsError
 from ..core.errors import InvalidRequestError, refuse_unknown_fields
 from ..core.streaming import event_stream, until_disconnect
 from ..text.images import no_vision
-from ..text.service import TextService, enter
+from ..text.service import TextService, enter, serve
 from . import answers, compaction, convert, images, items, mcp, render, rules, stream, tools
 from .background import Background
 from .history import Loaded, Recent, from_recent, load, needs_store, not_found
@@ -262,17 +262,12 @@ class ResponsesService:
                 # The client may leave: the response runs on, and can be followed again with GET.
                 return event_stream(run.follow(), send_timeout=timeout, framing=stream.Framing(turn))
             return JSONResponse(turn.state.snapshot())
-        if turn.stream:
-            def closed() -> None:
-                place.release()
-                if not turn.settled:   # the client left before the stream began
-                    turn.settle_soon()
-            return event_stream(stream.events(text, turn, place), send_timeout=timeout,
-                                framing=stream.Framing(turn), on_close=closed)
-        try:
-            return await until_disconnect(request, stream.complete(text, turn, place))
-        finally:
-            place.release()
+        def closed() -> None:
+            if not turn.settled:   # the client left before the stream began
+                turn.settle_soon()
+        return await serve(text, request, place, events=stream.events(text, turn, place) if turn.stream else None,
+                           answer=lambda: stream.complete(text, turn, place), framing=stream.Framing(turn),
+                           on_close=closed)
 
     # compaction ----------------------------------------------------------------------------------
     def _compaction_plan(self, body: CompactRequest, loaded: Loaded) -> compaction.Plan:

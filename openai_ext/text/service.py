@@ -21,7 +21,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import hashlib
-from typing import Any, AsyncGenerator, Callable, Protocol, TypeVar
+from typing import Any, AsyncGenerator, Awaitable, Callable, Protocol, TypeVar
 
 import anyio
 from fastapi import Request
@@ -178,13 +178,26 @@ async def admit(text: TextService, prepare: Callable[..., T], *args: Any) -> tup
     return job, place
 
 
+async def serve(text: TextService, request: Request, place: Place, *, events: AsyncGenerator[Any, None] | None,
+                answer: Callable[[], Awaitable[Any]], framing: Framing | None,
+                on_close: Callable[[], None] | None = None) -> Any:
+    """The way out of every text request that holds its place: a stream of ``events`` (the
+    place given back when the stream closes, then ``on_close``), or the awaited ``answer``
+    (None ``events``), cut when the client leaves; the place is given back either way."""
+    if events is not None:
+        def closed() -> None:
+            place.release()
+            if on_close is not None:
+                on_close()
+        return event_stream(events, send_timeout=text.settings.stream_send_timeout, on_close=closed, framing=framing)
+    try:
+        return await until_disconnect(request, answer())
+    finally:
+        place.release()
+
+
 async def generate(text: TextService, request: Request, endpoint: TextEndpoint, body: Any) -> Any:
     """Runs one text request from its validated body to its response."""
     job, place = await admit(text, endpoint.prepare, text, body)
-    if job.plan.stream:
-        return event_stream(endpoint.stream(text, job, place), send_timeout=text.settings.stream_send_timeout,
-                            on_close=place.release, framing=endpoint.framing)
-    try:
-        return await until_disconnect(request, endpoint.complete(text, job, place))
-    finally:
-        place.release()
+    return await serve(text, request, place, events=endpoint.stream(text, job, place) if job.plan.stream else None,
+                       answer=lambda: endpoint.complete(text, job, place), framing=endpoint.framing)
