@@ -25,10 +25,6 @@ FOREIGN_PRIVATE = {
     ("openai_ext.core.tunnel", "_cleanup_existing_cloudflared"):
         "flask-cloudflared's function that ends its cloudflared process, whose exit handler never runs under "
         "uvicorn (see tunnel.stop)",
-    ("openai_ext.messages.threads", "_ticket"):
-        "a pydantic private attribute of MessagesRequest (messages.protocol): an underscore keeps it out of "
-        "the request's schema; threads.py sets it",
-    ("openai_ext.messages.endpoint", "_ticket"): "the same attribute, read where the reply is handed to it",
 }
 
 

@@ -170,59 +170,19 @@ def plan(req: CompletionRequest | ChatCompletionRequest, *, abilities: HostAbili
     stops = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
     stops = [s for s in stops if s]
 
-    bias: dict[int, float] = {}
-    if req.logit_bias:
-        if not abilities.logit_bias:
-            raise _reject("logit_bias", "logit_bias is not supported by the loaded model's backend; remove it.")
-        for key in req.logit_bias:
-            if not key.lstrip("-").isdigit() or int(key) < 0 or (
-                    abilities.vocab_size is not None and int(key) >= abilities.vocab_size):
-                limit = f" 0..{abilities.vocab_size - 1}" if abilities.vocab_size else ""
-                raise _reject("logit_bias", f"logit_bias key {key!r} is not a token id of the loaded model{limit}.")
-        bias = {int(k): float(v) for k, v in req.logit_bias.items()}
+    bias = _logit_bias(req, abilities)
 
     # --- log-probabilities --------------------------------------------------------------
-    logprobs: int | None = None
-    host_logprobs: int | None = None   # what the host computes: also for best_of's ranking
-    if isinstance(req, ChatCompletionRequest):
-        if req.top_logprobs is not None and not req.logprobs:
-            raise _reject("top_logprobs", "top_logprobs needs logprobs: true.")
-        if req.logprobs:
-            logprobs = req.top_logprobs or 0
-    elif req.logprobs is not None:
-        logprobs = req.logprobs
-    if logprobs is not None:
-        if not abilities.logprobs:
-            raise _reject("logprobs", "The loaded model's backend cannot report log-probabilities; remove logprobs.")
-        host_logprobs = logprobs
-        if getattr(req, "echo", False) and not abilities.scores_prompts:
-            raise _reject("echo", "The loaded model's backend reports log-probabilities while generating but cannot "
-                                  "score a prompt; remove echo or logprobs.")
+    logprobs = _logprobs(req, abilities)
+    host_logprobs = logprobs   # what the host computes: also for best_of's ranking
 
     # --- choices ------------------------------------------------------------------------
-    n = req.n or 1
-    if n > max_n:
-        raise _reject("n", f"n is {n}, above this server's limit of {max_n} (the max_n setting).")
-    best_of = n  # candidates generated; only completions may ask for more than it returns
+    n, best_of = _choices(req, abilities, max_n)
     stream = bool(req.stream)
-    if isinstance(req, CompletionRequest):
-        best_of = req.best_of if req.best_of else n
-        if best_of < n:
-            raise _reject("best_of", f"best_of ({best_of}) must be at least n ({n}).")
-        if best_of > max_n:
-            raise _reject("best_of", f"best_of is {best_of}, above this server's limit of {max_n} (the max_n setting).")
-        if best_of > n:
-            if stream:
-                raise _reject("best_of", "best_of above n cannot be streamed; set stream to false.")
-            if not abilities.logprobs:
-                raise _reject("best_of", "best_of above n needs log-probabilities, which this backend cannot report.")
-            # Candidates are ranked by their log-probabilities, so the host must compute them
-            # even when the client did not ask to see them (plan.logprobs stays None then).
-            if logprobs is None:
-                host_logprobs = 0
-        if req.suffix and not abilities.fim:
-            raise _reject("suffix", "The loaded model has no fill-in-the-middle tokens, so suffix cannot be used; remove it.")
-
+    if best_of > n and logprobs is None:
+        # Candidates are ranked by their log-probabilities, so the host must compute them
+        # even when the client did not ask to see them (plan.logprobs stays None then).
+        host_logprobs = 0
     include_usage = False
     if req.stream_options is not None and req.stream_options.include_usage:
         if not stream:
@@ -240,12 +200,90 @@ def plan(req: CompletionRequest | ChatCompletionRequest, *, abilities: HostAbili
             grammar_string, triggers = constrained
 
     # --- the host's own samplers, sent as extra fields ----------------------------------
-    endpoint = CHAT if chat else COMPLETIONS
     ignored = rules.ignored(RULES, sent)
     if chat and "reasoning_effort" in sent and not abilities.web_ui:
         ignored.append("reasoning_effort")   # only the web UI's templates take it
+    samplers = _host_samplers(req, abilities, ignored, allow_unknown=allow_unknown)
+    if ignored:
+        log.debug("ignored request fields: %s", ", ".join(sorted(ignored)))
+
+    settings = GenerationSettings(
+        max_new_tokens=max_new_tokens, temperature=sampler("temperature", req.temperature, 1.0),
+        top_p=sampler("top_p", req.top_p, 1.0), presence_penalty=sampler("presence_penalty", req.presence_penalty, 0.0),
+        frequency_penalty=sampler("frequency_penalty", req.frequency_penalty, 0.0),
+        seed=None if req.seed is None else int(req.seed),
+        logit_bias=bias, logprobs=host_logprobs, grammar=grammar_string, grammar_triggers=triggers,
+        samplers=samplers, preset=web_ui.get("preset"), max_tokens_second=web_ui.get("max_tokens_second"))
+    return Plan(settings=settings, n=n, best_of=best_of, stream=stream,
+                include_usage=include_usage, logprobs=logprobs, echo=bool(getattr(req, "echo", False)), stops=stops,
+                ignored=sorted(ignored))
+
+
+def _choices(req: CompletionRequest | ChatCompletionRequest, abilities: HostAbilities, max_n: int) -> tuple[int, int]:
+    """(n, best_of): the choices returned, and the candidates generated (only completions may
+    ask for more than they return), each within max_n."""
+    n = req.n or 1
+    if n > max_n:
+        raise _reject("n", f"n is {n}, above this server's limit of {max_n} (the max_n setting).")
+    if not isinstance(req, CompletionRequest):
+        return n, n
+    best_of = req.best_of if req.best_of else n
+    if best_of < n:
+        raise _reject("best_of", f"best_of ({best_of}) must be at least n ({n}).")
+    if best_of > max_n:
+        raise _reject("best_of", f"best_of is {best_of}, above this server's limit of {max_n} (the max_n setting).")
+    if best_of > n:
+        if req.stream:
+            raise _reject("best_of", "best_of above n cannot be streamed; set stream to false.")
+        if not abilities.logprobs:
+            raise _reject("best_of", "best_of above n needs log-probabilities, which this backend cannot report.")
+    if req.suffix and not abilities.fim:
+        raise _reject("suffix", "The loaded model has no fill-in-the-middle tokens, so suffix cannot be used; remove it.")
+    return n, best_of
+
+
+def _logit_bias(req: CompletionRequest | ChatCompletionRequest, abilities: HostAbilities) -> dict[int, float]:
+    """logit_bias as token id -> bias, each key checked against the model's vocabulary."""
+    if not req.logit_bias:
+        return {}
+    if not abilities.logit_bias:
+        raise _reject("logit_bias", "logit_bias is not supported by the loaded model's backend; remove it.")
+    for key in req.logit_bias:
+        if not key.lstrip("-").isdigit() or int(key) < 0 or (
+                abilities.vocab_size is not None and int(key) >= abilities.vocab_size):
+            limit = f" 0..{abilities.vocab_size - 1}" if abilities.vocab_size else ""
+            raise _reject("logit_bias", f"logit_bias key {key!r} is not a token id of the loaded model{limit}.")
+    return {int(k): float(v) for k, v in req.logit_bias.items()}
+
+
+def _logprobs(req: CompletionRequest | ChatCompletionRequest, abilities: HostAbilities) -> int | None:
+    """The alternatives per token the client asked to see (None: no log-probabilities)."""
+    logprobs: int | None = None
+    if isinstance(req, ChatCompletionRequest):
+        if req.top_logprobs is not None and not req.logprobs:
+            raise _reject("top_logprobs", "top_logprobs needs logprobs: true.")
+        if req.logprobs:
+            logprobs = req.top_logprobs or 0
+    elif req.logprobs is not None:
+        logprobs = req.logprobs
+    if logprobs is not None:
+        if not abilities.logprobs:
+            raise _reject("logprobs", "The loaded model's backend cannot report log-probabilities; remove logprobs.")
+        if getattr(req, "echo", False) and not abilities.scores_prompts:
+            raise _reject("echo", "The loaded model's backend reports log-probabilities while generating but cannot "
+                                  "score a prompt; remove echo or logprobs.")
+    return logprobs
+
+
+def _host_samplers(req: CompletionRequest | ChatCompletionRequest, abilities: HostAbilities, ignored: list[str], *,
+                   allow_unknown: bool) -> dict[str, Any]:
+    """The host's own samplers among the request's extra fields, checked and coerced; the web
+    UI's fields are left to webui_fields, fields that are only ignored join ``ignored``, and any
+    other name is refused (refuse_unknown), unless allow_unknown."""
+    chat = isinstance(req, ChatCompletionRequest)
+    endpoint = CHAT if chat else COMPLETIONS
     samplers: dict[str, Any] = {}
-    for name, value in extra.items():
+    for name, value in (req.model_extra or {}).items():
         if name in HOST_SAMPLERS:
             if name not in abilities.samplers:
                 raise _reject(name, f"{name} is not a sampler of the loaded model's backend; remove it.")
@@ -265,19 +303,7 @@ def plan(req: CompletionRequest | ChatCompletionRequest, *, abilities: HostAbili
         else:
             refuse_unknown([name], allow=allow_unknown, elsewhere=_ELSEWHERE[endpoint],
                            known=[*type(req).model_fields, *HOST_SAMPLERS, *_NAMES[endpoint]])
-    if ignored:
-        log.debug("ignored request fields: %s", ", ".join(sorted(ignored)))
-
-    settings = GenerationSettings(
-        max_new_tokens=max_new_tokens, temperature=sampler("temperature", req.temperature, 1.0),
-        top_p=sampler("top_p", req.top_p, 1.0), presence_penalty=sampler("presence_penalty", req.presence_penalty, 0.0),
-        frequency_penalty=sampler("frequency_penalty", req.frequency_penalty, 0.0),
-        seed=None if req.seed is None else int(req.seed),
-        logit_bias=bias, logprobs=host_logprobs, grammar=grammar_string, grammar_triggers=triggers,
-        samplers=samplers, preset=web_ui.get("preset"), max_tokens_second=web_ui.get("max_tokens_second"))
-    return Plan(settings=settings, n=n, best_of=best_of, stream=stream,
-                include_usage=include_usage, logprobs=logprobs, echo=bool(getattr(req, "echo", False)), stops=stops,
-                ignored=sorted(ignored))
+    return samplers
 
 
 def _check_chat_switches(req: ChatCompletionRequest) -> None:
