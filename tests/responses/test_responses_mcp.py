@@ -11,7 +11,7 @@ import json
 
 import httpx
 import pytest
-from support.mcp_servers import mcp_tool, start_demo_server
+from support.mcp_servers import FrozenServer, mcp_tool, start_demo_server
 from support.responses_api import create, poll, stream_raw
 from support.scripted import call, forced
 from support.servers import openai_client
@@ -375,6 +375,50 @@ def test_a_server_that_cannot_list_is_a_424_naming_it(allowed):
     err = error_of(post(allowed, input="hi", tools=[{"type": "mcp", "server_label": "gone", "require_approval": "never",
                                                      "server_url": "http://127.0.0.1:9/mcp"}]), 424)
     assert "'gone'" in err["message"] and err["param"] == "tools[0].server_url"
+
+
+def test_a_frozen_server_fails_its_listing_at_the_deadline_and_nothing_else(allowed, mcp_server, script):
+    """A server that takes the connection and never answers: the request that needs it gets its
+    424 once mcp_timeout has passed, naming it; a request beside it is served meanwhile."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    frozen = FrozenServer()
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            waiting = pool.submit(post, allowed, input="hi", tools=[
+                {"type": "mcp", "server_label": "frozen", "server_url": frozen.url, "require_approval": "never"}])
+            script.script("Served.")
+            assert create(openai_client(allowed), input="Hello")[0].output_text == "Served."
+            err = error_of(waiting.result(timeout=60), 424)
+    finally:
+        frozen.close()
+    assert "'frozen'" in err["message"] and "mcp_timeout" in err["message"]
+
+
+def test_a_server_stopped_then_started_again(allowed, script):
+    """Stopped after its tools were listed: the call fails in its item (the response completes);
+    started again on its address: the next call runs, nothing to reset here."""
+    own = start_demo_server()
+    port = int(own.url.rsplit(":", 1)[1].split("/")[0])
+    client = openai_client(allowed)
+    try:
+        script.script(forced({"a": 1, "b": 1}), "2.")
+        first, _ = create(client, input="1+1?", tools=[mcp_tool(own)], tool_choice=ADD)
+        own.stop()
+        script.script(forced({"a": 2, "b": 2}), "It failed.")
+        second, body = create(client, input="2+2?", previous_response_id=first.id, tools=[mcp_tool(own)],
+                              tool_choice=ADD)
+        made = body["output"][0]
+        assert made["status"] == "failed" and made["error"]["type"] == "http_error" and made["error"]["code"] == 502
+        assert second.status == "completed"
+        again = start_demo_server(port)
+        script.script(forced({"a": 3, "b": 3}), "6.")
+        _, body = create(client, input="3+3?", previous_response_id=second.id, tools=[mcp_tool(again)],
+                         tool_choice=ADD)
+        assert body["output"][0]["output"] == "6" and again.calls == [("add", {"a": 3, "b": 3})]
+        again.stop()
+    finally:
+        own.stop()
 
 
 @pytest.mark.parametrize("tool, param", [

@@ -23,6 +23,7 @@ class McpServer:
     headers: list[dict[str, str]] = field(default_factory=list)
     release: threading.Event = field(default_factory=threading.Event)   # lets a held 'wait' call end
     _uvicorn: Any = None
+    _thread: Any = None
 
     def reset(self) -> None:
         self.calls.clear()
@@ -30,8 +31,11 @@ class McpServer:
         self.release.clear()
 
     def stop(self) -> None:
+        """Stops it, and waits until its port is closed."""
         self.release.set()
         self._uvicorn.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=30)
 
 
 def _record_headers(app: Any, into: list[dict[str, str]]) -> Any:
@@ -42,14 +46,15 @@ def _record_headers(app: Any, into: list[dict[str, str]]) -> Any:
     return wrapped
 
 
-def start_demo_server() -> McpServer:
+def start_demo_server(port: int | None = None) -> McpServer:
     """A server with four tools: ``add`` (read-only), ``echo``, ``fail`` (always raises) and
-    ``wait`` (held until ``release`` is set, as a hanging server)."""
+    ``wait`` (held until ``release`` is set, as a hanging server). ``port``: to start one again
+    where a stopped one was."""
     from mcp.server.mcpserver import MCPServer
     from mcp.types import ToolAnnotations
     from starlette.applications import Starlette
 
-    port = free_port()
+    port = port or free_port()
     base = f"http://127.0.0.1:{port}"
     server = McpServer(url=f"{base}/mcp", sse_url=f"{base}/sse")
     mcp = MCPServer("demo", log_level="ERROR")
@@ -90,7 +95,8 @@ def start_demo_server() -> McpServer:
                             lifespan="on")
     runner = uvicorn.Server(config)
     server._uvicorn = runner
-    threading.Thread(target=runner.run, daemon=True, name="mcp-demo-server").start()
+    server._thread = threading.Thread(target=runner.run, daemon=True, name="mcp-demo-server")
+    server._thread.start()
     deadline = time.monotonic() + 30
     while not runner.started:
         if time.monotonic() > deadline:
@@ -102,3 +108,19 @@ def start_demo_server() -> McpServer:
 def mcp_tool(server: McpServer, **extra: Any) -> dict[str, Any]:
     """Responses' mcp tool for the demo server, approvals off unless ``extra`` says otherwise."""
     return {"type": "mcp", "server_label": "demo", "server_url": server.url, "require_approval": "never", **extra}
+
+
+class FrozenServer:
+    """A server that accepts connections and never answers (a process stopped with SIGSTOP looks
+    so from outside: its port still takes connections)."""
+
+    def __init__(self) -> None:
+        import socket
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/mcp"
+
+    def close(self) -> None:
+        self.sock.close()
