@@ -39,6 +39,11 @@ class Limits:
     timeout: float            # seconds for one whole operation: connect, handshake, request, answer
     max_result_bytes: int     # the largest tool result taken (UTF-8 bytes of its text)
 
+    @classmethod
+    def of(cls, settings: Any) -> "Limits":
+        """The limits the settings give (mcp_timeout, mcp_max_result_bytes)."""
+        return cls(timeout=settings.mcp_timeout, max_result_bytes=settings.mcp_max_result_bytes)
+
 
 class McpFailure(Exception):
     """An MCP operation that failed; ``error`` is its object in OpenAI's MCPToolCallError shape."""
@@ -148,6 +153,23 @@ async def list_tools(server: Server, limits: Limits, *, max_pages: int = 20) -> 
         return out
 
     return await _run(server, limits, work)
+
+
+async def list_many(servers: list[Server], limits: Limits) -> list[list[dict[str, Any]] | McpFailure]:
+    """Each server's tools (``list_tools``), all listed at once; a server that cannot list gives
+    its McpFailure in its place, for the caller to tell."""
+    listed: list[Any] = [None] * len(servers)
+
+    async def one(k: int, server: Server) -> None:
+        try:
+            listed[k] = await list_tools(server, limits)
+        except McpFailure as e:
+            listed[k] = e
+
+    async with anyio.create_task_group() as tg:
+        for k, server in enumerate(servers):
+            tg.start_soon(one, k, server)
+    return listed
 
 
 def text_of(content: Any) -> str:

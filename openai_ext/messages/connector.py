@@ -27,11 +27,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-import anyio
-
 from ..core.config import Settings
 from ..core.errors import InvalidRequestError, OpenAIError, UpstreamError
-from ..mcp.client import Limits, McpFailure, Server, call_tool, list_tools
+from ..mcp.client import Limits, McpFailure, Server, call_tool, list_many
 from ..mcp.policy import Policy
 from .protocol import McpServerDefinition, McpToolset, MessagesRequest, parse
 
@@ -190,7 +188,7 @@ class Connector:
 
     @property
     def limits(self) -> Limits:
-        return Limits(self.settings.mcp_timeout, self.settings.mcp_max_result_bytes)
+        return Limits.of(self.settings)
 
     @property
     def exhausted(self) -> bool:
@@ -211,17 +209,7 @@ class Connector:
         policy = Policy(self.settings.mcp_allow)
         for s in self.sources:
             await policy.check(s.server.url, f"{s.where}.url")
-        listed: list[Any] = [None] * len(self.sources)
-
-        async def one(k: int, s: Source) -> None:
-            try:
-                listed[k] = await list_tools(s.server, self.limits)
-            except McpFailure as e:
-                listed[k] = e
-
-        async with anyio.create_task_group() as tg:
-            for k, s in enumerate(self.sources):
-                tg.start_soon(one, k, s)
+        listed = await list_many([s.server for s in self.sources], self.limits)
         owners: dict[str, McpTool] = {}
         for s, got in zip(self.sources, listed, strict=True):
             if isinstance(got, McpFailure):

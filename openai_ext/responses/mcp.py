@@ -189,10 +189,6 @@ class Listing:
         return [t for t in self.tools.get(label, []) if server.offers(t)]
 
 
-def limits(settings: Settings) -> client.Limits:
-    return client.Limits(timeout=settings.mcp_timeout, max_result_bytes=settings.mcp_max_result_bytes)
-
-
 async def list_servers(settings: Settings, tools: list[Any] | None, context: list[Any]) -> Listing | None:
     """Each mcp tool's server checked against the policy, and its tools: reused from the context's
     mcp_list_tools item for its label, or listed now (a 424 naming the server when it cannot).
@@ -204,17 +200,19 @@ async def list_servers(settings: Settings, tools: list[Any] | None, context: lis
     policy = Policy(settings.mcp_allow)
     for d in found:
         await policy.check(d.url, f"{d.where}.server_url")
+    unknown = []
     for d in found:
         out.servers[d.label] = d
         known = _listed_in(context, d.label)
         if known is not None:
             out.tools[d.label] = [t for t in known["tools"] if isinstance(t, dict) and isinstance(t.get("name"), str)]
-            continue
-        try:
-            listed = await client.list_tools(d.server, limits(settings))
-        except client.McpFailure as e:
-            raise McpListFailed(f"Error retrieving tool list from MCP server: {d.label!r}. {e.message}",
-                                param=f"{d.where}.server_url", code="mcp_list_tools_failed") from None
+        else:
+            unknown.append(d)
+    for d, listed in zip(unknown, await client.list_many([d.server for d in unknown], client.Limits.of(settings)),
+                         strict=True):
+        if isinstance(listed, client.McpFailure):
+            raise McpListFailed(f"Error retrieving tool list from MCP server: {d.label!r}. {listed.message}",
+                                param=f"{d.where}.server_url", code="mcp_list_tools_failed")
         out.tools[d.label] = listed
         # The item lists what the model may use; a tool outside allowed_tools is not shown.
         out.new.append({"id": new_id("mcpl"), "type": "mcp_list_tools", "server_label": d.label,
@@ -236,7 +234,7 @@ async def run_call(settings: Settings, server: Declared, item: dict[str, Any]) -
                                             "message": "The arguments are not a JSON object."})
         return
     try:
-        item["output"] = await client.call_tool(server.server, item["name"], arguments, limits(settings))
+        item["output"] = await client.call_tool(server.server, item["name"], arguments, client.Limits.of(settings))
         item["status"] = "completed"
     except client.McpFailure as e:
         item.update(status="failed", error=e.error)
