@@ -61,14 +61,18 @@ def chat_messages(instructions: str | None, items: list[dict[str, Any]],
     out: list[dict[str, Any]] = [{"role": "system", "content": instructions}] if instructions else []
     declined = mcp.declined(items)
 
-    def called(call_id: str, name: str, arguments: str, result: Any) -> None:
-        """A call and its result: the call joins the assistant turn before it, if any."""
-        call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+    def call(call_id: str, name: str, arguments: str) -> None:
+        """A call of the model's: it joins the assistant turn before it, if any."""
+        made = {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
         last = out[-1] if out else None
         if last is not None and last["role"] == "assistant":
-            last.setdefault("tool_calls", []).append(call)
+            last.setdefault("tool_calls", []).append(made)
         else:
-            out.append({"role": "assistant", "content": None, "tool_calls": [call]})
+            out.append({"role": "assistant", "content": None, "tool_calls": [made]})
+
+    def called(call_id: str, name: str, arguments: str, result: Any) -> None:
+        """A call this server ran (an MCP tool's), and its result."""
+        call(call_id, name, arguments)
         out.append({"role": "tool", "tool_call_id": call_id, "content": result})
 
     for it in items:
@@ -84,13 +88,7 @@ def chat_messages(instructions: str | None, items: list[dict[str, Any]],
         elif kind == "message":
             out.append({"role": it["role"], "content": images.chat_content(it["content"])})
         elif kind == "function_call":
-            call = {"id": it["call_id"], "type": "function",
-                    "function": {"name": tools.name_of(it.get("namespace"), it["name"]), "arguments": it["arguments"]}}
-            last = out[-1] if out else None
-            if last is not None and last["role"] == "assistant":
-                last.setdefault("tool_calls", []).append(call)
-            else:
-                out.append({"role": "assistant", "content": None, "tool_calls": [call]})
+            call(it["call_id"], tools.name_of(it.get("namespace"), it["name"]), it["arguments"])
         elif kind == "function_call_output":
             out.append({"role": "tool", "tool_call_id": it["call_id"], "content": images.chat_content(it["output"])})
         elif kind == "mcp_call" and it.get("status") in ("completed", "failed"):
