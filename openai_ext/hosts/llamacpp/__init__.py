@@ -278,9 +278,7 @@ class LlamaCppHost(Host):
             return []
         work = Scoring(self.runtime, context, top)
         self._submit(work)
-        work.finished.wait()
-        if work.error is not None:
-            raise work.error
+        work.wait()
         assert len(work.scores) == len(scored)
         return work.scores
 
@@ -293,9 +291,7 @@ class LlamaCppHost(Host):
                                       "own probabilities only. Remove use_samplers.", param="use_samplers")
         work = NextToken(self.runtime, self.tokenize(prompt) or self.document_start(), top)
         self._submit(work)   # one sequence of the batch, as a scoring pass is
-        work.finished.wait()
-        if work.error is not None:
-            raise work.error
+        work.wait()
         return {_escaped(self.runtime.piece(t, True).decode("utf-8", errors="replace")): p for t, p in work.best}
 
     def stop_all(self) -> None:

@@ -164,7 +164,29 @@ class Generation(Work):
             self.guide.close()
 
 
-class Scoring(Work):
+class _Answered(Work):
+    """A pass whose caller waits for its answer (``wait``) on another thread, where a failure is
+    raised."""
+
+    def __init__(self, tokens: list[int]):
+        super().__init__(tokens)
+        self.error: BaseException | None = None
+        self.finished = threading.Event()
+
+    def fail(self, error: BaseException) -> None:
+        self.error = error
+        self.done = True
+
+    def retire(self) -> None:
+        self.finished.set()
+
+    def wait(self) -> None:
+        self.finished.wait()
+        if self.error is not None:
+            raise self.error
+
+
+class Scoring(_Answered):
     """Log-probabilities of every token of ``tokens`` after the first, each given the ones before."""
 
     every_logit = True
@@ -174,8 +196,6 @@ class Scoring(Work):
         super().__init__(list(tokens))
         self.rt, self.top = rt, top
         self.scores: list[TokenLogprob] = []
-        self.error: BaseException | None = None
-        self.finished = threading.Event()
 
     def end(self) -> int:
         return len(self.tokens) - 1   # the last token predicts nothing that is asked for
@@ -188,15 +208,8 @@ class Scoring(Work):
         if self.n_past >= self.end():
             self.done = True
 
-    def fail(self, error: BaseException) -> None:
-        self.error = error
-        self.done = True
 
-    def retire(self) -> None:
-        self.finished.set()
-
-
-class NextToken(Work):
+class NextToken(_Answered):
     """The model's own distribution of the token after ``tokens`` (no sampler touches it): the
     top ``top`` token ids with their probabilities, for /v1/internal/logits."""
 
@@ -204,8 +217,6 @@ class NextToken(Work):
         super().__init__(list(tokens))
         self.rt, self.top = rt, top
         self.best: list[tuple[int, float]] = []
-        self.error: BaseException | None = None
-        self.finished = threading.Event()
 
     def produce(self, first: int, count: int) -> None:
         logits = self.rt.logits(first + count - 1)
@@ -213,10 +224,3 @@ class NextToken(Work):
         probs /= probs.sum()
         self.best = [(int(t), float(probs[t])) for t in np.argsort(-probs)[:self.top]]
         self.done = True
-
-    def fail(self, error: BaseException) -> None:
-        self.error = error
-        self.done = True
-
-    def retire(self) -> None:
-        self.finished.set()
