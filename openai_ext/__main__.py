@@ -16,9 +16,6 @@ import sys
 import types
 import typing
 
-# Nothing here may reach a model hub; a user can still unset this to use hub names.
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
 
 def _json(text: str) -> typing.Any:
     try:
@@ -65,6 +62,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def catalog(settings: typing.Any) -> list[typing.Any]:
+    """The models a request may name: the models_dir folder's GGUF files (by name without .gguf)
+    and the models setting (name -> path or hub reference, fetched now)."""
+    from pathlib import Path
+
+    from .hosts import hub
+    from .text.lanes import Entry
+
+    entries = []
+    folder = Path(settings.models_dir).expanduser() if settings.models_dir else None
+    if folder is not None and folder.is_dir():
+        for path in sorted(folder.glob("*.gguf")):
+            if path.is_file() and "mmproj" not in path.name.lower():
+                entries.append(Entry(path.name.removesuffix(".gguf"), path, path.name))
+    for name, source in settings.models.items():
+        fetched = hub.resolve(source)
+        entries.append(Entry(name, fetched.model, source, fetched.mmproj))
+    return entries
+
+
 def main(argv: list[str] | None = None) -> int:
     from .core.config import SettingsError
 
@@ -80,6 +97,12 @@ def serve(args: argparse.Namespace) -> int:
 
     cli = {k: v for k, v in vars(args).items() if k != "settings"}
     settings = load_settings(cli=cli, file=args.settings)
+    from .hosts import hub
+
+    if not any(hub.is_reference(m) for m in [settings.model, *settings.models.values()]):
+        # Nothing reaches a model hub unless a model is given as a hub reference (libraries that
+        # look names up there, sentence-transformers among them, would otherwise retry for a minute).
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
     # INFO for every library; this server's own debug lines are turned on by create_app (debuglog)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # The MCP SDK's HTTP client logs every request's URL at INFO: a line per call, and a URL a
@@ -92,6 +115,7 @@ def serve(args: argparse.Namespace) -> int:
     from .hosts.files import default_gguf
     from .hosts.llamacpp import LlamaCppHost
     from .hosts.manager import StandaloneModels
+    from .text.lanes import Lanes
 
     def make_host(path, alias=None):
         return LlamaCppHost(path, alias=alias, n_ctx=settings.n_ctx, n_threads=settings.n_threads,
@@ -115,7 +139,9 @@ def serve(args: argparse.Namespace) -> int:
         manager = None
     else:
         try:
-            host = make_host(settings.model or default_gguf(), settings.model_alias)
+            entries = catalog(settings)   # hub references fetched first, with their progress
+            host = make_host(hub.resolve(settings.model).model if settings.model else default_gguf(),
+                             settings.model_alias)
         except (FileNotFoundError, ValueError) as e:
             for sock in sockets:
                 sock.close()
@@ -127,6 +153,9 @@ def serve(args: argparse.Namespace) -> int:
             known.setdefault(default_gguf().name, default_gguf())
         manager = StandaloneModels(settings, make_host, extra=known)
     server = ApiServer(create_app(settings, host, manager), settings, sockets)
+    if manager is not None:
+        text = server.app.state.api.text
+        text.lanes = Lanes(settings, text, entries, lambda entry: make_host(entry.path, entry.id))
     announce(server)
     where = f" through {host.shown}" if settings.upstream_url else ""
     print(f"Serving {host.model_id}{where} (context {host.context_length()} tokens, up to {host.parallel} "

@@ -54,6 +54,9 @@ def router(text: TextService, store: StoreHealth | None) -> APIRouter:
             body["store"] = store.describe()
             if not store.up and status == "ok":
                 body["status"] = "store unavailable"
+        if text.lanes is not None:   # standalone's other models, by name
+            body["models"] = text.lanes.describe()
+            body["models_loading"] = text.lanes.loading()
         cells = host.kv_cells() if loaded else None
         if cells is not None:
             body["kv_cells"] = cells

@@ -162,11 +162,16 @@ def internal_router(text: TextService, manager: ModelManager | None) -> APIRoute
     @r.post("/stop-generation", dependencies=admin)   # it stops other users' generations too
     async def stop_generation():
         text.host.stop_all()
+        for host in text.lanes.hosts() if text.lanes is not None else []:
+            host.stop_all()
         return "OK"
 
     @r.get("/model/info")
     async def model_info():
-        return text.host.describe()
+        info = text.host.describe()
+        if text.lanes is not None:   # standalone's other models, loaded on demand by name
+            info["loaded_models"] = text.lanes.describe()
+        return info
 
     @r.get("/model/list", dependencies=admin)
     async def model_list():

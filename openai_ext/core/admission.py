@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections import deque
 from typing import AsyncIterator
 
@@ -70,6 +71,7 @@ class Place:
             yield
         except BaseException:
             self._state = "done"
+            self._line._gone()
             raise
         self._state = "waiting"
         self._line.waiting += 1
@@ -82,6 +84,8 @@ class Place:
         elif self._state == "running":
             self._line.running -= 1
             self._line._pass_on()
+        if self._state != "done":
+            self._line._gone()
         self._state = "done"
 
 
@@ -99,6 +103,8 @@ class Admission:
         self.retry_after = retry_after
         self.waiting = 0
         self.running = 0
+        self.held = 0                          # places not given back: waiting, running or set aside
+        self.last_active = time.monotonic()    # when a place was last given back
         self._free = capacity
         self._turns: deque[asyncio.Future[None]] = deque()
 
@@ -109,7 +115,12 @@ class Admission:
                 f"The {self.what} queue is full ({self.max_waiting} requests waiting). Retry shortly, or raise "
                 "the max_queue setting.", code="queue_full", headers={"Retry-After": str(self.retry_after)})
         self.waiting += 1
+        self.held += 1
         return Place(self)
+
+    def _gone(self) -> None:
+        self.held -= 1
+        self.last_active = time.monotonic()
 
     def resize(self, capacity: int) -> None:
         """Runs up to ``capacity`` at once from now on (a host with more or fewer slots)."""

@@ -36,7 +36,7 @@ class Settings(BaseSettings):
     listen: bool = Field(False, description="Listen beyond localhost (on listen_host).")
     listen_host: str = Field("0.0.0.0", description="Address bound when listen is on.")
     api_key: str = Field("", description="When set, requests need 'Authorization: Bearer <key>'.")
-    model: str | None = Field(None, description="Standalone: path of a GGUF file. Empty: the embedded SmolLM2.")
+    model: str | None = Field(None, description="Standalone: the model served by default: a GGUF file's path, or a hub reference (org/repo, org/repo:Q4_K_M, org/repo/file.gguf) fetched into the hub's cache. Empty: the embedded SmolLM2.")
     model_alias: str | None = Field(None, description="Model id to report instead of the file name.")
     n_ctx: int = Field(0, ge=0, description="Standalone: context length (KV cells), shared by the parallel sequences: "
                                             "one request may use all of it; 0 uses the model's own.")
@@ -102,7 +102,11 @@ class Settings(BaseSettings):
     # --- images and model management ---------------------------------------------------------
     sd_webui_url: str = Field("", description="Stable Diffusion web UI base URL for /v1/images (also SD_WEBUI_URL).")
     sd_timeout: float = Field(120.0, gt=0, description="Seconds to wait for the Stable Diffusion web UI.")
-    models_dir: str = Field("", description="Standalone: folder of GGUF files that /v1/internal/model/load may load.")
+    models_dir: str = Field("", description="Standalone: folder of GGUF files: each is a model a request may name (by its file name without .gguf), loaded on demand; /v1/internal/model/load may make one the default.")
+    models: dict[str, str] = Field({}, description="Standalone: more models a request may name: name -> GGUF path or hub reference (fetched at start).")
+    max_loaded_models: int = Field(3, ge=1, description="Standalone: most models loaded at once, the default one included; to load another, the least recently used idle one is unloaded.")
+    models_memory_mb: int = Field(0, ge=0, description="Standalone: most MB the loaded models' files may take, the default one included; to load another, the least recently used idle ones are unloaded. 0: no limit but max_loaded_models.")
+    keep_alive: float = Field(300.0, description="Standalone: seconds a model named by a request (not the default one) stays loaded while idle; a request's own keep_alive overrides it, as in Ollama. Negative: for good.")
 
     # --- upstream engine (standalone) ---------------------------------------------------------
     upstream_url: str = Field("", description="Standalone: generate through this OpenAI-compatible engine (vLLM, SGLang, llama-server, another instance of this server; e.g. http://gpu-box:8000/v1) instead of a local model.")

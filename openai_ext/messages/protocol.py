@@ -313,6 +313,8 @@ class CountTokensRequest(_Open):
     output_config: OutputConfig | None = None
     cache_control: dict[str, Any] | None = None
     context_management: dict[str, Any] | None = None      # a ContextManagement, read by context.py
+    # Not Anthropic's: Ollama's, how long a catalog model named here stays loaded (text.lanes)
+    keep_alive: Union[float, StrictStr, None] = None
 
 
 class MessagesRequest(CountTokensRequest):

@@ -18,16 +18,18 @@ def router(text: TextService) -> APIRouter:
 
     @r.post("/messages")
     async def create_message(body: MessagesRequest, request: Request):
-        text.require_model()
+        lane = await text.lane(body.model, body.keep_alive)
+        lane.require_model()
         asked = threads.resolve(body, caller_owner(request))
         mcp = connector.read(asked.request, request.headers, text.settings)
         if mcp is not None:
-            return await endpoint.respond(text, request, asked, mcp)
-        return await generate(text, request, endpoint, asked)
+            return await endpoint.respond(lane, request, asked, mcp)
+        return await generate(lane, request, endpoint, asked)
 
     @r.post("/messages/count_tokens")
     async def count_tokens(body: CountTokensRequest):
-        text.require_model()
-        return await text.tokenizer_work(endpoint.count_tokens, text, body)
+        lane = await text.lane(body.model, body.keep_alive)
+        lane.require_model()
+        return await lane.tokenizer_work(endpoint.count_tokens, lane, body)
 
     return r

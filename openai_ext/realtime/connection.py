@@ -323,7 +323,8 @@ class Session:
                 else:
                     input_items.append(client_item(raw))
         response = Response(self.service, config, self.conversation if band == "auto" else None, self.send,
-                            input_items=input_items, metadata=spec.get("metadata"), spoken=self.spoken)
+                            input_items=input_items, metadata=spec.get("metadata"), spoken=self.spoken,
+                            model=self.model)
         self.response = self.last_response = response
         self.response_scope = anyio.CancelScope()
         self.cancel_reason = []

@@ -35,7 +35,7 @@ from ..text import chat
 from ..text.generation import run_job
 from ..text.output import OutputParser
 from ..text.protocol import ChatCompletionRequest
-from ..text.service import admit
+from ..text.service import TextService, admit
 from ..text.tools import CallDelta, Content
 from . import items as items_mod
 from .audio import OutputEncoder
@@ -75,8 +75,9 @@ class _Message:
 class Response:
     def __init__(self, service: RealtimeService, config: SessionConfig, conversation: Conversation | None,
                  send: Send, *, input_items: list[dict[str, Any]] | None = None, metadata: Any = None,
-                 spoken: dict[str, list[tuple[int, str]]] | None = None):
+                 spoken: dict[str, list[tuple[int, str]]] | None = None, model: str | None = None):
         self.service = service
+        self.model = model                   # the session's: a catalog model's name picks that model
         self.config = config
         self.conversation = conversation     # None: out of band, nothing added to the conversation
         self.input_items = input_items
@@ -174,12 +175,12 @@ class Response:
         self.status = "failed"
         self.details = {"type": "failed", "error": {"type": err.type, "code": err.code or "server_error"}}
 
-    def _request(self) -> ChatCompletionRequest:
+    def _request(self, text: TextService) -> ChatCompletionRequest:
         c = self.config
         source = self.input_items if self.input_items is not None else \
             (self.conversation.items if self.conversation is not None else [])
         tools, choice = items_mod.chat_tools(c.tools, c.tool_choice)
-        body: dict[str, Any] = {"model": self.service.text.host.model_id,
+        body: dict[str, Any] = {"model": text.host.model_id,
                                 "messages": items_mod.chat_messages(source, c.instructions), "stream": True}
         if tools:
             body.update(tools=tools, tool_choice=choice, parallel_tool_calls=False)
@@ -193,8 +194,8 @@ class Response:
             raise from_validation_errors([dict(x) for x in e.errors()]) from None
 
     async def _generate(self) -> tuple[int, int]:
-        text = self.service.text
-        job, place = await admit(text, _prepare_within_context, text, self._request())
+        text = await self.service.text.lane(self.model)
+        job, place = await admit(text, _prepare_within_context, text, self._request(text))
         parser = OutputParser.for_job(job)
         tokens = 0
         audio = "audio" in self.config.output_modalities

@@ -119,7 +119,7 @@ class Background:
     async def _drive(self, run: Run) -> None:
         turn = run.turn
         try:
-            events = stream.events(self.text, turn, run.place)
+            events = stream.events(turn.text, turn, run.place)
             async with contextlib.aclosing(events):
                 async for event in events:
                     run.append(event)

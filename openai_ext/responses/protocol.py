@@ -73,6 +73,8 @@ class _Common(_Open):
     text: TextConfig | None = None
     reasoning: Reasoning | None = None
     truncation: Literal["auto", "disabled"] | None = None
+    # Not OpenAI's: Ollama's, how long a catalog model named here stays loaded (text.lanes)
+    keep_alive: Union[float, StrictStr, None] = None
 
     @property
     def input_list(self) -> Items:
@@ -123,6 +125,7 @@ class CompactRequest(_Open):
     prompt_cache_key: str | None = Field(None, max_length=64)
     prompt_cache_retention: str | None = None
     prompt_cache_options: dict[str, Any] | None = None
+    keep_alive: Union[float, StrictStr, None] = None
     service_tier: str | None = None
 
 

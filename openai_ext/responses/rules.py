@@ -21,7 +21,8 @@ log = logging.getLogger(__name__)
 R = "responses"
 
 RULES: tuple[Rule, ...] = (
-    Rule("model", R, "server", "-", "Any name is accepted and served by the loaded model; the response reports the loaded model's id."),
+    Rule("model", R, "server", "-", "Any name is accepted. Standalone, a name from the catalog (models_dir, the models setting) gets that model, loaded on demand; any other name is served by the default model."),
+    Rule("keep_alive", R, "server", "-", "Extension, as in chat: how long a catalog model named here stays loaded while idle (Ollama's keep_alive)."),
     Rule("input", R, "mapped", "messages", "A string (one user message) or items: messages (user, assistant, system, developer; a string or input_text / output_text parts), function_call (with its namespace, if any), function_call_output, item_reference, reasoning (kept, not shown to the model), compaction (from /v1/responses/compact or context_management: everything before the latest one is replaced by its summary and the items it kept), and compaction_trigger as the last item. input_image parts (data URLs) reach a vision model loaded in the web UI; without one, and for file_id, a 400 naming the part. File and audio parts get a 400, as in chat."),
     Rule("instructions", R, "mapped", "messages", "A system message before the input. Not carried over by previous_response_id, as at OpenAI."),
     Rule("max_output_tokens", R, "mapped", "max_completion_tokens", "At least 16, as at OpenAI. Default: the rest of the context. Reaching it gives status incomplete, incomplete_details.reason max_output_tokens."),

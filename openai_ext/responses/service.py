@@ -109,9 +109,10 @@ class ResponsesService:
             loaded.history = chain
         return loaded
 
-    def _items(self, body: CreateResponse | InputTokensRequest | CompactRequest, loaded: Loaded) -> list[dict]:
+    def _items(self, text: TextService, body: CreateResponse | InputTokensRequest | CompactRequest,
+               loaded: Loaded) -> list[dict]:
         resolve = loaded.references.get if self.settings.responses_store else None
-        abilities = self.text.host.abilities
+        abilities = text.host.abilities
         before = loaded.history
         new = items.parse(body.input, resolve=resolve, vision=(abilities.vision, abilities.web_ui))
         answers.check_call_outputs(before, new)
@@ -124,13 +125,14 @@ class ResponsesService:
                                 what=f"continues from item '{shown.get('id')}', which holds an image")
         return new
 
-    def prepare(self, body: CreateResponse, owner: str, loaded: Loaded, listing: mcp.Listing | None = None) -> Turn:
+    def prepare(self, text: TextService, body: CreateResponse, owner: str, loaded: Loaded,
+                listing: mcp.Listing | None = None) -> Turn:
         """Everything before generation, on the prepare thread: every 400 and 404 happens here (or
-        in ``load``). The store is not called here. ``listing``: the tools of the request's MCP
-        servers (``mcp.list_servers``)."""
+        in ``load``). The store is not called here. ``text``: the lane of the model that serves it;
+        ``listing``: the tools of the request's MCP servers (``mcp.list_servers``)."""
         store = rules.body_stores(body, self.settings)
         history, cid = loaded.history, loaded.conversation
-        new = self._items(body, loaded)
+        new = self._items(text, body, loaded)
         answers.check_approvals(history, new)
         forced = bool(new) and new[-1]["type"] == "compaction_trigger"
         new = new[:-1] if forced else new
@@ -138,21 +140,21 @@ class ResponsesService:
         manage = compaction.managed(body.context_management)
         plan = None
         if manage is not None or forced:
-            job, plan = self._compacting(body, history, new, tool_map, manage, forced=forced)
+            job, plan = self._compacting(text, body, history, new, tool_map, manage, forced=forced)
         else:
-            job = convert.prepare(self.text, body, history, new, allow_unknown=self.settings.allow_unknown_fields,
+            job = convert.prepare(text, body, history, new, allow_unknown=self.settings.allow_unknown_fields,
                                   tools=tool_map)
         background = bool(body.background)
         state = render.ResponseState(id=items.new_id("resp"), model=job.model, background=background,
                                      echo=render.echo(body, store=store, conversation_id=cid),
                                      status="queued" if background else "in_progress")
-        turn = Turn(job, state, stream=bool(body.stream), max_tool_calls=body.max_tool_calls,
+        turn = Turn(job, state, text, stream=bool(body.stream), max_tool_calls=body.max_tool_calls,
                     want_logprobs=job.plan.logprobs is not None, tools=tool_map,
                     record=Record(owner, cid, new, store),
                     compaction=plan, answer=not forced, before=history)
         if plan is not None:
             turn.rebuild = lambda compacted: convert.prepare(
-                self.text, body, [], compacted, allow_unknown=self.settings.allow_unknown_fields, tools=tool_map)
+                text, body, [], compacted, allow_unknown=self.settings.allow_unknown_fields, tools=tool_map)
         context = [*history, *new]
         mcp.check_servers(listing, context)
         if listing is not None:
@@ -160,18 +162,19 @@ class ResponsesService:
             turn.servers = mcp.Servers(self.settings, listing, context, limit)
             turn.tool_choice, turn.max_output_tokens = body.tool_choice, body.max_output_tokens
             turn.again = lambda produced, update: convert.again(
-                self.text, body, (history, new) if turn.compacted is None else ([], turn.compacted), produced, update,
+                text, body, (history, new) if turn.compacted is None else ([], turn.compacted), produced, update,
                 allow_unknown=self.settings.allow_unknown_fields, tools=tool_map)
         if store or cid:
             turn.settle_work = self._settle
         return turn
 
-    def _compacting(self, body: CreateResponse, history: list[dict], new: list[dict], tool_map: tools.ToolMap,
-                    manage: compaction.Managed | None, *, forced: bool) -> tuple[Any, compaction.Plan | None]:
+    def _compacting(self, text: TextService, body: CreateResponse, history: list[dict], new: list[dict],
+                    tool_map: tools.ToolMap, manage: compaction.Managed | None, *,
+                    forced: bool) -> tuple[Any, compaction.Plan | None]:
         """The job, and the compaction to run first when the prompt passes the threshold (or the
         input ends with a compaction_trigger). The job is made from what will be kept, so a
         context that cannot fit even so is a 400 now, not after the summary is written."""
-        text, host = self.text, self.text.host
+        host = text.host
         unknown = self.settings.allow_unknown_fields
         bound = compaction.limit(host.context_length(), body.max_output_tokens, manage)
         if not forced:
@@ -230,14 +233,14 @@ class ResponsesService:
         """A place in line (a full line is a 429 at once, before any work), what the request reads
         from the store (or a WebSocket's ``recent`` memory), the prepared turn, and its row written
         when it is stored; the caller runs the turn through ``stream.events`` and gives the place back."""
-        text = self.text
+        text = await self.text.lane(body.model, body.keep_alive)
         place = enter(text)
         try:
             rules.check(body, self.settings)
             loaded = await self.load_async(body, owner, recent)
             # outbound: checked against mcp_allow, then listed (or the lists the context holds)
             listing = await mcp.list_servers(self.settings, body.tools, [*loaded.history, *body.input_list])
-            turn = await text.prepared(self.prepare, body, owner, loaded, listing)
+            turn = await text.prepared(self.prepare, text, body, owner, loaded, listing)
             record = turn.record
             if record is not None and record.store:
                 rid = turn.state.id
@@ -253,8 +256,8 @@ class ResponsesService:
         return turn, place
 
     async def respond(self, request: Request, body: CreateResponse, owner: str) -> Any:
-        text = self.text
         turn, place = await self.begin(body, owner)
+        text = turn.text
         timeout = self.settings.stream_send_timeout
         if turn.state.background:
             run = self.background.start(turn, place)
@@ -270,8 +273,8 @@ class ResponsesService:
                            on_close=closed)
 
     # compaction ----------------------------------------------------------------------------------
-    def _compaction_plan(self, body: CompactRequest, loaded: Loaded) -> compaction.Plan:
-        new = self._items(body, loaded)
+    def _compaction_plan(self, text: TextService, body: CompactRequest, loaded: Loaded) -> compaction.Plan:
+        new = self._items(text, body, loaded)
         if new and new[-1]["type"] == "compaction_trigger":
             raise InvalidRequestError("input ends with a compaction_trigger, which /v1/responses/compact does not "
                                       "need: it compacts what it is sent. Remove the item.",
@@ -280,19 +283,19 @@ class ResponsesService:
         if not context:
             raise InvalidRequestError("There is nothing to compact: send input, or a previous_response_id.",
                                       param="input")
-        host = self.text.host
+        host = text.host
         older, kept = compaction.split(host, context, host.context_length() // 4, users_only=True, starts=[])
         return compaction.prepare(host, older, kept, body.model, body.instructions)
 
     async def compact(self, request: Request, body: CompactRequest, owner: str) -> dict[str, Any]:
         """POST /v1/responses/compact: the user messages that fit a quarter of the context, then
         one compaction item standing for the whole window; nothing is stored."""
-        text = self.text
+        text = await self.text.lane(body.model, body.keep_alive)
         place = enter(text)
         try:
             refuse_unknown_fields(body, self.settings.allow_unknown_fields)
             loaded = await self.load_async(body, owner)
-            plan = await text.prepared(self._compaction_plan, body, loaded)
+            plan = await text.prepared(self._compaction_plan, text, body, loaded)
         except BaseException:
             place.release()
             raise
@@ -378,16 +381,17 @@ class ResponsesService:
 
     async def input_tokens(self, body: InputTokensRequest, owner: str) -> dict[str, Any]:
         """Tokens of the prompt this input would be rendered into, instructions and tools included."""
-        self.text.require_model()
+        text = await self.text.lane(body.model, body.keep_alive)
+        text.require_model()
         loaded = await self.load_async(body, owner)
 
         def count() -> int:
-            new = self._items(body, loaded)
-            job = convert.prepare(self.text, body, loaded.history, new,
+            new = self._items(text, body, loaded)
+            job = convert.prepare(text, body, loaded.history, new,
                                   allow_unknown=self.settings.allow_unknown_fields)
             return job.prompt_tokens
 
-        tokens = await self.text.tokenizer_work(count)
+        tokens = await text.tokenizer_work(count)
         return {"object": "response.input_tokens", "input_tokens": tokens}
 
     def close(self) -> None:

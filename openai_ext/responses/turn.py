@@ -12,6 +12,7 @@ import anyio
 
 from ..core.errors import OpenAIError, internal_error
 from ..text.generation import Job
+from ..text.service import TextService
 from . import compaction as compaction_
 from . import mcp, render
 from .tools import ToolMap
@@ -34,6 +35,7 @@ class Turn:
     object, and what happens to it once it is over (``settle``: storing it)."""
     job: Job
     state: render.ResponseState
+    text: TextService                                      # the lane of the model that serves it
     stream: bool = False
     max_tool_calls: int | None = None
     want_logprobs: bool = False

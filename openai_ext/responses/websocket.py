@@ -261,7 +261,7 @@ class _Connection:
             await self.send(_error_event(e if isinstance(e, OpenAIError) else internal_error(e), stream_id))
             return
         try:
-            events = stream.events(self.service.text, turn, place)
+            events = stream.events(turn.text, turn, place)
             async with contextlib.aclosing(events):
                 async for event in events:
                     await self.send(event, stream_id)

@@ -3,9 +3,8 @@
 ``plan()`` is a pure function of the request, the host's abilities and the room left in the
 context. Its output is the hosts' typed request (``hosts.request.GenerationSettings``), which
 each host translates into its own vocabulary; the "Host setting" column of ``RULES`` names the
-web UI's setting a parameter ends up in. ``RULES`` says, for every parameter, whether it is
-mapped, handled by the server itself, ignored by design, or rejected; the README's table is
-generated from it.
+web UI's setting a parameter ends up in. ``RULES`` says, for every parameter, whether it is mapped,
+handled by the server, ignored by design, or rejected; the README's table is generated from it.
 """
 
 from __future__ import annotations
@@ -28,7 +27,8 @@ log = logging.getLogger(__name__)
 BOTH, CHAT, COMPLETIONS = "both", "chat", "completions"
 
 RULES: tuple[Rule, ...] = (
-    Rule("model", BOTH, "server", "-", "Any name is accepted and served by the loaded model; responses report the loaded model's id."),
+    Rule("model", BOTH, "server", "-", "Any name is accepted. Standalone, a name from the catalog (models_dir, the models setting) gets that model, loaded on demand; any other name is served by the default model."),
+    Rule("keep_alive", BOTH, "server", "-", "Extension, as Ollama takes it: how long a catalog model named by this request stays loaded while idle (seconds, or '30s', '5m', '1h'; negative: for good; 0: unloaded once idle). Default: the keep_alive setting. The default model stays loaded; in extension mode it is accepted and does nothing."),
     Rule("messages", CHAT, "server", "prompt", "Rendered with the model's chat template. Roles: system, developer (as system), user, assistant, tool. Content: a string or text parts; image_url parts (base64 data URLs) reach a vision model loaded in the web UI, else a 400 naming the part; audio and file parts get a 400."),
     Rule("prompt", COMPLETIONS, "server", "prompt", "A string, a list of strings (one choice set per prompt; at most the max_prompts setting), token ids, or a list of token-id lists."),
     Rule("max_tokens", BOTH, "mapped", "max_new_tokens", "Default: 16 for completions; for chat the rest of the context, or the default_max_tokens setting when it is set. Clamped to the room left in the context."),

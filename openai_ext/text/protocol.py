@@ -55,6 +55,7 @@ class _Sampling(_Open):
     temperature: Number | None = Field(None, ge=0, le=2)
     top_p: Number | None = Field(None, ge=0, le=1)
     user: str | None = None
+    keep_alive: Union[Number, StrictStr, None] = None   # Ollama's: how long a catalog model stays loaded
 
 
 class CompletionRequest(_Sampling):

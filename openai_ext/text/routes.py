@@ -14,11 +14,11 @@ def router(text: TextService) -> APIRouter:
 
     @r.post("/completions")
     async def create_completion(body: CompletionRequest, request: Request):
-        return await generate(text, request, completions, body)
+        return await generate(await text.lane(body.model, body.keep_alive), request, completions, body)
 
     @r.post("/chat/completions")
     async def create_chat_completion(body: ChatCompletionRequest, request: Request):
         chat.check_tool_answers(body)
-        return await generate(text, request, chat, body)
+        return await generate(await text.lane(body.model, body.keep_alive), request, chat, body)
 
     return r

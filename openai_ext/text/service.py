@@ -37,6 +37,23 @@ from ..hosts.manager import ModelChangeFailed, NoModel
 T = TypeVar("T")
 
 
+class Catalog(Protocol):
+    """Standalone's other models, by name (``text.lanes.Lanes``): the default model's service
+    holds it and hands each request the service of the model it names."""
+
+    async def lane(self, model: str | None, keep_alive: float | int | str | None) -> "TextService": ...
+
+    def cards(self, started: int) -> list[dict[str, Any]]: ...
+
+    def describe(self) -> list[dict[str, Any]]: ...
+
+    def loading(self) -> list[str]: ...
+
+    def hosts(self) -> list[Host]: ...
+
+    def close(self) -> None: ...
+
+
 def _threads(slots: int) -> int:
     """Threads for ``slots`` running requests: each with up to that many choices at once (a
     request's choices run together on a host that batches), one more each for echo's scoring
@@ -53,6 +70,12 @@ class TextService:
         self.worker = concurrent.futures.ThreadPoolExecutor(max_workers=_threads(1), thread_name_prefix="generation")
         self._prepare: anyio.CapacityLimiter | None = None
         self._exclusive = 0   # model changes waiting for, or holding, the model alone
+        self.lanes: Catalog | None = None   # standalone's other models by name (the default model's service only)
+
+    async def lane(self, model: str | None, keep_alive: float | int | str | None = None) -> "TextService":
+        """The service for a request that names ``model``: a catalog model's own (loaded on
+        demand), or this one. Every family's text request picks its lane first."""
+        return self if self.lanes is None else await self.lanes.lane(model, keep_alive)
 
     def follow_host(self) -> None:
         """Runs as many generations at once as the host serves now (the user may load another
@@ -137,9 +160,12 @@ class TextService:
 
     def model_cards(self) -> list[dict[str, Any]]:
         host = self.host
-        return [card(host.model_id, host.created or self.started, host.owned_by)] if host.loaded else []
+        cards = [card(host.model_id, host.created or self.started, host.owned_by)] if host.loaded else []
+        return cards + (self.lanes.cards(self.started) if self.lanes is not None else [])
 
     def close(self) -> None:
+        if self.lanes is not None:
+            self.lanes.close()
         self.worker.shutdown(wait=False, cancel_futures=True)
 
 

@@ -69,7 +69,7 @@ def test_port_in_use_prints_one_clear_line():
         # a model that does not exist: the port is checked first, before any model loads
         proc = run(["script.py", "--port", str(port), "--model", "/nonexistent/model.gguf"])
         out, _ = proc.communicate(timeout=60)
-    assert proc.returncode == 1 and "No GGUF file" not in out
+    assert proc.returncode == 1 and "no model file" not in out
     lines = [line for line in out.splitlines() if "already in use" in line]
     assert len(lines) == 1 and "--port" in lines[0] and "OPENEDAI_PORT" in lines[0]
     assert "Traceback" not in out
@@ -78,7 +78,8 @@ def test_port_in_use_prints_one_clear_line():
 def test_missing_model_file_is_a_clear_error(tmp_path):
     proc = run(["-m", "openai_ext", "--model", str(tmp_path / "nope.gguf"), "--port", str(free_port())])
     out, _ = proc.communicate(timeout=60)
-    assert proc.returncode == 1 and "No GGUF file" in out and "Traceback" not in out
+    assert proc.returncode == 1 and "There is no model file" in out and "nope.gguf" in out and "Traceback" not in out
+    assert "hub reference (org/repo" in out   # what else --model takes
 
 
 @pytest.mark.slow  # starts a process

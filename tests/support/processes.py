@@ -26,12 +26,14 @@ class Served:
         return self.log.read()
 
 
-def serve(tmp_path, *flags: str, path: list[str] | None = None, port: int | None = None) -> Served:
+def serve(tmp_path, *flags: str, path: list[str] | None = None, port: int | None = None,
+          env: dict[str, str | None] | None = None) -> Served:
     """Starts the server and waits for its /health; ``path`` goes first on its PYTHONPATH (a
-    stand-in module), ``port`` reuses a port (a restart)."""
+    stand-in module), ``port`` reuses a port (a restart), ``env`` sets variables (None: unset)."""
     port = port or free_port()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*(path or []), str(ROOT)]), "XDG_CACHE_HOME": str(tmp_path),
-           "OPENEDAI_DATA_DIR": str(tmp_path / "data")}
+    env = {k: v for k, v in {**os.environ, "PYTHONPATH": os.pathsep.join([*(path or []), str(ROOT)]),
+                             "XDG_CACHE_HOME": str(tmp_path), "OPENEDAI_DATA_DIR": str(tmp_path / "data"),
+                             **(env or {})}.items() if v is not None}
     log = tempfile.TemporaryFile(mode="w+")
     proc = subprocess.Popen([sys.executable, "-m", "openai_ext", "--port", str(port), *flags], cwd=ROOT, env=env,
                             stdout=log, stderr=subprocess.STDOUT, text=True)
