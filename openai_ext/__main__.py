@@ -75,7 +75,7 @@ def catalog(settings: typing.Any) -> list[typing.Any]:
     if folder is not None and folder.is_dir():
         for path in sorted(folder.glob("*.gguf")):
             if path.is_file() and "mmproj" not in path.name.lower():
-                entries.append(Entry(path.name.removesuffix(".gguf"), path, path.name))
+                entries.append(Entry(path.name.removesuffix(".gguf"), path, path.name, hub.projector_beside(path)))
     for name, source in settings.models.items():
         fetched = hub.resolve(source)
         entries.append(Entry(name, fetched.model, source, fetched.mmproj))
@@ -117,10 +117,10 @@ def serve(args: argparse.Namespace) -> int:
     from .hosts.manager import StandaloneModels
     from .text.lanes import Lanes
 
-    def make_host(path, alias=None):
+    def make_host(path, alias=None, mmproj=None):
         return LlamaCppHost(path, alias=alias, n_ctx=settings.n_ctx, n_threads=settings.n_threads,
                             n_gpu_layers=settings.n_gpu_layers, parallel=settings.parallel, repack=settings.repack,
-                            flash_attn=settings.flash_attn)
+                            flash_attn=settings.flash_attn, mmproj=mmproj)
 
     try:
         sockets = bind_all(settings)   # first: a taken port is told before the model loads
@@ -140,8 +140,8 @@ def serve(args: argparse.Namespace) -> int:
     else:
         try:
             entries = catalog(settings)   # hub references fetched first, with their progress
-            host = make_host(hub.resolve(settings.model).model if settings.model else default_gguf(),
-                             settings.model_alias)
+            chosen = hub.resolve(settings.model) if settings.model else hub.Fetched(default_gguf())
+            host = make_host(chosen.model, settings.model_alias, settings.mmproj or chosen.mmproj)
         except (FileNotFoundError, ValueError) as e:
             for sock in sockets:
                 sock.close()
@@ -151,11 +151,13 @@ def serve(args: argparse.Namespace) -> int:
         known = {host.path.name: host.path}
         with contextlib.suppress(FileNotFoundError):
             known.setdefault(default_gguf().name, default_gguf())
-        manager = StandaloneModels(settings, make_host, extra=known)
+        # (a model loaded by name takes the projector beside it, as the catalog's do)
+        manager = StandaloneModels(settings, lambda path: make_host(path, None, hub.projector_beside(path)),
+                                   extra=known)
     server = ApiServer(create_app(settings, host, manager), settings, sockets)
     if manager is not None:
         text = server.app.state.api.text
-        text.lanes = Lanes(settings, text, entries, lambda entry: make_host(entry.path, entry.id))
+        text.lanes = Lanes(settings, text, entries, lambda entry: make_host(entry.path, entry.id, entry.mmproj))
     announce(server)
     where = f" through {host.shown}" if settings.upstream_url else ""
     print(f"Serving {host.model_id}{where} (context {host.context_length()} tokens, up to {host.parallel} "

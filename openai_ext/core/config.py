@@ -38,6 +38,7 @@ class Settings(BaseSettings):
     api_key: str = Field("", description="When set, requests need 'Authorization: Bearer <key>'.")
     model: str | None = Field(None, description="Standalone: the model served by default: a GGUF file's path, or a hub reference (org/repo, org/repo:Q4_K_M, org/repo/file.gguf) fetched into the hub's cache. Empty: the embedded SmolLM2.")
     model_alias: str | None = Field(None, description="Model id to report instead of the file name.")
+    mmproj: str = Field("", description="Standalone: the default model's vision projector (an mmproj GGUF), for images in prompts; empty: the one its hub repo has, or one beside the model file whose name matches it.")
     n_ctx: int = Field(0, ge=0, description="Standalone: context length (KV cells), shared by the parallel sequences: "
                                             "one request may use all of it; 0 uses the model's own.")
     n_threads: int | None = Field(None, ge=1, description="Standalone: decode threads, fixed (default: the CPUs that other processes leave free, checked every second).")

@@ -125,6 +125,11 @@ class Host(ABC):
     def tokenize(self, text: str, *, add_bos: bool = True) -> list[int]:
         """Token ids as the model would see ``text`` as a prompt (``add_bos``) or as output."""
 
+    def prompt_tokens(self, text: str, images: list[Any]) -> list[int]:
+        """The prompt's token ids, each image counted as the tokens the model reads for it (a
+        host with vision); by default, the text's."""
+        return self.tokenize(text)
+
     @abstractmethod
     def detokenize(self, tokens: list[int]) -> str:
         ...

@@ -236,5 +236,21 @@ def resolve(text: str, *, cache_dir: Path | None = None) -> Fetched:
         if not path.is_file():
             raise HubError(f"There is no model file {text}: give the path of a GGUF file, or a hub reference "
                            "(org/repo, org/repo:Q4_K_M, org/repo/file.gguf).")
-        return Fetched(path)
+        return Fetched(path, projector_beside(path))
     return fetch(ref, cache_dir=cache_dir)
+
+
+def projector_beside(path: Path) -> Path | None:
+    """A projector kept beside a model file, as llama-server's and LM Studio's folders keep them:
+    a GGUF with "mmproj" in its name that, without that word, starts with the model's name
+    (its quantization left out): mmproj-SmolVLM-256M-Instruct-f16.gguf beside
+    SmolVLM-256M-Instruct-Q8_0.gguf."""
+    base = re.sub(r"[-_.](?:I?Q\d\w*|F16|BF16|F32)$", "", path.name.removesuffix(".gguf"), flags=re.IGNORECASE)
+    base = base.lower()
+    for candidate in sorted(path.parent.glob("*.gguf")):
+        name = candidate.name.lower()
+        if "mmproj" in name and candidate != path:
+            rest = name.removesuffix(".gguf").replace("mmproj", "").strip("-_.")
+            if base and rest.startswith(base):
+                return candidate
+    return None

@@ -155,7 +155,8 @@ class StandaloneModels:
         files = dict(self.extra)
         if self.folder and self.folder.is_dir():
             for path in sorted(self.folder.glob("*.gguf")):
-                if path.is_file():   # follows links; a dangling one is left out
+                # follows links (a dangling one is left out); a vision projector is no model
+                if path.is_file() and "mmproj" not in path.name.lower():
                     files[path.name] = path
         return files
 

@@ -108,10 +108,11 @@ def _tokens(text: TextService, req: CountTokensRequest) -> int:
     tr = translate.to_chat(req, allow_unknown=text.settings.allow_unknown_fields)
     host = text.host
     try:
-        rendered = chat.template_input(host, tr.chat, tools.parse(tr.chat)).render(host)
+        given = chat.template_input(host, tr.chat, tools.parse(tr.chat))
+        rendered = given.render(host)
     except InvalidRequestError as e:
         raise translate.chat_error(e, tr.names) from None
-    return len(host.tokenize(rendered.text + tr.prefill))
+    return len(host.prompt_tokens(rendered.text + tr.prefill, given.images))   # an image as its tokens
 
 
 def _counter(text: TextService) -> context.Count:

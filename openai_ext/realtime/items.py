@@ -2,7 +2,8 @@
 the items a client may add, and the chat messages the text model is given for them.
 
 A user's spoken turn is a message whose ``input_audio`` part carries the transcript once Whisper
-has it; the model is given that transcript. Function calls and their outputs become the chat
+has it; the model is given that transcript. An ``input_image`` part (a data URL) reaches a model
+with vision as chat's image parts do. Function calls and their outputs become the chat
 API's assistant ``tool_calls`` and ``tool`` messages, so tools work as they do for chat.
 """
 
@@ -17,7 +18,7 @@ from .events import ClientEventError, new_id
 MAX_ITEMS = 1024
 MAX_TEXT = 100_000
 MAX_TOTAL_TEXT = 2_000_000      # characters a conversation holds; the oldest items give way beyond
-ROLES = {"system": ("input_text",), "user": ("input_text", "input_audio"),
+ROLES = {"system": ("input_text",), "user": ("input_text", "input_audio", "input_image"),
          "assistant": ("output_text", "output_audio")}
 
 
@@ -65,7 +66,8 @@ class Conversation:
 
 def _size(item: dict[str, Any]) -> int:
     return len(item.get("arguments") or "") + len(item.get("output") or "") + sum(
-        len(p.get("text") or "") + len(p.get("transcript") or "") for p in item.get("content", ()))
+        len(p.get("text") or "") + len(p.get("transcript") or "") + len(p.get("image_url") or "")
+        for p in item.get("content", ()))
 
 
 def public(item: dict[str, Any]) -> dict[str, Any]:
@@ -97,7 +99,8 @@ def client_item(raw: Any) -> dict[str, Any]:
             if not isinstance(part, dict) or part.get("type") not in ROLES[role]:
                 raise ClientEventError(f"'{where}.type' must be one of {', '.join(ROLES[role])} in a {role} message.",
                                        param=f"{where}.type")
-            kept = {key: part[key] for key in ("type", "text", "transcript", "audio") if isinstance(part.get(key), str)}
+            kept = {key: part[key] for key in ("type", "text", "transcript", "audio", "image_url", "detail")
+                    if isinstance(part.get(key), str)}
             if len(kept.get("text", "") + kept.get("transcript", "")) > MAX_TEXT:
                 raise ClientEventError(f"'{where}' is over {MAX_TEXT} characters.", param=where)
             if part["type"] == "input_audio" and "transcript" not in kept and "audio" not in kept:
@@ -105,6 +108,10 @@ def client_item(raw: Any) -> dict[str, Any]:
                                        "input format) or its 'transcript'.", param=f"{where}.audio")
             if part["type"] != "input_audio" or "transcript" in kept:
                 kept.pop("audio", None)     # audio with a transcript is not heard again
+            if part["type"] == "input_image" and "image_url" not in kept:
+                raise ClientEventError(f"'{where}.image_url' is required: the image as a data URL "
+                                       "(data:image/png;base64,...).", param=f"{where}.image_url",
+                                       code="missing_required_parameter")
             if part["type"] in ("input_text", "output_text") and "text" not in kept:
                 raise ClientEventError(f"'{where}.text' is required.", param=f"{where}.text",
                                        code="missing_required_parameter")
@@ -141,7 +148,11 @@ def chat_messages(items: list[dict[str, Any]], instructions: str) -> list[dict[s
         kind = item["type"]
         if kind == "message":
             text = _text(item)
-            if text or item["role"] == "assistant":
+            images = [{"type": "image_url", "image_url": {"url": p["image_url"]}}
+                      for p in item.get("content", ()) if p.get("type") == "input_image"]
+            if images:   # read by a model with vision (text/images.py), refused by name otherwise
+                messages.append({"role": item["role"], "content": [*images, {"type": "text", "text": text}]})
+            elif text or item["role"] == "assistant":
                 messages.append({"role": item["role"], "content": text})
         elif kind == "function_call":
             call = {"id": item["call_id"], "type": "function",

@@ -170,7 +170,8 @@ def prepare(text: TextService, req: ChatCompletionRequest, *, prefill: str = "",
     rendered = given.render(host)
     prefill += toolset.prefill if toolset is not None else ""
     prompt_text = bound_text(host, rendered.text + prefill, truncate=truncate, param="messages")
-    prompt = Prompt(prompt_text, host.tokenize(prompt_text), rendered.stops, rendered.trim_start, given.images)
+    prompt = Prompt(prompt_text, host.prompt_tokens(prompt_text, given.images), rendered.stops, rendered.trim_start,
+                    given.images)
     requested = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     prompt = fit_prompt(host, prompt, requested=requested, truncate=truncate, param="messages")
     plan = params.plan(req, abilities=host.abilities, room=host.context_length() - len(prompt.tokens),

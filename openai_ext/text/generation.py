@@ -179,10 +179,11 @@ def fit_prompt(host: Host, prompt: Prompt, *, requested: int | None, truncate: b
     ctx = host.context_length()
     if len(prompt.tokens) < ctx:
         return prompt
-    if not truncate:
+    if not truncate or prompt.images:   # (an image's tokens cannot be cut in part)
         raise ContextLengthExceeded(
             f"This model's maximum context length is {ctx} tokens, and {len(prompt.tokens)} tokens are taken by "
-            "the {param} alone. " + TOO_LONG, param=param, words=_words(host))
+            "the {param} alone" + (f", {len(prompt.images)} image(s) included" if prompt.images else "") + ". "
+            + TOO_LONG, param=param, words=_words(host))
     reserve = min(requested or max(1, ctx // 4), ctx // 2)
     kept = prompt.tokens[-(ctx - reserve):]
     log.warning("prompt cut from %d to %d tokens to fit the context of %d", len(prompt.tokens), len(kept), ctx)

@@ -1,4 +1,5 @@
-"""Image parts of chat messages, for a vision model loaded in the web UI.
+"""Image parts of chat messages, for a vision model: loaded in the web UI, or served standalone
+with its projector (hosts/llamacpp/vision.py).
 
 The web UI's own API puts one ``<__media__>`` placeholder per image at the start of the
 message's text (``process_multimodal_content``) and hands the images to its loader as PIL
@@ -26,8 +27,8 @@ IMAGE_FORM = {"image_form": "a data URL (data:image/png;base64,...)"}
 # what to do about an image sent to a model without vision: in the web UI, and standalone
 ADVICE = {True: "Load a vision model in the web UI (a llama.cpp model with its --mmproj file, or an ExLlamaV3 "
                 "vision model), or send text only.",
-          False: "The embedded model reads text only: send text only, or run the server as an extension of "
-                 "text-generation-webui with a vision model loaded."}
+          False: "This model reads text only: serve a vision model with its projector (--mmproj, or a hub repo "
+                 "that has an mmproj file), or send text only."}
 
 
 def no_vision(where: str, web_ui: bool, *, what: str = "is an image", param: str | None = None) -> InvalidRequestError:

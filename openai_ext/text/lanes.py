@@ -35,6 +35,7 @@ from ..core.catalog import card
 from ..core.config import Settings
 from ..core.errors import InvalidRequestError, RateLimitError, ServiceUnavailableError
 from ..hosts.base import Host
+from ..hosts.manager import NoModel
 from .service import TextService
 
 log = logging.getLogger(__name__)
@@ -136,15 +137,15 @@ class Lanes:
     # --- loading ------------------------------------------------------------------------------
 
     async def _load(self, entry: Entry) -> Lane:
+        if self._waiting >= self.settings.max_queue:
+            raise RateLimitError(f"{self._waiting} requests wait for models to load. Retry shortly, or raise the "
+                                 "max_queue setting.", code="queue_full", headers={"Retry-After": "1"})
         pending = self._loading.get(entry.id)
         if pending is None:
             pending = asyncio.get_running_loop().create_future()
             self._loading[entry.id] = pending
             task = asyncio.ensure_future(self._load_now(entry, pending))
             task.add_done_callback(lambda t: t.cancelled() or t.exception())
-        if self._waiting >= self.settings.max_queue:
-            raise RateLimitError(f"{self._waiting} requests wait for models to load. Retry shortly, or raise the "
-                                 "max_queue setting.", code="queue_full", headers={"Retry-After": "1"})
         self._waiting += 1
         try:
             return await asyncio.shield(pending)
@@ -201,12 +202,21 @@ class Lanes:
                 await asyncio.sleep(0.2)   # the models in the way are busy: wait until one is idle
 
     async def _unload(self, lane: Lane, why: str) -> None:
+        """Closes an idle model the way a model change does (text.service.change_model): after
+        its line's last request and any tokenizing in flight; a request that still holds its
+        service (it picked it before the unload) gets a 503 telling it to send again."""
         if self.loaded.get(lane.entry.id) is not lane:
             return
         del self.loaded[lane.entry.id]
         log.info("Unloading %s (%s)", lane.entry.id, why)
+
+        def close(old: Host) -> Host:
+            old.close()
+            return NoModel(message=f"The model {lane.entry.id} was unloaded while this request waited; send it "
+                                   "again.", code="model_unloaded")
+
+        await lane.text.change_model(close)
         lane.text.close()
-        await anyio.to_thread.run_sync(lane.text.host.close)
 
     # --- idle unload ----------------------------------------------------------------------------
 

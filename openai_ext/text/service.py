@@ -151,7 +151,10 @@ class TextService:
         return "fp_" + hashlib.sha256(basis.encode()).hexdigest()[:10]
 
     def require_model(self) -> None:
-        if not self.host.loaded:
+        host = self.host
+        if isinstance(host, NoModel) and host.code != "model_not_loaded":
+            raise ServiceUnavailableError(host.message, code=host.code)   # changing, or unloaded: why
+        if not host.loaded:
             raise ServiceUnavailableError("No model is loaded. Load one in the web UI, or with POST "
                                           "/v1/internal/model/load.", code="model_not_loaded")
         problem = self.host.unavailable()

@@ -165,3 +165,13 @@ def test_a_path_is_a_path(tmp_path):
     assert hub.resolve(str(model)).model == model
     with pytest.raises(HubError, match="no model file .*missing.gguf"):
         hub.resolve(str(tmp_path / "missing.gguf"))
+
+
+def test_a_projector_beside_a_model_is_found_by_its_name(tmp_path):
+    for name in ("SmolVLM-256M-Instruct-Q8_0.gguf", "mmproj-SmolVLM-256M-Instruct-f16.gguf", "Other-Q4_K_M.gguf",
+                 "Qwen-mmproj.gguf"):
+        (tmp_path / name).write_bytes(b"GGUF")
+    assert hub.projector_beside(tmp_path / "SmolVLM-256M-Instruct-Q8_0.gguf").name == \
+        "mmproj-SmolVLM-256M-Instruct-f16.gguf"
+    assert hub.projector_beside(tmp_path / "Other-Q4_K_M.gguf") is None   # another model's is not taken
+    assert hub.resolve(str(tmp_path / "SmolVLM-256M-Instruct-Q8_0.gguf")).mmproj is not None

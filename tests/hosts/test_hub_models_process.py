@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import httpx
+import openai
 import pytest
 from support import processes
 from support.anthropic_types import anthropic_client
@@ -16,6 +17,8 @@ from support.hub import Hub, Repo
 from support.processes import stop
 from support.servers import openai_client
 from support.spec import assert_valid
+from support.tiny_mmproj import build
+from support.vision import data_url
 
 from openai_ext.hosts.files import default_gguf
 
@@ -25,8 +28,10 @@ FILE = "SmolLM2-135M-Instruct-Q4_1.gguf"
 
 
 @pytest.fixture
-def stand_in():
+def stand_in(tmp_path):
+    projector = build(tmp_path / "projector.gguf")   # a repo with a vision projector beside its model
     served = Hub({"org/SmolLM2-GGUF": Repo({FILE: default_gguf(), "SmolLM2-135M-Instruct-Q8_0.gguf": default_gguf(),
+                                            "mmproj-SmolLM2-135M-Instruct-f16.gguf": projector,
                                             "README.md": default_gguf()})}).start()
     yield served
     served.stop()
@@ -36,6 +41,8 @@ def test_models_from_the_hub_by_name_in_every_api(tmp_path, stand_in):
     models_dir = tmp_path / "models"
     models_dir.mkdir()
     (models_dir / "local-smol.gguf").symlink_to(default_gguf())
+    (models_dir / "plain.gguf").symlink_to(default_gguf())
+    build(models_dir / "mmproj-local-smol-f16.gguf")   # found beside local-smol by its name; not plain's
     cache = tmp_path / "hub"
     env = {"HF_ENDPOINT": stand_in.url, "HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": None}
     flags = ("--model", "org/SmolLM2-GGUF:q4_1", "--models", json.dumps({"second": f"org/SmolLM2-GGUF/{FILE}"}),
@@ -47,14 +54,25 @@ def test_models_from_the_hub_by_name_in_every_api(tmp_path, stand_in):
         assert stand_in.fetched("SmolLM2-135M-Instruct-Q8_0.gguf") == []   # only the quant asked for
         client = openai_client(served, timeout=300)
         ids = [m.id for m in client.models.list()]
-        assert ids[:3] == ["SmolLM2-135M-Instruct-Q4_1", "local-smol", "second"]
+        assert ids[:4] == ["SmolLM2-135M-Instruct-Q4_1", "local-smol", "plain", "second"]
+        info = httpx.get(f"{served.url}/internal/model/info").json()
+        assert info["mmproj"] == "mmproj-SmolLM2-135M-Instruct-f16.gguf"   # fetched with the model, and loaded
+        image = [{"type": "image_url", "image_url": {"url": data_url("red", size=(40, 30))}},
+                 {"type": "text", "text": "What is this?"}]
+        for model in ("gpt-4o", "local-smol"):   # the default model, and a catalog model with its projector
+            seen = client.chat.completions.create(model=model, max_tokens=4,
+                                                  messages=[{"role": "user", "content": image}])
+            assert seen.usage.prompt_tokens > 0
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.chat.completions.create(model="plain", max_tokens=4, messages=[{"role": "user", "content": image}])
+        assert "has no vision" in refused.value.body["message"]
 
         chat = client.chat.completions.with_raw_response.create(
             model="second", max_tokens=8, messages=[{"role": "user", "content": "Hello"}])
         assert_valid("CreateChatCompletionResponse", chat.http_response.json())
         assert chat.parse().model == "second"
         health = httpx.get(f"http://127.0.0.1:{served.port}/health").json()
-        assert [m["id"] for m in health["models"]] == ["second"]
+        assert [m["id"] for m in health["models"]] == ["second"]   # plain and local-smol gave way, in turn
 
         completion = client.completions.create(model="local-smol", prompt="Once upon a time", max_tokens=8)
         assert completion.model == "local-smol" and completion.usage.completion_tokens > 0

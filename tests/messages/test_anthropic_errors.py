@@ -36,7 +36,7 @@ def post(server, body, path="/messages", **kw):
     ({"model": "x", "messages": [*Q, {"role": "tool", "content": "x"}], "max_tokens": 5}, "messages[1].role"),
     ({"model": "x", "messages": Q, "max_tokens": 5, "temperature": 1.5}, "temperature"),
     ({"model": "x", "messages": [{"role": "user", "content": [IMAGE]}], "max_tokens": 5},
-     "messages[0].content[0] is an image, and the loaded model has no vision. The embedded model reads text only"),
+     "messages[0].content[0] is an image, and the loaded model has no vision. This model reads text only"),
     ({"model": "x", "messages": [{"role": "user", "content": [DOCUMENT]}], "max_tokens": 5}, "'document'"),
     ({"model": "x", "messages": [{"role": "user", "content": [{"type": "web_search_tool_result"}]}],
       "max_tokens": 5}, "web_search_tool_result"),

@@ -16,6 +16,7 @@ from support.scripted import ScriptedHost, held
 from support.servers import openai_client, wait_until
 from support.spec import assert_valid
 
+from openai_ext.core.errors import ServiceUnavailableError
 from openai_ext.text.lanes import Entry, Lanes, keep_alive_seconds
 
 
@@ -192,8 +193,13 @@ def test_keep_alive_unloads_an_idle_model_and_the_request_may_set_it(catalog):
     c = catalog(keep_alive=-1)
     c.ask("alpha")
     c.ask("beta", keep_alive=0)
+    beta = c.text.lanes.loaded["beta"].text
     wait_until(lambda: c.loaded() == ["alpha"], "beta unloaded once idle")
     assert c.closed == ["beta"]
+    # a request that picked beta's service before the unload is told to send again, never served by a closed model
+    with pytest.raises(ServiceUnavailableError) as gone:
+        beta.require_model()
+    assert gone.value.code == "model_unloaded" and "send it again" in gone.value.message
     c.ask("alpha", keep_alive="1s")
     wait_until(lambda: c.loaded() == [], "alpha unloaded after its keep_alive")
     assert c.ask("gpt-4o") == "I am the default."    # the default model stays

@@ -28,6 +28,7 @@ from .batch import Closed, Scheduler
 from .context import PREFILL_CHUNK, Runtime, uses_flash_attn
 from .sampling import SAMPLERS, Detokenizer
 from .threads import Threads
+from .vision import Media, Vision
 from .work import END, OUTBOX, Generation, NextToken, Scoring, Work
 
 log = logging.getLogger(__name__)
@@ -69,7 +70,7 @@ class LlamaCppHost(Host):
 
     def __init__(self, model_path: str | os.PathLike, *, alias: str | None = None, n_ctx: int = 0,
                  n_threads: int | None = None, n_gpu_layers: int = 0, parallel: int = 1, repack: str = "auto",
-                 flash_attn: str = "auto"):
+                 flash_attn: str = "auto", mmproj: str | os.PathLike | None = None):
         path = Path(model_path)
         if not path.is_file():
             raise FileNotFoundError(f"No GGUF file at {path}")
@@ -92,9 +93,17 @@ class LlamaCppHost(Host):
         self._fim = fim if all(t != L.LLAMA_TOKEN_NULL for t in fim) else None
         self._init_chat_template()
         self._init_specials()
+        self.vision: Vision | None = None
+        if mmproj is not None:
+            try:
+                self.vision = Vision(Path(mmproj), rt.model.model, n_threads=n_threads)
+            except BaseException:
+                rt.close()
+                raise
         self.abilities = HostAbilities(samplers=SAMPLERS, logprobs=True, logit_bias=True,
                                        fim=self._fim is not None, vocab_size=rt.n_vocab,
-                                       grammar=True, lazy_grammar=True, parallel=parallel)
+                                       grammar=True, lazy_grammar=True, parallel=parallel,
+                                       vision=self.vision is not None)
         self.threads = Threads(lambda gen, batch: L.llama_set_n_threads(rt.ctx, gen, batch), fixed=n_threads)
         self._sched = Scheduler(L, rt.ctx, slots=parallel, n_batch=L.llama_n_batch(rt.ctx),
                                 cells=L.llama_n_ctx(rt.ctx), prefill_chunk=PREFILL_CHUNK,
@@ -168,9 +177,15 @@ class LlamaCppHost(Host):
         pieces.append(text[start:])
         return pieces
 
+    def prompt_tokens(self, text: str, images: list[Any]) -> list[int]:
+        if images and self.vision is not None:
+            return self.vision.tokens(text, images)
+        return self.tokenize(text)
+
     def detokenize(self, tokens: list[int]) -> str:
         piece = self.runtime.piece
-        return b"".join(piece(t, False) for t in tokens).decode("utf-8", errors="replace")
+        # (an image's tokens, negative ids in a vision prompt, have no text)
+        return b"".join(piece(t, False) for t in tokens if t >= 0).decode("utf-8", errors="replace")
 
     def chat_prompt(self, messages: list[dict[str, Any]], options: ChatOptions = NO_CHAT_OPTIONS) -> ChatPrompt:
         try:
@@ -230,7 +245,14 @@ class LlamaCppHost(Host):
             raise ValueError(f"a prompt of {len(prompt.tokens)} tokens reached a context of {self.context_length()}")
         # The budget never outgrows the context.
         s = settings.replace(max_new_tokens=min(settings.max_new_tokens, room))
-        work = Generation(self.runtime, prompt.tokens, s, stop_event)
+        media = self._media(prompt)
+        try:
+            work = Generation(self.runtime, prompt.tokens, s, stop_event)
+        except BaseException:
+            if media is not None:
+                media.close()
+            raise
+        work.media = media
         self._submit(work)
         item: Any = None
         try:
@@ -252,6 +274,17 @@ class LlamaCppHost(Host):
             self._sched.wake()
             while item is not END:
                 item = work.out.get()
+
+    def _media(self, prompt: Prompt) -> Media | None:
+        """A vision prompt's chunks, for the batch to read its images from (the prompt's tokens
+        were made from the same text and images, so they line up)."""
+        if not prompt.images or self.vision is None:
+            return None
+        media = self.vision.media(prompt.text, prompt.images)
+        if media.tokens != list(prompt.tokens) or prompt.tokens[-1] < 0:
+            media.close()
+            raise ValueError("a prompt with images reached the model changed from what was tokenized")
+        return media
 
     def _submit(self, work: Work) -> None:
         try:
@@ -309,6 +342,8 @@ class LlamaCppHost(Host):
         """Lets what runs finish (a model change waits for it, as it waited for its turn before),
         then frees the context and the model."""
         self._sched.close()
+        if self.vision is not None:
+            self.vision.close()
         self.runtime.close()
 
     def describe(self) -> dict[str, Any]:
@@ -317,6 +352,7 @@ class LlamaCppHost(Host):
         return {"model_name": self.model_id, "lora_names": [], "loader": "llama.cpp", "file": self.path.name,
                 "n_ctx": self.context_length(), "chat_template": self.has_chat_template, "parallel": self.parallel,
                 "extra_cpu_buffers": self.buffers.extra_buffers, "flash_attn": self.flash_attn,
+                "mmproj": self.vision.path.name if self.vision is not None else None,
                 "batch": self.batch_stats(),
                 "threads": {"generation": self.threads.gen, "batch": self.threads.batch,
                             "adaptive": self.threads.adaptive}}

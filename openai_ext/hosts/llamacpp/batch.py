@@ -32,7 +32,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .cells import Cells
+from .cells import Cells, Slot, common_prefix
+from .vision import image_at, to_image
 from .work import Work
 
 log = logging.getLogger(__name__)
@@ -48,26 +49,6 @@ class Stats:
     most_running: int = 0
     preempted: int = 0          # sequences that gave their cells back to let the others go on
     evicted: int = 0            # cached prefixes dropped to make room
-
-
-@dataclass
-class Slot:
-    id: int
-    cached: list[int]            # tokens its cells hold, when no work runs in it
-    work: Work | None = None
-    used: int = 0                # when it last took a work (for choosing among equals)
-
-    def held(self) -> list[int]:
-        return self.work.tokens[:self.work.n_past] if self.work is not None else self.cached
-
-
-def common_prefix(a: list[int], b: list[int], limit: int) -> int:
-    n = min(len(a), len(b), limit)
-    if n <= 0:
-        return 0
-    x, y = np.asarray(a[:n]), np.asarray(b[:n])
-    diff = np.flatnonzero(x != y)
-    return int(diff[0]) if diff.size else n
 
 
 class Closed(RuntimeError):
@@ -274,6 +255,7 @@ class Scheduler:
             self._retire(work)
 
     def _step(self) -> None:
+        self._read_images()
         with self._cond:
             self._leave()
             plan = self._plan()
@@ -314,6 +296,37 @@ class Scheduler:
         with self._cond:
             self._leave()
 
+    def _read_images(self) -> None:
+        """Sequences whose prompt has reached an image read it now, one at a time, the others waiting
+        as for a step: the projector encodes it into the sequence's cells (llamacpp/vision.py)."""
+        with self._cond:
+            due = [w for w in self._running if image_at(w) is not None and w.ready() and not w.halted()]
+        for work in due:
+            chunk, count = image_at(work)   # type: ignore[misc]
+            with self._cond:
+                while count > self.cells.free and self._make_room():
+                    pass
+                if work.slot is None or count > self.cells.free:
+                    continue   # preempted, or no room yet: at a later step
+            assert work.media is not None
+            self._before_step()
+            try:
+                after = work.media.vision.evaluate(self._ctx, chunk, work.n_past, work.slot.id, self.n_batch)
+            except Exception as e:  # noqa: BLE001 - this sequence fails, the others go on
+                log.error("%s", e)
+                with self._cond:
+                    work.fail(e)
+                    self._L.llama_memory_seq_rm(self._mem, work.slot.id, -1, -1)
+                    self.cells.cut(work.slot.id, 0)
+                    work.n_past = 0
+                    self._leave()
+                continue
+            self.stats.steps += 1
+            self.stats.decoded += count
+            self.stats.prompt_tokens += count
+            self.cells.grow(work.slot.id, count)
+            work.n_past = after
+
     def _make_room(self) -> bool:
         """Frees cells for the running sequences' next step: a cached prefix of an idle slot, the
         oldest first, or else the youngest running sequence, which waits at the head of the line
@@ -344,7 +357,7 @@ class Scheduler:
 
     def _plan(self) -> list[tuple[Work, int, int]]:
         """(work, first batch index, token count) for this step, in slot order."""
-        active = [w for w in self._running if w.ready() and w.n_past < w.end()]
+        active = [w for w in self._running if w.ready() and w.n_past < w.end() and image_at(w) is None]
         generating = [w for w in active if w.end() - w.n_past == 1]
         reading = sorted((w for w in active if w.end() - w.n_past > 1), key=lambda w: w.order)
         # With nothing generating, a prompt is read as fast as the batch allows; else a chunk per
@@ -357,7 +370,7 @@ class Scheduler:
         for w in reading:
             if budget <= 0:
                 break
-            take = min(budget, w.end() - w.n_past)
+            take = min(budget, w.end() - w.n_past, to_image(w))
             counts[id(w)] = take
             budget -= take
         chosen = sorted((w for w in active if id(w) in counts), key=lambda w: w.slot.id)

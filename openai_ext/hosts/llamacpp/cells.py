@@ -11,6 +11,10 @@ knows before a step whether the step fits and how much a sequence would free.
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 
 class Cells:
@@ -60,3 +64,23 @@ class Cells:
         for cell in cells:
             self._refs[cell] += 1
         self._held[target] = list(cells)
+
+
+@dataclass
+class Slot:
+    id: int
+    cached: list[int]            # tokens its cells hold, when no work runs in it
+    work: Any = None             # the Work that runs in it (llamacpp/work.py)
+    used: int = 0                # when it last took a work (for choosing among equals)
+
+    def held(self) -> list[int]:
+        return self.work.tokens[:self.work.n_past] if self.work is not None else self.cached
+
+
+def common_prefix(a: list[int], b: list[int], limit: int) -> int:
+    n = min(len(a), len(b), limit)
+    if n <= 0:
+        return 0
+    x, y = np.asarray(a[:n]), np.asarray(b[:n])
+    diff = np.flatnonzero(x != y)
+    return int(diff[0]) if diff.size else n

@@ -20,6 +20,7 @@ from ..base import Piece, TokenLogprob
 from ..request import GenerationSettings
 from .context import Runtime
 from .sampling import Constrained, Detokenizer, Options, logit_biases, sampler_chain
+from .vision import Media
 
 # Pieces a generation may produce ahead of its reader.
 OUTBOX = 16
@@ -40,6 +41,7 @@ class Work:
         self.slot: Any = None    # the scheduler's Slot it runs in, while it runs
         self.done = False
         self.order = 0
+        self.media: Media | None = None   # a vision prompt's images (their tokens are runs of negative ids)
 
     def end(self) -> int:
         return len(self.tokens)
@@ -160,6 +162,8 @@ class Generation(Work):
     def retire(self) -> None:
         self.out.put(END)
         self.rt.L.llama_sampler_free(self.sampler)
+        if self.media is not None:
+            self.media.close()
         if self.guide is not None:
             self.guide.close()
 
