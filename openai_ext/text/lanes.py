@@ -15,7 +15,8 @@ own, a memory budget and an idle unload, as Ollama keeps models.
   request's own ``keep_alive``, as Ollama takes it) is unloaded. The default model stays.
 
 A model is idle when no request holds a place in its line and none picked it in the last
-``PICK_GRACE`` seconds (a request picks its lane before it queues, sometimes after a store read)."""
+``PICK_GRACE`` seconds for keep_alive, ``ROOM_GRACE`` for the budget (a request picks its lane just
+before it queues). An unload goes through the model-change path, so nothing runs on a closed model."""
 
 from __future__ import annotations
 
@@ -40,7 +41,10 @@ from .service import TextService
 
 log = logging.getLogger(__name__)
 
-PICK_GRACE = 5.0    # seconds a picked lane is not unloaded before its request queues
+PICK_GRACE = 5.0    # seconds a picked lane is not unloaded for being idle before its request queues
+# ... and for room: a request that picked a lane takes its place in line without waiting (chat,
+# Messages, Responses, Realtime), so only a token count may be caught, and it is told to send again
+ROOM_GRACE = 0.2
 REAP_EVERY = 1.0    # seconds between idle checks
 FOREVER = float("inf")
 
@@ -108,6 +112,7 @@ class Lanes:
         self._loading: dict[str, asyncio.Future[Lane]] = {}
         self._waiting = 0
         self._reaper: asyncio.Task[None] | None = None
+        self._one_load: asyncio.Lock | None = None   # loads one at a time (made in the event loop)
         self._closed = False
 
     # --- which lane ---------------------------------------------------------------------------
@@ -153,10 +158,14 @@ class Lanes:
             self._waiting -= 1
 
     async def _load_now(self, entry: Entry, done: asyncio.Future[Lane]) -> None:
+        if self._one_load is None:
+            self._one_load = asyncio.Lock()
         try:
-            await self._make_room(entry)
-            log.info("Loading %s (%s)", entry.id, entry.source)
-            host = await anyio.to_thread.run_sync(self.make_host, entry)
+            # One load at a time: two loads that each found room would otherwise take it twice.
+            async with self._one_load:
+                await self._make_room(entry)
+                log.info("Loading %s (%s)", entry.id, entry.source)
+                host = await anyio.to_thread.run_sync(self.make_host, entry)
             host.model_id = entry.id
             lane = Lane(entry, TextService(self.settings, host, started=int(time.time())),
                         keep_alive=self.settings.keep_alive)
@@ -194,7 +203,8 @@ class Lanes:
                 code="model_budget_exceeded", retry=False)
         while self._over_budget(entry):
             now = time.monotonic()
-            idle = sorted((lane for lane in self.loaded.values() if lane.idle_for(now) >= self.grace),
+            idle = sorted((lane for lane in self.loaded.values()
+                           if lane.idle_for(now) >= min(self.grace, ROOM_GRACE)),
                           key=lambda lane: lane.idle_for(now), reverse=True)
             if idle:
                 await self._unload(idle[0], "to make room for " + entry.id)

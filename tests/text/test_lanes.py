@@ -244,3 +244,19 @@ def test_too_many_requests_waiting_for_loads_get_429(catalog):
                                             ("1h30m", 5400.0), (-1, float("inf")), ("-5m", float("inf")), (0, 0.0)])
 def test_keep_alive_reads_as_ollama_reads_it(given, seconds):
     assert keep_alive_seconds(given, 300.0) == seconds
+
+
+def test_two_loads_at_once_take_the_room_of_one_each_in_turn(catalog):
+    c = catalog(max_loaded_models=2)   # the default and one more
+    c.gates["alpha"], c.gates["beta"] = threading.Event(), threading.Event()
+    answers: list[str] = []
+    asks = [threading.Thread(target=lambda m=m: answers.append(c.ask(m))) for m in ("alpha", "beta")]
+    for t in asks:
+        t.start()
+    wait_until(lambda: c.text.lanes._waiting == 2, "both wait for their loads")
+    c.gates["alpha"].set()
+    c.gates["beta"].set()
+    for t in asks:
+        t.join(30)
+    assert sorted(answers) == ["I am alpha.", "I am beta."]
+    assert len(c.loaded()) == 1 and len(c.closed) == 1   # never both at once beyond the budget
