@@ -14,6 +14,7 @@ those it has), a disk too small for what is missing."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -132,28 +133,27 @@ def _endpoint() -> str | None:
     return os.environ.get("HF_ENDPOINT") or None
 
 
-class _Progress:
-    """A tqdm that also tells the log every tenth of a file (the console bar is lost in a service's log)."""
+@functools.cache
+def _logged_progress() -> Any:
+    """A tqdm that also tells the log every tenth of a file (the console bar is lost in a service's
+    log); made once, on the first fetch (tqdm is imported only then)."""
+    from tqdm.auto import tqdm  # type: ignore[import-untyped]
 
-    @staticmethod
-    def make() -> Any:
-        from tqdm.auto import tqdm  # type: ignore[import-untyped]
+    class Logged(tqdm):
+        def __init__(self, *args: Any, **kwargs: Any):
+            super().__init__(*args, **kwargs)
+            self._told = -1
 
-        class Logged(tqdm):
-            def __init__(self, *args: Any, **kwargs: Any):
-                super().__init__(*args, **kwargs)
-                self._told = -1
+        def update(self, n: float | None = 1) -> bool | None:
+            shown = super().update(n)
+            if self.total:
+                tenth = int(10 * self.n / self.total)
+                if tenth > self._told:
+                    self._told = tenth
+                    log.info("Fetching %s: %d%% of %.1f MB", self.desc or "model", 10 * tenth, self.total / 1e6)
+            return shown
 
-            def update(self, n: float | None = 1) -> bool | None:
-                shown = super().update(n)
-                if self.total:
-                    tenth = int(10 * self.n / self.total)
-                    if tenth > self._told:
-                        self._told = tenth
-                        log.info("Fetching %s: %d%% of %.1f MB", self.desc or "model", 10 * tenth, self.total / 1e6)
-                return shown
-
-        return Logged
+    return Logged
 
 
 def _listing(ref: Reference, cache_dir: Path | None) -> tuple[list[str], dict[str, int], str | None]:
@@ -219,7 +219,7 @@ def fetch(ref: Reference, *, cache_dir: Path | None = None) -> Fetched:
             # The repo's main revision, by name: the cache records which commit that was, for offline use.
             paths.append(Path(hf_hub_download(ref.repo, name, cache_dir=cache_dir,
                                               endpoint=_endpoint(), local_files_only=_offline() or commit is None,
-                                              tqdm_class=_Progress.make())))
+                                              tqdm_class=_logged_progress())))
         except Exception as e:  # noqa: BLE001 - as in _listing: the hub library's errors, its HTTP library's
             raise HubError(f"Fetching {name} of {ref.repo} failed ({type(e).__name__}: {str(e)[:200]}); run again "
                            "to resume.") from None

@@ -184,8 +184,13 @@ class Lanes:
         path = getattr(self.default.host, "path", None)
         return path.stat().st_size if isinstance(path, Path) and path.exists() else 0
 
+    @property
+    def _budget(self) -> float:
+        """Bytes the loaded models' files may take (0: no bound but their count)."""
+        return self.settings.models_memory_mb * 1e6
+
     def _over_budget(self, entry: Entry) -> bool:
-        budget = self.settings.models_memory_mb * 1e6
+        budget = self._budget
         used = sum(lane.entry.size for lane in self.loaded.values()) + entry.size + self._default_size()
         too_many = len(self.loaded) + 1 > max(0, self.settings.max_loaded_models - 1)   # the default counts
         return too_many or (budget > 0 and used > budget)
@@ -194,7 +199,7 @@ class Lanes:
         """Unloads idle models, least recently used first, until ``entry`` fits; waits while the
         models in the way are busy. A model that cannot fit even alone is refused."""
         alone = entry.size + self._default_size()
-        budget = self.settings.models_memory_mb * 1e6
+        budget = self._budget
         if self.settings.max_loaded_models < 2 or (budget > 0 and alone > budget):
             raise ServiceUnavailableError(
                 f"The model {entry.id} ({entry.size / 1e6:.0f} MB) does not fit beside the default model: "
