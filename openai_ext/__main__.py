@@ -120,7 +120,8 @@ def serve(args: argparse.Namespace) -> int:
     def make_host(path, alias=None, mmproj=None):
         return LlamaCppHost(path, alias=alias, n_ctx=settings.n_ctx, n_threads=settings.n_threads,
                             n_gpu_layers=settings.n_gpu_layers, parallel=settings.parallel, repack=settings.repack,
-                            flash_attn=settings.flash_attn, mmproj=mmproj)
+                            flash_attn=settings.flash_attn, mmproj=mmproj, speculation=settings.speculation,
+                            draft_max=settings.draft_max)
 
     try:
         sockets = bind_all(settings)   # first: a taken port is told before the model loads

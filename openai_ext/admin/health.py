@@ -60,6 +60,9 @@ def router(text: TextService, store: StoreHealth | None) -> APIRouter:
         cells = host.kv_cells() if loaded else None
         if cells is not None:
             body["kv_cells"] = cells
+        sequences = host.sequences() if loaded else None
+        if sequences is not None:   # (a request "running" above may wait here for cells)
+            body["sequences"] = sequences
         return JSONResponse(body, status_code=200 if body["status"] == "ok" else 503)
 
     return r

@@ -43,8 +43,10 @@ class Settings(BaseSettings):
                                             "one request may use all of it; 0 uses the model's own.")
     n_threads: int | None = Field(None, ge=1, description="Standalone: decode threads, fixed (default: the CPUs that other processes leave free, checked every second).")
     n_gpu_layers: int = Field(0, description="Standalone: layers offloaded to a GPU, if llama.cpp was built for one.")
-    parallel: int = Field(4, ge=1, le=64, description="Standalone: generations run at once, as sequences of one batch "
-                                                     "sharing the n_ctx cells; more wait in line.")
+    parallel: int = Field(16, ge=1, le=64, description="Standalone: generations run at once, as sequences of one batch "
+                                                      "sharing the n_ctx cells (as many as the free cells take); more wait in line.")
+    speculation: Literal["ngram", "off"] = Field("ngram", description="Standalone: speculative decoding. ngram: a generation drafts the tokens that followed the last place its own context held its last three tokens, checked in the same step (prompt lookup; the output is what it would have been without); off: one token a step.")
+    draft_max: int = Field(16, ge=1, le=64, description="Standalone: most tokens one speculative draft holds.")
     flash_attn: Literal["auto", "on", "off"] = Field("auto", description="Standalone: flash attention. auto: on with several parallel sequences (one stream stays fast beside others' cached cells), off with parallel 1 (the same request gives the same answer).")
     repack: Literal["auto", "on", "off"] = Field("auto", description="Standalone: llama.cpp's extra CPU buffer types (weight repacking; Intel AMX). auto: on unless a test decode in a child process crashes with them (run once per model, llama.cpp build and CPU); on, off: forced.")
     truncate_prompt: bool = Field(False, description="Cut prompts that do not fit the context instead of answering 400.")

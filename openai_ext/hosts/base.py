@@ -199,6 +199,11 @@ class Host(ABC):
         """KV cache cells in use and in all ({"used", "total"}), where the host can tell."""
         return None
 
+    def sequences(self) -> dict[str, int] | None:
+        """Where the host batches: its sequences running, those waiting for a slot or for cells,
+        and the most that may run ({"running", "waiting", "slots"})."""
+        return None
+
     def image_model(self) -> Any:
         """An image model the host has loaded beside its text model (the web UI's Image tab:
         hosts/textgen/images.WebUiImages), or None."""

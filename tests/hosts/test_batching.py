@@ -139,6 +139,7 @@ def test_health_counts_the_requests_that_run_together(batched, batch_host):
     health = httpx.get(f"{batched.url.removesuffix('/v1')}/health", timeout=10).json()
     seen = len(log.events)
     assert health["running"] == 2 and health["queued"] == 0
+    assert health["sequences"] == {"running": 2, "waiting": 0, "slots": 8}   # none waiting for cells
     for f in futures:
         f.result()
     assert ("a", "done") not in log.events[:seen] and ("b", "done") not in log.events[:seen]

@@ -67,7 +67,7 @@ def test_a_prompt_of_three_quarters_of_the_context_is_served_at_default_settings
         default_host, make_server):
     server = make_server(default_host)
     n_ctx = default_host.context_length()
-    assert n_ctx == 8192 and default_host.parallel == 4     # the model's whole context, for each request
+    assert n_ctx == 8192 and default_host.parallel == 16    # the model's whole context, for each request
     assert default_host.flash_attn                           # several sequences: the cells of others skipped
     log = Log()
     other = in_thread(stream, server, "other", log, {"max_tokens": 400, "temperature": 0, "ban_eos_token": True,
@@ -165,4 +165,32 @@ def test_when_the_running_sequences_outgrow_the_cache_the_youngest_pauses_and_fi
     assert log.last("older", "token") > log.index("younger", "token")
     # and its text is what it would have been alone: reading it again changed nothing but timing
     assert_same_greedy_answer(generate(small_host, f"{LONG} The second one.", settings), younger_pieces)
+    assert_cells_follow_llama_cpp(small_host)
+
+
+def test_a_short_request_starts_while_a_long_one_waits_for_room_and_health_shows_the_wait(small_host):
+    log = Log()
+    running = GREEDY.replace(max_new_tokens=300, samplers={"ban_eos_token": True})
+
+    def run(who, text, settings):
+        pieces = []
+        for piece in small_host.generate(prompt(small_host, text), settings, threading.Event()):
+            log.add(who, "token")
+            pieces.append(piece)
+        log.add(who, "done")
+        return pieces
+
+    before = small_host.batch_stats()["passed"]
+    first = in_thread(run, "first", LONG, running)
+    until(lambda: log.events.count(("first", "token")) >= 200, "the first one 200 tokens on")
+    big = in_thread(run, "big", long_text(small_host, 850), GREEDY.replace(max_new_tokens=8))
+    until(lambda: small_host.sequences()["waiting"] == 1, "the long prompt waiting for room")
+    assert small_host.sequences() == {"running": 1, "waiting": 1, "slots": 2}
+    short = in_thread(run, "short", "Say hello.", GREEDY.replace(max_new_tokens=4))
+    short.result()
+    first.result(), big.result()
+    # the short one went past the one waiting, while the first still ran; the long one still
+    # started as soon as the first had finished
+    assert log.index("short", "done") < log.index("first", "done") < log.index("big", "token")
+    assert small_host.batch_stats()["passed"] == before + 1
     assert_cells_follow_llama_cpp(small_host)

@@ -27,6 +27,7 @@ from . import probe
 from .batch import Closed, Scheduler
 from .context import PREFILL_CHUNK, Runtime, uses_flash_attn
 from .sampling import SAMPLERS, Detokenizer
+from .speculate import PromptLookup, Tally
 from .threads import Threads
 from .vision import Media, Vision
 from .work import END, OUTBOX, Generation, NextToken, Scoring, Work
@@ -70,12 +71,15 @@ class LlamaCppHost(Host):
 
     def __init__(self, model_path: str | os.PathLike, *, alias: str | None = None, n_ctx: int = 0,
                  n_threads: int | None = None, n_gpu_layers: int = 0, parallel: int = 1, repack: str = "auto",
-                 flash_attn: str = "auto", mmproj: str | os.PathLike | None = None):
+                 flash_attn: str = "auto", mmproj: str | os.PathLike | None = None, speculation: str = "ngram",
+                 draft_max: int = 16):
         path = Path(model_path)
         if not path.is_file():
             raise FileNotFoundError(f"No GGUF file at {path}")
         if parallel < 1:
             raise ValueError("parallel must be at least 1")
+        if speculation not in ("ngram", "off"):
+            raise ValueError(f"speculation must be ngram or off, not {speculation!r}")
         self.buffers = probe.choose(path, repack, n_threads=n_threads, n_gpu_layers=n_gpu_layers)
         log.info("%s", self.buffers.line())
         # The model and its context: what the works of the batch are handed, freed by close().
@@ -87,6 +91,8 @@ class LlamaCppHost(Host):
         self.created = int(path.stat().st_mtime)
         self.metadata = rt.model.metadata()
         self.parallel = parallel
+        self.speculation, self.draft_max = speculation, draft_max
+        self.tally = Tally()
         self.flash_attn = uses_flash_attn(flash_attn, parallel)
         self._grammar_ok: dict[str, bool] = {}
         fim = [L.llama_vocab_fim_pre(v), L.llama_vocab_fim_suf(v), L.llama_vocab_fim_mid(v)]
@@ -247,7 +253,8 @@ class LlamaCppHost(Host):
         s = settings.replace(max_new_tokens=min(settings.max_new_tokens, room))
         media = self._media(prompt)
         try:
-            work = Generation(self.runtime, prompt.tokens, s, stop_event)
+            lookup = PromptLookup(self.draft_max, self.tally) if self.speculation == "ngram" else None
+            work = Generation(self.runtime, prompt.tokens, s, stop_event, lookup)
         except BaseException:
             if media is not None:
                 media.close()
@@ -354,8 +361,14 @@ class LlamaCppHost(Host):
                 "extra_cpu_buffers": self.buffers.extra_buffers, "flash_attn": self.flash_attn,
                 "mmproj": self.vision.path.name if self.vision is not None else None,
                 "batch": self.batch_stats(),
+                "speculation": {"mode": self.speculation, "draft_max": self.draft_max,
+                                "recent": self.tally.recent()},
                 "threads": {"generation": self.threads.gen, "batch": self.threads.batch,
                             "adaptive": self.threads.adaptive}}
+
+    def sequences(self) -> dict[str, int]:
+        counts = self._sched.counts()
+        return {"running": counts["running"], "waiting": counts["waiting"], "slots": counts["slots"]}
 
     def kv_cells(self) -> dict[str, int]:
         counts = self._sched.counts()

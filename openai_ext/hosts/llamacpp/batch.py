@@ -30,10 +30,9 @@ from collections import deque
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
-import numpy as np
-
 from .cells import Cells, Slot, common_prefix
-from .vision import image_at, to_image
+from .plan import Part, fill, plan_step
+from .vision import image_at
 from .work import Work
 
 log = logging.getLogger(__name__)
@@ -49,6 +48,9 @@ class Stats:
     most_running: int = 0
     preempted: int = 0          # sequences that gave their cells back to let the others go on
     evicted: int = 0            # cached prefixes dropped to make room
+    drafted: int = 0            # tokens drafted by speculation and checked
+    accepted: int = 0           # drafted tokens the model agreed with
+    passed: int = 0             # newcomers let in before one that waited for room
 
 
 class Closed(RuntimeError):
@@ -64,6 +66,10 @@ class Scheduler:
     # Cells kept free for each running sequence's next steps when a newcomer is let in, so that
     # a newcomer rarely has to be preempted as soon as it started.
     HEADROOM = 16
+    # A newcomer with a prompt of at most this many tokens may start before a work that waits
+    # for room; each waiting work lets at most MAX_PASSES do so, so it is never starved.
+    SHORT_PASS = 1024
+    MAX_PASSES = 64
 
     def __init__(self, L: Any, ctx: Any, *, slots: int, n_batch: int, cells: int, prefill_chunk: int,
                  before_step: Callable[[], None] = lambda: None):
@@ -151,20 +157,32 @@ class Scheduler:
                 self._retire(work)
 
     def _take_waiting(self) -> None:
-        """Gives waiting works their slots, first come first served (called under the lock)."""
-        while self._waiting:
-            work = self._waiting[0]
+        """Gives waiting works their slots, first come first served, except that a short prompt
+        may go before one that waits for room in the cache (a chat is not held up for minutes
+        behind a long prompt that waits for others to finish); one that waits is passed by at
+        most ``MAX_PASSES`` (called under the lock)."""
+        held_up: Work | None = None   # the first work left waiting for room
+        for work in list(self._waiting):
             if work.halted() or work.done:
-                self._waiting.popleft()
+                self._waiting.remove(work)
                 work.done = True
                 self._retire(work)
                 continue
             free = [s for s in self.slots if s.work is None]
-            if not free or not self._place(work, free):
+            if not free:
                 return
-            self._waiting.popleft()
+            if held_up is not None and (work.end() > self.SHORT_PASS or held_up.passed >= self.MAX_PASSES):
+                continue
+            if not self._place(work, free):
+                if held_up is None:
+                    held_up = work
+                continue
+            self._waiting.remove(work)
             self._running.append(work)
             self.stats.most_running = max(self.stats.most_running, len(self._running))
+            if held_up is not None:
+                held_up.passed += 1
+                self.stats.passed += 1
 
     def _runnable(self) -> bool:
         return any(w.done or w.halted() or w.ready() for w in self._running)
@@ -260,11 +278,11 @@ class Scheduler:
             self._leave()
             plan = self._plan()
             # The generating sequences need a cell each; when they do not fit, room is made
-            while plan and sum(count for _, _, count in plan) > self.cells.free and self._make_room():
+            while plan and sum(p.count for p in plan) > self.cells.free and self._make_room():
                 plan = self._plan()
         if not plan:
             return
-        n = self._fill(plan)
+        n = fill(self._batch, plan)
         self._before_step()
         rc = self._L.llama_decode(self._ctx, self._batch)
         self.stats.steps += 1
@@ -278,7 +296,7 @@ class Scheduler:
             error = RuntimeError(f"llama_decode failed ({rc}) on a batch of {n} tokens")
             log.error("%s", error)
             with self._cond:
-                for work, _, _ in plan:
+                for work in (p.work for p in plan):
                     work.fail(error)
                     if work.slot is not None:   # its cells may be half written: none are kept
                         self._L.llama_memory_seq_rm(self._mem, work.slot.id, -1, -1)
@@ -287,14 +305,27 @@ class Scheduler:
                 self._leave()
             return
         self.stats.decoded += n
-        for work, first, count in plan:
-            self.stats.prompt_tokens += max(0, min(work.n_past + count, work.prompt_len) - work.n_past)
-            self.cells.grow(work.slot.id, count)
-            work.n_past += count
+        for p in plan:
+            work = p.work
+            self.stats.prompt_tokens += max(0, min(work.n_past + p.real, work.prompt_len) - work.n_past)
+            self.cells.grow(work.slot.id, p.count)
+            work.n_past += p.real
             if work.every_logit or work.n_past >= work.end():
-                work.produce(first, count)
+                accepted = work.produce(p.first, p.real, p.draft)
+                if p.draft:
+                    self._checked(work, len(p.draft), accepted)
         with self._cond:
             self._leave()
+
+    def _checked(self, work: Work, drafted: int, accepted: int) -> None:
+        """The drafted tokens a sequence accepted are its own now (their cells stay); the cells
+        of the rest are dropped."""
+        self.stats.drafted += drafted
+        self.stats.accepted += accepted
+        work.n_past += accepted
+        if accepted < drafted:
+            self._L.llama_memory_seq_rm(self._mem, work.slot.id, work.n_past, -1)
+            self.cells.cut(work.slot.id, work.n_past)
 
     def _read_images(self) -> None:
         """Sequences whose prompt has reached an image read it now, one at a time, the others waiting
@@ -355,46 +386,6 @@ class Scheduler:
                  "be read again", self.cells.capacity, len(self._running) + 1, held)
         return True
 
-    def _plan(self) -> list[tuple[Work, int, int]]:
-        """(work, first batch index, token count) for this step, in slot order."""
-        active = [w for w in self._running if w.ready() and w.n_past < w.end() and image_at(w) is None]
-        generating = [w for w in active if w.end() - w.n_past == 1]
-        reading = sorted((w for w in active if w.end() - w.n_past > 1), key=lambda w: w.order)
-        # With nothing generating, a prompt is read as fast as the batch allows; else a chunk per
-        # step, never none, so a newcomer always moves on.
-        budget = self.n_batch - len(generating)
-        if generating:
-            budget = min(budget, max(self.prefill_chunk - len(generating), 16))
-        budget = min(budget, self.cells.free - len(generating))   # prompts read as far as cells allow
-        counts = {id(w): 1 for w in generating}
-        for w in reading:
-            if budget <= 0:
-                break
-            take = min(budget, w.end() - w.n_past, to_image(w))
-            counts[id(w)] = take
-            budget -= take
-        chosen = sorted((w for w in active if id(w) in counts), key=lambda w: w.slot.id)
-        plan, first = [], 0
-        for w in chosen:
-            plan.append((w, first, counts[id(w)]))
-            first += counts[id(w)]
-        return plan
-
-    def _fill(self, plan: list[tuple[Work, int, int]]) -> int:
-        b = self._batch
-        n = sum(count for _, _, count in plan)
-        token = np.ctypeslib.as_array(b.token, shape=(n,))
-        pos = np.ctypeslib.as_array(b.pos, shape=(n,))
-        n_seq = np.ctypeslib.as_array(b.n_seq_id, shape=(n,))
-        logits = np.ctypeslib.as_array(b.logits, shape=(n,))
-        n_seq[:] = 1
-        for work, first, count in plan:
-            token[first:first + count] = work.tokens[work.n_past:work.n_past + count]
-            pos[first:first + count] = np.arange(work.n_past, work.n_past + count)
-            logits[first:first + count] = 1 if work.every_logit else 0
-            if work.n_past + count >= work.end():
-                logits[first + count - 1] = 1
-            for i in range(first, first + count):
-                b.seq_id[i][0] = work.slot.id
-        b.n_tokens = n
-        return n
+    def _plan(self) -> list[Part]:
+        return plan_step(self._running, n_batch=self.n_batch, prefill_chunk=self.prefill_chunk,
+                         free_cells=self.cells.free)

@@ -20,6 +20,7 @@ from ..base import Piece, TokenLogprob
 from ..request import GenerationSettings
 from .context import Runtime
 from .sampling import Constrained, Detokenizer, Options, logit_biases, sampler_chain
+from .speculate import PromptLookup
 from .vision import Media
 
 # Pieces a generation may produce ahead of its reader.
@@ -41,6 +42,7 @@ class Work:
         self.slot: Any = None    # the scheduler's Slot it runs in, while it runs
         self.done = False
         self.order = 0
+        self.passed = 0          # newcomers that started while it waited for room
         self.media: Media | None = None   # a vision prompt's images (their tokens are runs of negative ids)
 
     def end(self) -> int:
@@ -57,9 +59,16 @@ class Work:
     def halt(self) -> None:
         """Asks it to end at the next step (stop_all)."""
 
-    def produce(self, first: int, count: int) -> None:
+    def draft(self, limit: int) -> list[int]:
+        """Up to ``limit`` tokens this generating sequence guesses come next, for the step to check
+        beside its next token (llamacpp/speculate.py); none by default."""
+        return []
+
+    def produce(self, first: int, count: int, draft: list[int]) -> int:
         """The logits of this step's tokens are outputs first..first+count-1 (only the last one
-        unless ``every_logit``)."""
+        unless ``every_logit``), followed by one for each token of ``draft``, drafted after them.
+        Returns how many drafted tokens it accepted (appended to ``tokens``, in order)."""
+        return 0
 
     def fail(self, error: BaseException) -> None:
         self.done = True
@@ -79,8 +88,10 @@ END = _End()
 
 
 class Generation(Work):
-    def __init__(self, rt: Runtime, tokens: list[int], s: GenerationSettings, stop_event: threading.Event):
+    def __init__(self, rt: Runtime, tokens: list[int], s: GenerationSettings, stop_event: threading.Event,
+                 lookup: PromptLookup | None = None):
         super().__init__(list(tokens))
+        self.lookup = lookup
         self.rt = rt
         self.max_new = s.max_new_tokens
         self.top = s.logprobs
@@ -116,14 +127,36 @@ class Generation(Work):
     def halt(self) -> None:
         self._halt = True
 
-    def produce(self, first: int, count: int) -> None:
+    def draft(self, limit: int) -> list[int]:
+        budget = min(limit, self.max_new - self.produced - 1)
+        if self.lookup is None or self.forced or budget <= 0 or self.halted():
+            return []
+        return self.lookup.draft(self.tokens, budget)
+
+    def produce(self, first: int, count: int, draft: list[int]) -> int:
+        at = first + count - 1
+        accepted = 0
+        # Each drafted position is sampled as the next step would have sampled it: the draft is
+        # kept while it is what the samplers chose (llamacpp/speculate.py).
+        for i in range(len(draft) + 1):
+            token = self._next(at + i)
+            if token is None or self.done or self.forced or i == len(draft) or token != draft[i]:
+                break
+            accepted += 1
+        if draft and self.lookup is not None:
+            self.lookup.checked(len(draft), accepted)
+        return accepted
+
+    def _next(self, at: int) -> int | None:
+        """Samples and sends the token after decoder output ``at``: the token, None when the
+        generation ended instead."""
         if self.halted():   # checked between every two tokens, as the reader expects
             self.done = True
-            return
-        at = first + count - 1
+            return None
         if self.forced:
-            self._emit(self.forced.popleft(), "", at)
-            return
+            forced = self.forced.popleft()
+            self._emit(forced, "", at)
+            return forced
         while True:
             token = self.rt.L.llama_sampler_sample(self.sampler, self.rt.ctx, at) if self.guide is None \
                 else self.guide.sample(at)
@@ -131,7 +164,7 @@ class Generation(Work):
                 # (None: the grammar allows no token that the request did not ban)
                 self.out.put(Piece(self.text_of.flush(), tokens=0, finish_reason="stop"))
                 self.done = True
-                return
+                return None
             text = self.text_of.push(token)
             tokens = [token]
             cut = self.guide.watch(token, text) if self.guide is not None else None
@@ -144,6 +177,7 @@ class Generation(Work):
             # chooses from the same logits)
         self._emit(tokens[0], text, at)
         self.forced.extend(tokens[1:])
+        return tokens[0]
 
     def _emit(self, token: int, text: str, at: int) -> None:
         lp = self.rt.logprob(at, token, self.top) if self.top is not None else None
@@ -161,6 +195,8 @@ class Generation(Work):
 
     def retire(self) -> None:
         self.out.put(END)
+        if self.lookup is not None:
+            self.lookup.finished(self.produced)
         self.rt.L.llama_sampler_free(self.sampler)
         if self.media is not None:
             self.media.close()
@@ -204,13 +240,14 @@ class Scoring(_Answered):
     def end(self) -> int:
         return len(self.tokens) - 1   # the last token predicts nothing that is asked for
 
-    def produce(self, first: int, count: int) -> None:
+    def produce(self, first: int, count: int, draft: list[int]) -> int:
         start = self.n_past - count
         del self.scores[start:]   # (read again after a preemption)
         for i in range(count):
             self.scores.append(self.rt.logprob(first + i, self.tokens[start + i + 1], self.top))
         if self.n_past >= self.end():
             self.done = True
+        return 0
 
 
 class NextToken(_Answered):
@@ -222,9 +259,10 @@ class NextToken(_Answered):
         self.rt, self.top = rt, top
         self.best: list[tuple[int, float]] = []
 
-    def produce(self, first: int, count: int) -> None:
+    def produce(self, first: int, count: int, draft: list[int]) -> int:
         logits = self.rt.logits(first + count - 1)
         probs = np.exp(logits - logits.max())
         probs /= probs.sum()
         self.best = [(int(t), float(probs[t])) for t in np.argsort(-probs)[:self.top]]
         self.done = True
+        return 0

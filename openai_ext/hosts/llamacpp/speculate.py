@@ -1,0 +1,92 @@
+"""Speculative decoding for the embedded host: prompt lookup.
+
+A generating sequence proposes the tokens that followed the last place its own context (prompt
+and output so far) held the same last few tokens: an agent that quotes a file it edits, or a
+model that repeats a name, goes on as it went before. The batch decodes the proposal together with
+the sequence's next token in one step, and the sequence samples at each drafted position in turn,
+exactly as it would have sampled one step at a time, accepting drafted tokens while they are what
+it sampled (llamacpp/work.py). So the output is the one it would have been without the draft (the
+same tokens where greedy, the same distribution where sampled: every token is still drawn from the
+model's own distribution given the tokens before it), and a draft only saves steps. llama.cpp's
+server checks its drafts the same way.
+
+A draft costs a step some time where it is wrong, so a sequence whose drafts miss drafts less
+often: after a draft of which nothing was accepted it skips the next one, then two, four, up to
+``MAX_SKIP``; any accepted token ends the pause.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from typing import Any
+
+# Tokens that must match for a proposal: three keeps chance matches in prose rare.
+NGRAM = 3
+MAX_SKIP = 16
+
+
+class Tally:
+    """What speculation did for the last generations (the model info shows it)."""
+
+    def __init__(self, keep: int = 16):
+        self._recent: deque[dict[str, int]] = deque(maxlen=keep)
+        self._lock = threading.Lock()
+
+    def add(self, tokens: int, drafted: int, accepted: int) -> None:
+        with self._lock:
+            self._recent.append({"tokens": tokens, "drafted": drafted, "accepted": accepted})
+
+    def recent(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return list(self._recent)
+
+
+class PromptLookup:
+    """Drafts for one sequence from its own tokens. Keeps an index of every ``NGRAM`` tokens to
+    where they last stood, extended as the sequence grows, so a draft costs the new tokens only."""
+
+    def __init__(self, most: int, tally: Tally | None = None):
+        self.most, self.tally = most, tally
+        self._where: dict[tuple[int, ...], int] = {}   # n-gram -> index of the token after its last place
+        self._seen = 0                                   # tokens whose n-grams are indexed
+        self._skip = 0                                   # drafts to pass over after misses
+        self._pause = 0
+        self.drafted = 0
+        self.accepted = 0
+
+    def draft(self, tokens: list[int], limit: int) -> list[int]:
+        """Up to ``limit`` tokens that may follow ``tokens``; none when nothing matches."""
+        n = len(tokens)
+        # index the n-grams that have a token after them (the last n-gram has none yet)
+        for i in range(max(self._seen, NGRAM), n):
+            gram = tuple(tokens[i - NGRAM:i])
+            if gram[-1] >= 0:   # (an image's tokens are negative ids: no text to repeat)
+                self._where[gram] = i
+        self._seen = n
+        if self._pause:
+            self._pause -= 1
+            return []
+        at = self._where.get(tuple(tokens[n - NGRAM:])) if n > NGRAM else None
+        if at is None:
+            return []
+        draft = tokens[at:at + min(limit, self.most)]
+        for i, t in enumerate(draft):
+            if t < 0:
+                return draft[:i]
+        return draft
+
+    def checked(self, drafted: int, accepted: int) -> None:
+        """What came of the last draft."""
+        self.drafted += drafted
+        self.accepted += accepted
+        if accepted:
+            self._skip = 0
+        else:
+            self._skip = min(max(1, self._skip * 2), MAX_SKIP)
+            self._pause = self._skip
+
+    def finished(self, tokens: int) -> None:
+        """The generation ended after ``tokens`` tokens."""
+        if self.tally is not None:
+            self.tally.add(tokens, self.drafted, self.accepted)

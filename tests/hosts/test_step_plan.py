@@ -1,0 +1,112 @@
+"""What one step of the embedded host's batch decodes (llamacpp/plan.py) and what a sequence
+drafts for it (llamacpp/speculate.py), on works that stand for sequences."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from openai_ext.hosts.llamacpp.plan import LEAST_READ, SHORT_PROMPT, plan_step
+from openai_ext.hosts.llamacpp.speculate import MAX_SKIP, PromptLookup, Tally
+
+
+class Seq:
+    """A running sequence as the plan sees it: ``left`` tokens to decode (1: generating)."""
+
+    def __init__(self, slot: int, order: int, left: int, draft: list[int] | None = None, ready: bool = True):
+        self.slot, self.order = SimpleNamespace(id=slot), order
+        self.tokens = [1] * (10 + left)
+        self.n_past = 10
+        self.media = None
+        self._draft, self._ready = draft or [], ready
+
+    def end(self) -> int:
+        return len(self.tokens)
+
+    def ready(self) -> bool:
+        return self._ready
+
+    def draft(self, limit: int) -> list[int]:
+        return self._draft[:limit]
+
+
+def shares(parts) -> dict[int, tuple[int, int]]:
+    return {p.work.slot.id: (p.count, len(p.draft)) for p in parts}
+
+
+def test_a_short_prompt_is_read_before_long_ones_that_came_first():
+    long1, long2 = Seq(0, 1, 6000), Seq(1, 2, 6000)
+    short = Seq(2, 3, 12)
+    parts = plan_step([long1, long2, short], n_batch=512, prefill_chunk=128, free_cells=8000)
+    got = shares(parts)
+    assert got[2] == (12, 0)                         # the whole short prompt, this step
+    assert got[0] == (500, 0) and 1 not in got       # the rest to the oldest long one
+    assert [p.first for p in parts] == [0, 500]      # in slot order, one after the other
+
+
+def test_long_prompts_are_read_first_come_first_served_and_never_stall_the_generating():
+    gen = [Seq(i, i, 1) for i in range(3)]
+    long1, long2 = Seq(3, 10, SHORT_PROMPT + 1), Seq(4, 11, 5000)
+    got = shares(plan_step(gen + [long2, long1], n_batch=512, prefill_chunk=128, free_cells=8000))
+    assert all(got[i] == (1, 0) for i in range(3))   # a token for each generating sequence
+    assert got[3] == (125, 0) and 4 not in got       # a chunk of what remains, to the first to come
+
+
+def test_a_prompt_always_gets_a_least_share_beside_many_generating():
+    gen = [Seq(i, i, 1) for i in range(200)]
+    got = shares(plan_step(gen + [Seq(200, 300, 4000)], n_batch=512, prefill_chunk=128, free_cells=8000))
+    assert got[200] == (LEAST_READ, 0)
+
+
+def test_drafts_ride_with_their_sequence_within_the_batch_and_the_cells():
+    drafting = Seq(0, 1, 1, draft=[5, 6, 7, 8])
+    other = Seq(1, 2, 1, draft=[9, 9])
+    got = shares(plan_step([drafting, other], n_batch=512, prefill_chunk=128, free_cells=8000))
+    assert got == {0: (5, 4), 1: (3, 2)}
+    # a full cache: each sequence its own token first, drafts only in what is left
+    got = shares(plan_step([drafting, other], n_batch=512, prefill_chunk=128, free_cells=4))
+    assert got == {0: (3, 2), 1: (1, 0)}
+    # a prompt being read keeps its least share: drafts take only what lies beyond it
+    reader = Seq(2, 3, 1000)
+    got = shares(plan_step([drafting, reader], n_batch=1 + LEAST_READ + 2, prefill_chunk=128, free_cells=8000))
+    assert got == {0: (3, 2), 2: (LEAST_READ, 0)}
+
+
+def test_a_sequence_whose_reader_is_behind_sits_out_the_step():
+    got = shares(plan_step([Seq(0, 1, 1, ready=False), Seq(1, 2, 1)], n_batch=512, prefill_chunk=128,
+                           free_cells=100))
+    assert got == {1: (1, 0)}
+
+
+def test_prompt_lookup_drafts_what_followed_the_last_place_of_the_last_three_tokens():
+    lookup = PromptLookup(most=4)
+    tokens = [1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3]
+    assert lookup.draft(tokens, 10) == [4, 5, 6, 7]          # at most ``most``
+    assert lookup.draft(tokens, 2) == [4, 5]                 # and at most what the step allows
+    tokens += [4, 9, 9, 1, 2, 3]
+    assert lookup.draft(tokens, 10) == [4, 9, 9, 1]          # the latest place, from the index kept
+    assert PromptLookup(4).draft([1, 2, 3, 4, 5], 10) == []  # nothing repeats
+    assert PromptLookup(4).draft([1, 2], 10) == []
+
+
+def test_a_draft_stops_before_an_image():
+    tokens = [1, 2, 3, 4, -7, -7, 5, 1, 2, 3]
+    assert PromptLookup(8).draft(tokens, 10) == [4]
+
+
+def test_drafts_that_miss_pause_drafting_longer_each_time_and_a_hit_ends_the_pause():
+    tally = Tally()
+    lookup = PromptLookup(most=4, tally=tally)
+    tokens = [1, 2, 3, 4, 1, 2, 3]
+    skipped = []
+    for _ in range(6):
+        assert lookup.draft(tokens, 10)
+        lookup.checked(4, 0)
+        n = 0
+        while not lookup.draft(tokens, 10):   # (the draft that ends the pause is left unchecked)
+            n += 1
+        skipped.append(n)
+    assert skipped == [1, 2, 4, 8, 16, MAX_SKIP]
+    lookup.checked(4, 2)
+    assert lookup.draft(tokens, 10)                           # drafting again at once
+    lookup.finished(20)
+    assert tally.recent() == [{"tokens": 20, "drafted": 28, "accepted": 2}]
