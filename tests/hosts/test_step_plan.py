@@ -110,3 +110,17 @@ def test_drafts_that_miss_pause_drafting_longer_each_time_and_a_hit_ends_the_pau
     assert lookup.draft(tokens, 10)                           # drafting again at once
     lookup.finished(20)
     assert tally.recent() == [{"tokens": 20, "drafted": 28, "accepted": 2}]
+
+
+def test_a_draft_grows_while_it_is_all_accepted_and_shrinks_to_the_run_that_was():
+    lookup = PromptLookup(most=16)
+    tokens = list(range(40)) + list(range(3))          # what follows 0 1 2 is 3 4 5 ...
+    assert len(lookup.draft(tokens, 64)) == 4          # the first draft is short
+    lookup.checked(4, 4)
+    assert len(lookup.draft(tokens, 64)) == 8          # all accepted: twice as long
+    lookup.checked(8, 8)
+    assert len(lookup.draft(tokens, 64)) == 16         # up to ``most``
+    lookup.checked(16, 16)
+    assert len(lookup.draft(tokens, 64)) == 16
+    lookup.checked(16, 2)
+    assert len(lookup.draft(tokens, 64)) == 3          # the run that was accepted, and one more

@@ -17,6 +17,7 @@ class Machine:
     def __init__(self, monkeypatch):
         self.t, self.busy, self.total, self.own = 0.0, 0, 0, 0
         monkeypatch.setattr(lt, "usable_cpus", lambda: {0, 1, 2, 3})
+        monkeypatch.setattr(lt, "cores", lambda cpus: 2)   # two cores of two hardware threads each
         monkeypatch.setattr(lt, "_cpu_ticks", lambda cpus: (self.busy, self.total))
         monkeypatch.setattr(lt, "_own_ticks", lambda: self.own)
 
@@ -34,9 +35,31 @@ def governed(machine, **kw):
     return threads, applied
 
 
-def test_it_starts_with_every_cpu_and_half_of_them_for_one_token(monkeypatch):
+def test_it_starts_with_every_cpu_and_a_thread_per_core_for_one_token(monkeypatch):
     threads, applied = governed(Machine(monkeypatch))
     assert applied == [(2, 4)] and threads.adaptive
+
+
+def test_cores_count_hyperthreads_of_one_core_once(monkeypatch, tmp_path):
+    import builtins
+
+    siblings = {0: "0,2", 1: "1,3", 2: "0,2", 3: "1,3", 4: "4", 5: "5"}
+    real_open = builtins.open
+
+    def sysfs(path, *args, **kw):
+        if str(path).startswith("/sys/devices/system/cpu/"):
+            cpu = int(str(path).split("/cpu/cpu")[1].split("/")[0])
+            if cpu not in siblings:
+                raise FileNotFoundError(path)
+            f = tmp_path / f"cpu{cpu}"
+            f.write_text(siblings[cpu] + "\n")
+            return real_open(f, *args, **kw)
+        return real_open(path, *args, **kw)
+    monkeypatch.setattr(builtins, "open", sysfs)
+    assert lt.cores({0, 1, 2, 3}) == 2          # two cores, two hardware threads each
+    assert lt.cores({0, 1, 2, 3, 4, 5}) == 4
+    assert lt.cores({4, 5}) == 2                # two cores without a second thread
+    assert lt.cores({0, 1, 7, 8}) == 2          # no sysfs for some: half the CPUs
 
 
 def test_busy_cpus_are_left_to_their_processes_once_it_lasts_and_taken_back_after(monkeypatch):

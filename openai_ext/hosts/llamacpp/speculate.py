@@ -23,6 +23,7 @@ from typing import Any
 
 # Tokens that must match for a proposal: three keeps chance matches in prose rare.
 NGRAM = 3
+START = 4
 MAX_SKIP = 16
 
 
@@ -52,6 +53,7 @@ class PromptLookup:
         self._seen = 0                                   # tokens whose n-grams are indexed
         self._skip = 0                                   # drafts to pass over after misses
         self._pause = 0
+        self._length = min(START, most)                  # tokens the next draft may hold
         self.drafted = 0
         self.accepted = 0
 
@@ -70,7 +72,7 @@ class PromptLookup:
         at = self._where.get(tuple(tokens[n - NGRAM:])) if n > NGRAM else None
         if at is None:
             return []
-        draft = tokens[at:at + min(limit, self.most)]
+        draft = tokens[at:at + min(limit, self._length)]
         for i, t in enumerate(draft):
             if t < 0:
                 return draft[:i]
@@ -80,6 +82,9 @@ class PromptLookup:
         """What came of the last draft."""
         self.drafted += drafted
         self.accepted += accepted
+        # the next draft as long as this one's accepted run and one more, twice as long when all of
+        # it was accepted
+        self._length = min(self.most, drafted * 2 if accepted == drafted else accepted + 1)
         if accepted:
             self._skip = 0
         else:

@@ -29,6 +29,19 @@ def usable_cpus() -> set[int]:
         return set(range(os.cpu_count() or 1))
 
 
+def cores(cpus: set[int]) -> int:
+    """Physical cores among ``cpus`` (CPUs that are hyperthreads of one core count once), as
+    llama.cpp counts them for its own default; half the CPUs where Linux's sysfs does not tell."""
+    seen = set()
+    for cpu in cpus:
+        try:
+            with open(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list", encoding="ascii") as f:
+                seen.add(f.read().strip())
+        except OSError:
+            return max(len(cpus) // 2, 1)
+    return max(len(seen), 1)
+
+
 def _cpu_ticks(cpus: set[int]) -> tuple[int, int] | None:
     """(busy, total) clock ticks of ``cpus`` since boot; None without /proc. Steal time counts as
     busy: on a virtual machine it is time the host gave to others."""
@@ -68,9 +81,10 @@ class Threads:
         self._apply, self._clock = apply, clock
         self.cpus = usable_cpus()
         n = len(self.cpus)
-        # one token a step: half the CPUs, as llama-cpp-python chooses (a core each where cores have
-        # two threads; and a CPU left for this server's own work, which measured faster on two)
-        self.most_gen, self.most_batch = (fixed, fixed) if fixed else (max(n // 2, 1), n)
+        # one token a step: a thread per physical core, as llama.cpp's own default (a core's second
+        # hardware thread slows a step that is all memory reads; on two cores without them, one
+        # stream ran at 37-40 tokens/s on one thread and 47-54 on two)
+        self.most_gen, self.most_batch = (fixed, fixed) if fixed else (min(cores(self.cpus), n), n)
         self.adaptive = fixed is None and _cpu_ticks(self.cpus) is not None and _own_ticks() is not None
         self.gen, self.batch = self.most_gen, self.most_batch
         self._pending: int | None = None

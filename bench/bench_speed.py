@@ -1,0 +1,187 @@
+"""This server against llama.cpp's llama-server on the same GGUF, side by side in one run.
+
+Three workloads, every contender taking its turn within each round (so drift on a shared machine
+hits all alike), all greedy:
+
+  streams    N = 1 and N = 8 streaming chats at once (128 tokens each): aggregate tokens/s and
+             the p95 time to first token.
+  fairness   four long prompts (--long-tokens, 6,000 by default) sent at once, and while they are
+             read, short chats (8 tokens) one after another: the p50/p95/max time to first token of
+             the short chats.
+  editing    rewrite a 300-line file with one change, the model repeating most of what it was given:
+             generated tokens/s, with speculation on and off (this server: prompt lookup;
+             llama-server: its n-gram speculation, --spec-type ngram-simple).
+
+The servers: this server (default settings, --parallel 8), this server with --speculation off,
+llama-server --parallel 8 -kvu --no-repack (no extra CPU buffer types, as this server on a CPU that
+reports AMX), and llama-server with n-gram speculation. Every server gets the same context.
+
+    python bench/bench_speed.py --llama-server PATH [--rounds 2] [--n-ctx 32768] [--long-tokens 6000]
+        [--only streams,fairness,editing] [--model PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import time
+
+import httpx
+from bench_concurrency import crowd, one_stream, pct
+from serving import free_port, start_api, stop, wait_up
+
+FILE_LINES = 300
+SHORT_CHATS = 8
+
+
+def start_llama_server(binary: str, port: int, model: str, n_ctx: int, *extra: str) -> subprocess.Popen:
+    threads = str(len(os.sched_getaffinity(0)))
+    return subprocess.Popen([binary, "-m", model, "--port", str(port), "-c", str(n_ctx), "--parallel", "8",
+                             "-kvu", "--no-repack", "--jinja", "-t", threads, "-tb", threads,
+                             "--threads-http", "16", *extra],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def source_file() -> str:
+    lines = []
+    for i in range(FILE_LINES // 3):
+        lines += [f"def scale_{i}(values):", f"    return [v * {i + 2} + {i % 7} for v in values]", ""]
+    return "\n".join(lines)
+
+
+def long_prompt(k: int, tokens: int) -> str:
+    """About ``tokens`` tokens of text, different for each ``k`` (so no prefix is shared)."""
+    words = ["river", "stone", "lantern", "harbor", "meadow", "copper", "violet", "engine", "window", "forest"]
+    body = " ".join(f"{words[(i * 7 + k) % 10]}{i % 97}" for i in range(tokens // 3))
+    return f"Document {k}.\n{body}\nSummarise the document above in one sentence."
+
+
+async def streams(base: str, model: str, n: int, round_: int) -> tuple[float, list[float]]:
+    return await crowd(base, model, n, round_, 128)
+
+
+async def fairness(base: str, model: str, long_tokens: int, round_: int) -> list[float]:
+    """Times to first token of short chats sent while four long prompts are read."""
+    async with httpx.AsyncClient(timeout=1200, limits=httpx.Limits(max_connections=64)) as client:
+        longs = [asyncio.create_task(one_stream(
+            client, base, model, [{"role": "user", "content": long_prompt(k + 10 * round_, long_tokens)}], 32))
+            for k in range(4)]
+        await asyncio.sleep(1.0)   # the long prompts are being read
+        ttfts = []
+        for i in range(SHORT_CHATS):
+            ttft, *_ = await one_stream(client, base, model,
+                                        [{"role": "user", "content": f"Say hello to guest {round_}-{i}."}], 8)
+            ttfts.append(ttft)
+            await asyncio.sleep(0.25)
+        await asyncio.gather(*longs)
+    return ttfts
+
+
+async def editing(base: str, model: str, max_tokens: int) -> tuple[float, int]:
+    """Generated tokens/s (from the first token to the last) of one rewrite, and the tokens."""
+    ask = ("Rewrite this file exactly as it is, changing only the name scale_5 to resize_5. Reply with the "
+           f"whole file and nothing else.\n\n{source_file()}")
+    async with httpx.AsyncClient(timeout=1200) as client:
+        t0 = time.perf_counter()
+        ttft, tokens, end, _ = await one_stream(client, base, model, [{"role": "user", "content": ask}], max_tokens)
+    return tokens / max(end - t0 - ttft, 1e-9), tokens
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--llama-server", required=True, help="path of llama.cpp's llama-server")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--n-ctx", type=int, default=32768)
+    ap.add_argument("--long-tokens", type=int, default=6000)
+    ap.add_argument("--edit-tokens", type=int, default=1024, help="max_tokens of a rewrite")
+    ap.add_argument("--only", default="streams,fairness,editing")
+    ap.add_argument("--model", help="GGUF path (default: the embedded SmolLM2)")
+    args = ap.parse_args()
+    from openai_ext.hosts.files import default_gguf
+
+    model = args.model or str(default_gguf())
+    only = set(args.only.split(","))
+    ports = {name: free_port() for name in ("this server", "this server, speculation off", "llama-server",
+                                            "llama-server, n-gram speculation")}
+    common = ["--model", model, "--n-ctx", str(args.n_ctx), "--parallel", "8"]
+    procs = {
+        "this server": start_api(ports["this server"], *common),
+        "this server, speculation off": start_api(ports["this server, speculation off"], *common,
+                                                  "--speculation", "off"),
+        "llama-server": start_llama_server(args.llama_server, ports["llama-server"], model, args.n_ctx),
+        "llama-server, n-gram speculation": start_llama_server(
+            args.llama_server, ports["llama-server, n-gram speculation"], model, args.n_ctx,
+            "--spec-type", "ngram-simple", "--spec-draft-n-max", "16"),
+    }
+    bases = {name: f"http://127.0.0.1:{port}/v1" for name, port in ports.items()}
+    try:
+        for name, proc in procs.items():
+            if name.startswith("this"):
+                wait_up(bases[name], proc)
+        for name in procs:   # llama-server's /v1/models answers while it loads; /health does not
+            deadline = time.monotonic() + 180
+            while time.monotonic() < deadline:
+                try:
+                    if httpx.get(bases[name].removesuffix("/v1") + "/health", timeout=2).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                time.sleep(0.3)
+        plain = ["this server", "llama-server"]
+        results: dict[tuple[str, str], list] = {}
+        for r in range(args.rounds):
+            for name in plain:   # (a first request each, so no one pays for a cold start)
+                asyncio.run(streams(bases[name], "x", 1, 99))
+            if "streams" in only:
+                for n in (1, 8):
+                    for name in plain:
+                        tps, ttfts = asyncio.run(streams(bases[name], "x", n, r))
+                        results.setdefault((f"streams {n}", name), []).append((tps, ttfts))
+            if "fairness" in only:
+                for name in plain:
+                    results.setdefault(("fairness", name), []).append(
+                        asyncio.run(fairness(bases[name], "x", args.long_tokens, r)))
+            if "editing" in only:
+                for name in bases:
+                    results.setdefault(("editing", name), []).append(
+                        asyncio.run(editing(bases[name], "x", args.edit_tokens)))
+        report(results, args)
+    finally:
+        stop(list(procs.values()))
+
+
+def report(results: dict[tuple[str, str], list], args) -> None:
+    print(f"\n{os.cpu_count()} CPUs; {args.rounds} rounds; context {args.n_ctx}; every server --parallel 8")
+    for n in (1, 8):
+        rows = {name: v for (w, name), v in results.items() if w == f"streams {n}"}
+        if not rows:
+            continue
+        print(f"\nstreams, N={n}: tokens/s (median of rounds), p95 first token (all clients of all rounds)")
+        base = statistics.median(t for t, _ in rows["llama-server"])
+        for name, runs in rows.items():
+            tps = statistics.median(t for t, _ in runs)
+            ttfts = [x for _, ts in runs for x in ts]
+            print(f"  {name:34} {tps:7.1f} tokens/s ({tps / base:.2f}x llama-server)  p95 first token "
+                  f"{pct(ttfts, 0.95) * 1000:7.0f} ms")
+    rows = {name: v for (w, name), v in results.items() if w == "fairness"}
+    if rows:
+        print(f"\nfairness: short chats while four {args.long_tokens}-token prompts are read: time to first token")
+        for name, runs in rows.items():
+            ttfts = [x for ts in runs for x in ts]
+            print(f"  {name:34} p50 {pct(ttfts, 0.5):6.2f} s  p95 {pct(ttfts, 0.95):6.2f} s  max {max(ttfts):6.2f} s")
+    rows = {name: v for (w, name), v in results.items() if w == "editing"}
+    if rows:
+        print(f"\nediting: rewrite a {FILE_LINES}-line file (up to {args.edit_tokens} tokens): generated tokens/s")
+        ours_off = statistics.median(t for t, _ in rows["this server, speculation off"])
+        ls = statistics.median(t for t, _ in rows["llama-server, n-gram speculation"])
+        for name, runs in rows.items():
+            tps = statistics.median(t for t, _ in runs)
+            print(f"  {name:34} {tps:7.1f} tokens/s ({tps / ours_off:.2f}x this server without speculation, "
+                  f"{tps / ls:.2f}x llama-server with n-gram speculation; {runs[0][1]} tokens)")
+
+
+if __name__ == "__main__":
+    main()
