@@ -44,11 +44,13 @@ def default_host():
 
 @pytest.fixture(scope="module")
 def small_host():
-    """A cache of 1,024 cells for two sequences: easy to fill."""
+    """A cache of 1,024 cells for two sequences: easy to fill. One token a step: with speculation
+    a sequence whose text repeats itself runs ahead and may end before the two outgrow the cache
+    (speculation's own tests are in test_speculation.py)."""
     from openai_ext.hosts.files import default_gguf
     from openai_ext.hosts.llamacpp import LlamaCppHost
 
-    host = LlamaCppHost(default_gguf(), n_ctx=1024, parallel=2)
+    host = LlamaCppHost(default_gguf(), n_ctx=1024, parallel=2, speculation="off")
     yield host
     host.close()
 

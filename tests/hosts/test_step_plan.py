@@ -5,7 +5,17 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from openai_ext.hosts.llamacpp.plan import LEAST_READ, SHORT_PROMPT, plan_step
+import numpy as np
+
+from openai_ext.hosts.llamacpp.plan import (
+    LEAST_READ,
+    SHORT_PROMPT,
+    STEP_GENERATING,
+    StepCost,
+    attended,
+    nonnegative_fit,
+    plan_step,
+)
 from openai_ext.hosts.llamacpp.speculate import MAX_SKIP, PromptLookup, Tally
 
 
@@ -124,3 +134,38 @@ def test_a_draft_grows_while_it_is_all_accepted_and_shrinks_to_the_run_that_was(
     assert len(lookup.draft(tokens, 64)) == 16
     lookup.checked(16, 2)
     assert len(lookup.draft(tokens, 64)) == 3          # the run that was accepted, and one more
+
+
+def timed_cost(fixed: float, per_token: float, per_cell: float) -> StepCost:
+    """A cost model fitted to steps that took exactly what these coefficients say."""
+    cost = StepCost()
+    for tokens, at in [(512, 0), (128, 600), (17, 3000), (1, 5000), (64, 100), (9, 4000), (200, 2000), (1, 40)]:
+        cells = attended(at, tokens)
+        cost.add(tokens, cells, fixed + per_token * tokens + per_cell * cells)
+    return cost
+
+
+def test_step_cost_recovers_what_steps_cost_and_never_a_negative_cost():
+    cost = timed_cost(0.01, 0.002, 1e-6)
+    assert cost.ready()
+    assert abs(cost.predict(100, attended(1000, 100)) - (0.01 + 0.2 + 1e-6 * attended(1000, 100))) < 1e-6
+    assert StepCost().chunk(1.0, 0) is None and not StepCost().ready()
+    fit = nonnegative_fit(np.array([[1.0, 1.0], [1.0, 2.0], [1.0, 3.0]]), np.array([3.0, 2.0, 1.0]))
+    assert fit[1] == 0.0 and fit[0] > 0         # a falling line is no cost that falls with tokens
+
+
+def test_deep_into_a_long_prompt_a_step_reads_fewer_tokens_beside_a_stream():
+    cost = timed_cost(0.005, 0.001, 1e-6)
+    stream = Seq(0, 1, 1)
+    shallow, deep = Seq(1, 2, 6000), Seq(1, 2, 6000)
+    deep.n_past = 5000
+    deep.tokens = [1] * 11000
+    near = shares(plan_step([stream, shallow], n_batch=512, prefill_chunk=128, free_cells=30000, cost=cost))[1][0]
+    far = shares(plan_step([stream, deep], n_batch=512, prefill_chunk=128, free_cells=30000, cost=cost))[1][0]
+    assert 64 <= far < near <= 127
+    # the step's predicted time stays within what a step beside a stream may take
+    assert cost.predict(1 + far, attended(0, 1) + attended(5000, far)) <= STEP_GENERATING + 1e-9
+    # a short prompt is read as far as the tokens allow, whatever the time
+    short = Seq(2, 3, 200)
+    short.n_past, short.tokens = 8000, [1] * 8200
+    assert shares(plan_step([stream, short], n_batch=512, prefill_chunk=128, free_cells=30000, cost=cost))[2][0] == 127

@@ -26,12 +26,13 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
+import time
 from collections import deque
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
 from .cells import Cells, Slot, common_prefix
-from .plan import Part, fill, plan_step
+from .plan import Part, StepCost, attended, fill, plan_step
 from .vision import image_at
 from .work import Work
 
@@ -89,6 +90,7 @@ class Scheduler:
         self._counter = itertools.count()
         self._clock = itertools.count(1)
         self.stats = Stats()
+        self.cost = StepCost()
         self._thread = threading.Thread(target=self._loop, name="llama.cpp batch", daemon=True)
         self._thread.start()
 
@@ -284,7 +286,10 @@ class Scheduler:
             return
         n = fill(self._batch, plan)
         self._before_step()
+        started = time.perf_counter()
         rc = self._L.llama_decode(self._ctx, self._batch)
+        if rc == 0:
+            self.cost.add(n, sum(attended(p.work.n_past, p.count) for p in plan), time.perf_counter() - started)
         self.stats.steps += 1
         if rc == 1:
             # llama.cpp found no room for the batch and left the cache as it was (a cache whose
@@ -388,4 +393,4 @@ class Scheduler:
 
     def _plan(self) -> list[Part]:
         return plan_step(self._running, n_batch=self.n_batch, prefill_chunk=self.prefill_chunk,
-                         free_cells=self.cells.free)
+                         free_cells=self.cells.free, cost=self.cost)

@@ -8,10 +8,18 @@ starts within a step or two however much the others still have to read (vLLM's c
 does the same with its short-prefill threshold); long prompts share what is left, first come first
 served. While anything generates, prompts get a chunk per step, never none, so the streams that
 run keep their pace and a newcomer always moves on.
+
+A step's tokens do not all cost the same: each attends to every cell before it, so a chunk deep
+into a long prompt costs many times one at its start (with a small model, 128 tokens 5,000 cells in
+took 3 s on two cores). So where latency matters, the prompt tokens of a step are bounded by the
+time the step is predicted to take (``StepCost``, fitted to the steps just decoded), not only by
+their count: a stream beside long prompts keeps a short step, and a step is never so long that a
+newcomer waits seconds for it to end.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +31,71 @@ from .vision import image_at, to_image
 SHORT_PROMPT = 256
 # Prompt tokens a step reads at least while sequences generate.
 LEAST_READ = 16
+# Seconds a step is meant to take at most: while sequences generate, and while only prompts are read.
+STEP_GENERATING = 0.5
+STEP_READING = 1.0
+
+
+class StepCost:
+    """Predicts the seconds a step takes from its tokens and the cells they attend to, by least
+    squares over the last ``KEEP`` steps timed (seconds = fixed + per token x tokens + per cell x
+    cells attended). Until enough steps are seen, or when the fit says nothing, it predicts
+    nothing and steps are bounded by their token counts alone."""
+
+    KEEP = 64
+    LEAST = 4
+
+    def __init__(self) -> None:
+        self._seen: deque[tuple[float, float, float]] = deque(maxlen=self.KEEP)
+        self._fit: tuple[float, float, float] | None = None
+
+    def add(self, tokens: int, cells: int, seconds: float) -> None:
+        self._seen.append((tokens, cells, seconds))
+        if len(self._seen) >= self.LEAST:
+            data = np.array(self._seen)
+            x = np.column_stack([np.ones(len(data)), data[:, 0], data[:, 1]])
+            fit = nonnegative_fit(x, data[:, 2])
+            self._fit = (fit[0], fit[1], fit[2]) if fit[1] > 0 or fit[2] > 0 else None
+
+    def ready(self) -> bool:
+        return self._fit is not None
+
+    def chunk(self, seconds: float, at: int) -> int | None:
+        """Prompt tokens from position ``at`` that fit in ``seconds``; None when it cannot tell."""
+        if self._fit is None:
+            return None
+        _, per_token, per_cell = self._fit
+        c = seconds / max(per_token + per_cell * at, 1e-9)
+        # (the chunk's own tokens attend to each other too: half the chunk more on average)
+        return max(0, int(seconds / max(per_token + per_cell * (at + c / 2), 1e-9)))
+
+    def predict(self, tokens: int, cells: int) -> float:
+        if self._fit is None:
+            return 0.0
+        fixed, per_token, per_cell = self._fit
+        return fixed + per_token * tokens + per_cell * cells
+
+
+def nonnegative_fit(x: np.ndarray, y: np.ndarray) -> list[float]:
+    """Least squares with no coefficient below zero (no cost is negative): the best fit over the
+    subsets of columns whose own fit has none (few columns, so every subset is tried)."""
+    best, best_error = [0.0] * x.shape[1], float(np.sum(y * y))
+    for mask in range(1, 1 << x.shape[1]):
+        cols = [i for i in range(x.shape[1]) if mask >> i & 1]
+        coef, *_ = np.linalg.lstsq(x[:, cols], y, rcond=None)
+        if (coef < 0).any():
+            continue
+        error = float(np.sum((x[:, cols] @ coef - y) ** 2))
+        if error < best_error:
+            best, best_error = [0.0] * x.shape[1], error
+            for i, c in zip(cols, coef, strict=True):
+                best[i] = float(c)
+    return best
+
+
+def attended(at: int, count: int) -> int:
+    """Cells that ``count`` tokens from position ``at`` attend to, together."""
+    return count * at + count * (count + 1) // 2
 
 
 @dataclass
@@ -40,7 +113,8 @@ class Part:
         return self.count - len(self.draft)
 
 
-def plan_step(running: list[Any], *, n_batch: int, prefill_chunk: int, free_cells: int) -> list[Part]:
+def plan_step(running: list[Any], *, n_batch: int, prefill_chunk: int, free_cells: int,
+              cost: StepCost | None = None) -> list[Part]:
     """The parts of this step, in slot order. ``free_cells``: cells left in the cache."""
     active = [w for w in running if w.ready() and w.n_past < w.end() and image_at(w) is None]
     generating = [w for w in active if w.end() - w.n_past == 1]
@@ -64,10 +138,28 @@ def plan_step(running: list[Any], *, n_batch: int, prefill_chunk: int, free_cell
     budget = room
     if generating:
         budget = min(budget, max(prefill_chunk - len(generating), LEAST_READ))
+    # and the time the step may take, for the long prompts (short ones are read whole)
+    seconds = None
+    if cost is not None and not cost.ready():
+        budget = min(budget, prefill_chunk)   # (no step timed yet: a chunk, as beside a stream)
+    elif cost is not None:
+        seconds = (STEP_GENERATING if generating else STEP_READING) - cost.predict(
+            sum(1 + len(drafts.get(id(w), ())) for w in generating),
+            sum(attended(w.n_past, 1 + len(drafts.get(id(w), ()))) for w in generating))
+    first_long = next((w for w in reading if w.end() - w.n_past > SHORT_PROMPT), None)
     for w in reading:
         if budget <= 0:
             break
         take = min(budget, w.end() - w.n_past, to_image(w))
+        if cost is not None and seconds is not None and w.end() - w.n_past > SHORT_PROMPT:
+            fits = cost.chunk(seconds, w.n_past)
+            if fits is not None:   # (the first long prompt always moves on, by half a chunk at least:
+                # a step has a fixed cost too, which smaller chunks would pay over and over)
+                take = min(take, max(fits, prefill_chunk // 2 if w is first_long else 0))
+        if take <= 0:
+            break
+        if cost is not None and seconds is not None:
+            seconds -= cost.predict(take, attended(w.n_past, take)) - cost.predict(0, 0)
         counts[id(w)] = take
         budget -= take
     chosen = sorted((w for w in active if id(w) in counts), key=lambda w: w.slot.id)
