@@ -9,6 +9,7 @@ sits out steps instead of running ahead, so memory stays bounded and the others 
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 from collections import deque
@@ -22,6 +23,8 @@ from .context import Runtime
 from .sampling import Constrained, Detokenizer, Options, logit_biases, sampler_chain
 from .speculate import PromptLookup
 from .vision import Media
+
+log = logging.getLogger(__name__)
 
 # Pieces a generation may produce ahead of its reader.
 OUTBOX = 16
@@ -106,6 +109,11 @@ class Generation(Work):
             rt.L.llama_sampler_free(self.sampler)
             raise
         self.text_of = Detokenizer(lambda t: rt.piece(t, special))
+        if self.lookup is not None and self.guide is not None:
+            # (a grammar's drafts are not checked yet: a sampled tool call was seen to run on
+            # to its token budget with them, so a constrained generation goes one token a step)
+            log.info("speculation is off for this request: its output follows a grammar")
+            self.lookup = None
         self.stop_event = stop_event
         self.produced = 0
         self.forced: deque[int] = deque()   # tokens that replace one cut at a grammar trigger
