@@ -48,31 +48,39 @@ class StepCost:
     def __init__(self) -> None:
         self._seen: deque[tuple[float, float, float]] = deque(maxlen=self.KEEP)
         self._fit: tuple[float, float, float] | None = None
+        self._stale = False   # steps added since the last fit (fitted when next asked, not per step)
 
     def add(self, tokens: int, cells: int, seconds: float) -> None:
         self._seen.append((tokens, cells, seconds))
-        if len(self._seen) >= self.LEAST:
+        self._stale = True
+
+    def _fitted(self) -> tuple[float, float, float] | None:
+        if self._stale and len(self._seen) >= self.LEAST:
             data = np.array(self._seen)
             x = np.column_stack([np.ones(len(data)), data[:, 0], data[:, 1]])
             fit = nonnegative_fit(x, data[:, 2])
             self._fit = (fit[0], fit[1], fit[2]) if fit[1] > 0 or fit[2] > 0 else None
+            self._stale = False
+        return self._fit
 
     def ready(self) -> bool:
-        return self._fit is not None
+        return self._fitted() is not None
 
     def chunk(self, seconds: float, at: int) -> int | None:
         """Prompt tokens from position ``at`` that fit in ``seconds``; None when it cannot tell."""
-        if self._fit is None:
+        fit = self._fitted()
+        if fit is None:
             return None
-        _, per_token, per_cell = self._fit
+        _, per_token, per_cell = fit
         c = seconds / max(per_token + per_cell * at, 1e-9)
         # (the chunk's own tokens attend to each other too: half the chunk more on average)
         return max(0, int(seconds / max(per_token + per_cell * (at + c / 2), 1e-9)))
 
     def predict(self, tokens: int, cells: int) -> float:
-        if self._fit is None:
+        fit = self._fitted()
+        if fit is None:
             return 0.0
-        fixed, per_token, per_cell = self._fit
+        fixed, per_token, per_cell = fit
         return fixed + per_token * tokens + per_cell * cells
 
 
@@ -139,10 +147,11 @@ def plan_step(running: list[Any], *, n_batch: int, prefill_chunk: int, free_cell
     if generating:
         budget = min(budget, max(prefill_chunk - len(generating), LEAST_READ))
     # and the time the step may take, for the long prompts (short ones are read whole)
+    # (asked only while prompts are read: a step of streams alone pays for no fit)
     seconds = None
-    if cost is not None and not cost.ready():
+    if cost is not None and reading and not cost.ready():
         budget = min(budget, prefill_chunk)   # (no step timed yet: a chunk, as beside a stream)
-    elif cost is not None:
+    elif cost is not None and reading:
         seconds = (STEP_GENERATING if generating else STEP_READING) - cost.predict(
             sum(1 + len(drafts.get(id(w), ())) for w in generating),
             sum(attended(w.n_past, 1 + len(drafts.get(id(w), ()))) for w in generating))
