@@ -15,6 +15,7 @@ from support.spec import assert_valid
 from test_batching import GREEDY, LONG, Log, assert_same_greedy_answer, generate, in_thread, prompt, stream, until
 
 from openai_ext.core.config import Settings
+from openai_ext.hosts.request import GenerationSettings
 
 pytestmark = pytest.mark.slow
 
@@ -53,6 +54,18 @@ def small_host():
     host = LlamaCppHost(default_gguf(), n_ctx=1024, parallel=2, speculation="off")
     yield host
     host.close()
+
+
+def logged_run(host, log: Log, default: GenerationSettings | None = None):
+    """A generation on ``host`` that notes each token and its end in ``log`` as ``who``; its pieces."""
+    def run(who, text, settings=default):
+        pieces = []
+        for piece in host.generate(prompt(host, text), settings, threading.Event()):
+            log.add(who, "token")
+            pieces.append(piece)
+        log.add(who, "done")
+        return pieces
+    return run
 
 
 def long_text(host, tokens: int) -> str:
@@ -117,13 +130,7 @@ def test_a_request_that_does_not_fit_beside_the_running_one_waits_for_room(small
     log = Log()
     running = GREEDY.replace(max_new_tokens=300, samplers={"ban_eos_token": True})
 
-    def run(who, text, settings):
-        pieces = []
-        for piece in small_host.generate(prompt(small_host, text), settings, threading.Event()):
-            log.add(who, "token")
-            pieces.append(piece)
-        log.add(who, "done")
-        return pieces
+    run = logged_run(small_host, log)
 
     first = in_thread(run, "first", LONG, running)
     big = long_text(small_host, 850)
@@ -144,13 +151,7 @@ def test_when_the_running_sequences_outgrow_the_cache_the_youngest_pauses_and_fi
     settings = GREEDY.replace(max_new_tokens=600, samplers={"ban_eos_token": True}, logprobs=2)
     before = small_host.batch_stats()
 
-    def run(who, text):
-        pieces = []
-        for piece in small_host.generate(prompt(small_host, text), settings, threading.Event()):
-            log.add(who, "token")
-            pieces.append(piece)
-        log.add(who, "done")
-        return pieces
+    run = logged_run(small_host, log, settings)
 
     older = in_thread(run, "older", f"{LONG} The first one.")
     until(lambda: ("older", "token") in log.first, "the older one generating")
@@ -174,13 +175,7 @@ def test_a_short_request_starts_while_a_long_one_waits_for_room_and_health_shows
     log = Log()
     running = GREEDY.replace(max_new_tokens=300, samplers={"ban_eos_token": True})
 
-    def run(who, text, settings):
-        pieces = []
-        for piece in small_host.generate(prompt(small_host, text), settings, threading.Event()):
-            log.add(who, "token")
-            pieces.append(piece)
-        log.add(who, "done")
-        return pieces
+    run = logged_run(small_host, log)
 
     before = small_host.batch_stats()["passed"]
     first = in_thread(run, "first", LONG, running)
