@@ -99,7 +99,7 @@ def serve(args: argparse.Namespace) -> int:
     settings = load_settings(cli=cli, file=args.settings)
     from .hosts import hub
 
-    if not any(hub.is_reference(m) for m in [settings.model, *settings.models.values()]):
+    if not any(hub.is_reference(m) for m in [settings.model, settings.draft_model, *settings.models.values()]):
         # Nothing reaches a model hub unless a model is given as a hub reference (libraries that
         # look names up there, sentence-transformers among them, would otherwise retry for a minute).
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -117,11 +117,11 @@ def serve(args: argparse.Namespace) -> int:
     from .hosts.manager import StandaloneModels
     from .text.lanes import Lanes
 
-    def make_host(path, alias=None, mmproj=None):
+    def make_host(path, alias=None, mmproj=None, draft=None):
         return LlamaCppHost(path, alias=alias, n_ctx=settings.n_ctx, n_threads=settings.n_threads,
                             n_gpu_layers=settings.n_gpu_layers, parallel=settings.parallel, repack=settings.repack,
                             flash_attn=settings.flash_attn, mmproj=mmproj, speculation=settings.speculation,
-                            draft_max=settings.draft_max)
+                            draft_max=settings.draft_max, draft_model=draft, cache_type_v=settings.cache_type_v)
 
     try:
         sockets = bind_all(settings)   # first: a taken port is told before the model loads
@@ -142,7 +142,9 @@ def serve(args: argparse.Namespace) -> int:
         try:
             entries = catalog(settings)   # hub references fetched first, with their progress
             chosen = hub.resolve(settings.model) if settings.model else hub.Fetched(default_gguf())
-            host = make_host(chosen.model, settings.model_alias, settings.mmproj or chosen.mmproj)
+            # (the draft model drafts for the default model only: the catalog's may be of other families)
+            draft = hub.resolve(settings.draft_model).model if settings.draft_model else None
+            host = make_host(chosen.model, settings.model_alias, settings.mmproj or chosen.mmproj, draft)
         except (FileNotFoundError, ValueError) as e:
             for sock in sockets:
                 sock.close()

@@ -22,7 +22,8 @@ def make_host(speculation: str, parallel: int):
     from openai_ext.hosts.files import default_gguf
     from openai_ext.hosts.llamacpp import LlamaCppHost
 
-    return LlamaCppHost(default_gguf(), n_ctx=4096, parallel=parallel, speculation=speculation)
+    # (drafts checked whole: on a CPU where they would not pay they are cut, and here they are the subject)
+    return LlamaCppHost(default_gguf(), n_ctx=4096, parallel=parallel, speculation=speculation, whole_drafts=True)
 
 
 @pytest.fixture(scope="module")

@@ -22,8 +22,10 @@ from openai_ext.hosts.llamacpp.speculate import MAX_SKIP, PromptLookup, Tally
 class Seq:
     """A running sequence as the plan sees it: ``left`` tokens to decode (1: generating)."""
 
-    def __init__(self, slot: int, order: int, left: int, draft: list[int] | None = None, ready: bool = True):
+    def __init__(self, slot: int, order: int, left: int, draft: list[int] | None = None, ready: bool = True,
+                 acceptance: float = 0.5):
         self.slot, self.order = SimpleNamespace(id=slot), order
+        self.rate = acceptance
         self.tokens = [1] * (10 + left)
         self.n_past = 10
         self.media = None
@@ -37,6 +39,9 @@ class Seq:
 
     def draft(self, limit: int) -> list[int]:
         return self._draft[:limit]
+
+    def acceptance(self) -> float:
+        return self.rate
 
 
 def shares(parts) -> dict[int, tuple[int, int]]:
@@ -169,3 +174,22 @@ def test_deep_into_a_long_prompt_a_step_reads_fewer_tokens_beside_a_stream():
     short = Seq(2, 3, 200)
     short.n_past, short.tokens = 8000, [1] * 8200
     assert shares(plan_step([stream, short], n_batch=512, prefill_chunk=128, free_cells=30000, cost=cost))[2][0] == 127
+
+
+def test_a_draft_is_checked_as_far_as_it_pays_for_the_time_it_adds():
+    def drafted(cost, rate, whole=False):
+        seq = Seq(0, 1, 1, draft=list(range(8)), acceptance=rate)
+        parts = plan_step([seq], n_batch=512, prefill_chunk=128, free_cells=8000, cost=cost, whole_drafts=whole)
+        return len(parts[0].draft)
+
+    # a step's fixed cost rules (a GPU): checking drafted tokens costs next to nothing
+    gpu = timed_cost(0.02, 0.0001, 1e-9)
+    assert drafted(gpu, 0.9) == 8 and drafted(gpu, 0.5) >= 6
+    # each token costs nearly what a step does (a CPU): only a draft that is nearly always
+    # accepted pays, and then only its first tokens, whose chance is highest
+    cpu = timed_cost(0.002, 0.006, 1e-7)
+    assert drafted(cpu, 0.5) == 0
+    assert 0 < drafted(cpu, 0.9) < 8 and drafted(cpu, 0.99) == 8
+    assert drafted(cpu, 0.5, whole=True) == 8
+    # until steps are timed, a draft is checked whole
+    assert drafted(StepCost(), 0.1) == 8

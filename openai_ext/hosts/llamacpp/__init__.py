@@ -26,8 +26,9 @@ from ..request import NO_CHAT_OPTIONS, ChatOptions, GenerationSettings
 from . import probe
 from .batch import Closed, Scheduler
 from .context import PREFILL_CHUNK, Runtime, uses_flash_attn
-from .sampling import SAMPLERS, Detokenizer
-from .speculate import PromptLookup, Tally
+from .draft import Drafter
+from .sampling import SAMPLERS, Detokenizer, grammar_shape_ok
+from .speculate import ModelDraft, Pace, PromptLookup, Tally
 from .threads import Threads
 from .vision import Media, Vision
 from .work import END, OUTBOX, Generation, NextToken, Scoring, Work
@@ -42,37 +43,14 @@ FALLBACK_TEMPLATE = (
 FALLBACK_STOPS = ["\nUser:", "\nSystem:"]
 # Characters of text tokenized in one call at most, where the text can be cut exactly (tokenize()).
 TOKENIZE_PIECE = 4096
-# Grammars llama.cpp is never handed: its parser recurses once per nested group (a deep enough
-# nesting overflows the thread's stack and ends the process) and a long grammar takes long to
-# parse. The project's converter stays far below both (see text/grammar/limits.py).
-MAX_GRAMMAR_CHARS = 4 << 20
-MAX_GRAMMAR_NESTING = 512
-_GRAMMAR_LITERALS = re.compile(r'"(?:[^"\\\n]|\\.)*"|\[(?:[^\]\\\n]|\\.)*\]')
-_NOT_PARENTHESES = re.compile(r"[^()]+")
-
-
-def grammar_shape_ok(gbnf: str) -> bool:
-    """Whether ``gbnf`` is within MAX_GRAMMAR_CHARS and nests groups at most MAX_GRAMMAR_NESTING
-    deep (literals and classes, which may hold parentheses, are left out of the count)."""
-    if len(gbnf) > MAX_GRAMMAR_CHARS:
-        return False
-    depth = deepest = 0
-    for ch in _NOT_PARENTHESES.sub("", _GRAMMAR_LITERALS.sub("", gbnf)):
-        if ch == "(":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif ch == ")":
-            depth -= 1
-    return deepest <= MAX_GRAMMAR_NESTING
-
-
 class LlamaCppHost(Host):
     owned_by = "llama.cpp"
 
     def __init__(self, model_path: str | os.PathLike, *, alias: str | None = None, n_ctx: int = 0,
                  n_threads: int | None = None, n_gpu_layers: int = 0, parallel: int = 1, repack: str = "auto",
                  flash_attn: str = "auto", mmproj: str | os.PathLike | None = None, speculation: str = "ngram",
-                 draft_max: int = 16):
+                 draft_max: int = 16, draft_model: str | os.PathLike | None = None, cache_type_v: str = "auto",
+                 whole_drafts: bool = False):
         path = Path(model_path)
         if not path.is_file():
             raise FileNotFoundError(f"No GGUF file at {path}")
@@ -84,7 +62,8 @@ class LlamaCppHost(Host):
         log.info("%s", self.buffers.line())
         # The model and its context: what the works of the batch are handed, freed by close().
         self.runtime = rt = Runtime(path, extra_buffers=self.buffers.extra_buffers, n_gpu_layers=n_gpu_layers,
-                                    n_ctx=n_ctx, parallel=parallel, n_threads=n_threads, flash_attn=flash_attn)
+                                    n_ctx=n_ctx, parallel=parallel, n_threads=n_threads, flash_attn=flash_attn,
+                                    cache_type_v=cache_type_v)
         L, v = rt.L, rt.vocab
         self.path = path
         self.model_id = alias or path.name.removesuffix(".gguf")
@@ -100,20 +79,35 @@ class LlamaCppHost(Host):
         self._init_chat_template()
         self._init_specials()
         self.vision: Vision | None = None
-        if mmproj is not None:
-            try:
+        self.drafter: Drafter | None = None
+        try:
+            if mmproj is not None:
                 self.vision = Vision(Path(mmproj), rt.model.model, n_threads=n_threads)
-            except BaseException:
-                rt.close()
-                raise
+            if draft_model is not None and speculation != "off":
+                self.drafter = Drafter(Path(draft_model), rt, slots=parallel,
+                                       extra_buffers=self.buffers.extra_buffers, n_gpu_layers=n_gpu_layers,
+                                       n_threads=n_threads, flash_attn=flash_attn, cache_type_v=cache_type_v)
+                self.speculation = "draft"
+                log.info("speculation: drafts from %s", Path(draft_model).name)
+        except BaseException:
+            if self.vision is not None:
+                self.vision.close()
+            rt.close()
+            raise
         self.abilities = HostAbilities(samplers=SAMPLERS, logprobs=True, logit_bias=True,
                                        fim=self._fim is not None, vocab_size=rt.n_vocab,
                                        grammar=True, lazy_grammar=True, parallel=parallel,
                                        vision=self.vision is not None)
-        self.threads = Threads(lambda gen, batch: L.llama_set_n_threads(rt.ctx, gen, batch), fixed=n_threads)
+        self.threads = Threads(self._set_threads, fixed=n_threads)
         self._sched = Scheduler(L, rt.ctx, slots=parallel, n_batch=L.llama_n_batch(rt.ctx),
                                 cells=L.llama_n_ctx(rt.ctx), prefill_chunk=PREFILL_CHUNK,
-                                before_step=self.threads.before_step)
+                                before_step=self.threads.before_step, drafter=self.drafter,
+                                whole_drafts=whole_drafts)
+
+    def _set_threads(self, gen: int, batch: int) -> None:
+        self.runtime.L.llama_set_n_threads(self.runtime.ctx, gen, batch)
+        if self.drafter is not None:
+            self.drafter.set_threads(gen, batch)
 
     # --- prompts ------------------------------------------------------------------------------
     def _token_text(self, token: int) -> str:
@@ -253,7 +247,7 @@ class LlamaCppHost(Host):
         s = settings.replace(max_new_tokens=min(settings.max_new_tokens, room))
         media = self._media(prompt)
         try:
-            lookup = PromptLookup(self.draft_max, self.tally) if self.speculation == "ngram" else None
+            lookup = self._speculator(media)
             work = Generation(self.runtime, prompt.tokens, s, stop_event, lookup)
         except BaseException:
             if media is not None:
@@ -281,6 +275,12 @@ class LlamaCppHost(Host):
             self._sched.wake()
             while item is not END:
                 item = work.out.get()
+
+    def _speculator(self, media: Media | None) -> Pace | None:
+        if self.speculation == "draft":
+            # (the draft model reads no image: a prompt with images drafts by lookup instead)
+            return ModelDraft(self.draft_max, self.tally) if media is None else PromptLookup(self.draft_max, self.tally)
+        return PromptLookup(self.draft_max, self.tally) if self.speculation == "ngram" else None
 
     def _media(self, prompt: Prompt) -> Media | None:
         """A vision prompt's chunks, for the batch to read its images from (the prompt's tokens
@@ -351,6 +351,8 @@ class LlamaCppHost(Host):
         self._sched.close()
         if self.vision is not None:
             self.vision.close()
+        if self.drafter is not None:
+            self.drafter.close()
         self.runtime.close()
 
     def describe(self) -> dict[str, Any]:
@@ -359,9 +361,11 @@ class LlamaCppHost(Host):
         return {"model_name": self.model_id, "lora_names": [], "loader": "llama.cpp", "file": self.path.name,
                 "n_ctx": self.context_length(), "chat_template": self.has_chat_template, "parallel": self.parallel,
                 "extra_cpu_buffers": self.buffers.extra_buffers, "flash_attn": self.flash_attn,
+                "cache_type_v": self.runtime.cache_type_v,
                 "mmproj": self.vision.path.name if self.vision is not None else None,
                 "batch": self.batch_stats(),
                 "speculation": {"mode": self.speculation, "draft_max": self.draft_max,
+                                "draft_model": self.drafter.path.name if self.drafter is not None else None,
                                 "recent": self.tally.recent()},
                 "threads": {"generation": self.threads.gen, "batch": self.threads.batch,
                             "adaptive": self.threads.adaptive}}

@@ -73,9 +73,12 @@ class Scheduler:
     MAX_PASSES = 64
 
     def __init__(self, L: Any, ctx: Any, *, slots: int, n_batch: int, cells: int, prefill_chunk: int,
-                 before_step: Callable[[], None] = lambda: None):
+                 before_step: Callable[[], None] = lambda: None, drafter: Any = None,
+                 whole_drafts: bool = False):
         self._L, self._ctx = L, ctx
         self._before_step = before_step   # (the thread count's check, on this thread)
+        self._drafter = drafter           # a draft model (llamacpp/draft.py), or None
+        self._whole_drafts = whole_drafts # drafts checked whole, whether or not they pay (llamacpp/plan.py)
         self._mem = L.llama_get_memory(ctx)
         self.slots = [Slot(i, []) for i in range(slots)]
         self.cells = Cells(cells, slots)
@@ -276,6 +279,8 @@ class Scheduler:
 
     def _step(self) -> None:
         self._read_images()
+        if self._drafter is not None:   # (it guesses for the sequences drafting with it, for this step to check)
+            self._drafter.propose(list(self._running), self._before_step)   # (only this thread changes the list)
         with self._cond:
             self._leave()
             plan = self._plan()
@@ -323,8 +328,7 @@ class Scheduler:
             self._leave()
 
     def _checked(self, work: Work, drafted: int, accepted: int) -> None:
-        """The drafted tokens a sequence accepted are its own now (their cells stay); the cells
-        of the rest are dropped."""
+        """Drafted tokens accepted are the sequence's own now (their cells stay); the rest's go."""
         self.stats.drafted += drafted
         self.stats.accepted += accepted
         work.n_past += accepted
@@ -393,4 +397,4 @@ class Scheduler:
 
     def _plan(self) -> list[Part]:
         return plan_step(self._running, n_batch=self.n_batch, prefill_chunk=self.prefill_chunk,
-                         free_cells=self.cells.free, cost=self.cost)
+                         free_cells=self.cells.free, cost=self.cost, whole_drafts=self._whole_drafts)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import codecs
 import ctypes
+import re
 from typing import Any, Callable
 
 import numpy as np
@@ -217,3 +218,27 @@ class Constrained:
         if self.grammar is not None:
             self.rt.L.llama_sampler_free(self.grammar)
             self.grammar = None
+
+
+# Grammars llama.cpp is never handed: its parser recurses once per nested group (a deep enough
+# nesting overflows the thread's stack and ends the process) and a long grammar takes long to
+# parse. The project's converter stays far below both (see text/grammar/limits.py).
+MAX_GRAMMAR_CHARS = 4 << 20
+MAX_GRAMMAR_NESTING = 512
+_GRAMMAR_LITERALS = re.compile(r'"(?:[^"\\\n]|\\.)*"|\[(?:[^\]\\\n]|\\.)*\]')
+_NOT_PARENTHESES = re.compile(r"[^()]+")
+
+
+def grammar_shape_ok(gbnf: str) -> bool:
+    """Whether ``gbnf`` is within MAX_GRAMMAR_CHARS and nests groups at most MAX_GRAMMAR_NESTING
+    deep (literals and classes, which may hold parentheses, are left out of the count)."""
+    if len(gbnf) > MAX_GRAMMAR_CHARS:
+        return False
+    depth = deepest = 0
+    for ch in _NOT_PARENTHESES.sub("", _GRAMMAR_LITERALS.sub("", gbnf)):
+        if ch == "(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch == ")":
+            depth -= 1
+    return deepest <= MAX_GRAMMAR_NESTING

@@ -1,4 +1,4 @@
-"""Speculative decoding for the embedded host: prompt lookup.
+"""Speculative decoding for the embedded host: prompt lookup, or a draft model.
 
 A generating sequence proposes the tokens that followed the last place its own context (prompt
 and output so far) held the same last few tokens: an agent that quotes a file it edits, or a
@@ -9,6 +9,10 @@ it sampled (llamacpp/work.py). So the output is the one it would have been witho
 same tokens where greedy, the same distribution where sampled: every token is still drawn from the
 model's own distribution given the tokens before it), and a draft only saves steps. llama.cpp's
 server checks its drafts the same way.
+
+With a draft model (the ``draft_model`` setting, llamacpp/draft.py), a smaller model of the same
+vocabulary proposes instead: it guesses where the sequence has never been, at the price of its own
+steps. Its drafts are checked the same way.
 
 A draft costs a step some time where it is wrong, so a sequence whose drafts miss drafts less
 often: after a draft of which nothing was accepted it skips the next one, then two, four, up to
@@ -21,8 +25,8 @@ import threading
 from collections import deque
 from typing import Any
 
-# Tokens that must match for a proposal: three keeps chance matches in prose rare.
-NGRAM = 3
+# Tokens that must match for a proposal, longest first: three keeps chance matches in prose rare.
+NGRAMS = (12, 6, 3)
 START = 4
 MAX_SKIP = 16
 
@@ -43,40 +47,28 @@ class Tally:
             return list(self._recent)
 
 
-class PromptLookup:
-    """Drafts for one sequence from its own tokens. Keeps an index of every ``NGRAM`` tokens to
-    where they last stood, extended as the sequence grows, so a draft costs the new tokens only."""
+class Pace:
+    """One sequence's speculation: how long its next draft may be, when it pauses, and what came of
+    its drafts (for the tally)."""
 
     def __init__(self, most: int, tally: Tally | None = None):
         self.most, self.tally = most, tally
-        self._where: dict[tuple[int, ...], int] = {}   # n-gram -> index of the token after its last place
-        self._seen = 0                                   # tokens whose n-grams are indexed
         self._skip = 0                                   # drafts to pass over after misses
         self._pause = 0
         self._length = min(START, most)                  # tokens the next draft may hold
         self.drafted = 0
         self.accepted = 0
 
-    def draft(self, tokens: list[int], limit: int) -> list[int]:
-        """Up to ``limit`` tokens that may follow ``tokens``; none when nothing matches."""
-        n = len(tokens)
-        # index the n-grams that have a token after them (the last n-gram has none yet)
-        for i in range(max(self._seen, NGRAM), n):
-            gram = tuple(tokens[i - NGRAM:i])
-            if gram[-1] >= 0:   # (an image's tokens are negative ids: no text to repeat)
-                self._where[gram] = i
-        self._seen = n
+    def wanted(self) -> int:
+        """Tokens the next draft may hold; 0 while it pauses (each call passes one draft over)."""
         if self._pause:
             self._pause -= 1
-            return []
-        at = self._where.get(tuple(tokens[n - NGRAM:])) if n > NGRAM else None
-        if at is None:
-            return []
-        draft = tokens[at:at + min(limit, self._length)]
-        for i, t in enumerate(draft):
-            if t < 0:
-                return draft[:i]
-        return draft
+            return 0
+        return self._length
+
+    def acceptance(self) -> float:
+        """The share of drafted tokens accepted so far, starting from one in two."""
+        return (self.accepted + 1) / (self.drafted + 2)
 
     def checked(self, drafted: int, accepted: int) -> None:
         """What came of the last draft."""
@@ -95,3 +87,56 @@ class PromptLookup:
         """The generation ended after ``tokens`` tokens."""
         if self.tally is not None:
             self.tally.add(tokens, self.drafted, self.accepted)
+
+    def draft(self, tokens: list[int], limit: int) -> list[int]:
+        """Up to ``limit`` tokens that may follow ``tokens``; none when it has no guess."""
+        raise NotImplementedError
+
+
+class PromptLookup(Pace):
+    """Drafts for one sequence from its own tokens. Keeps an index of every run of ``NGRAMS``
+    tokens to where it last stood, extended as the sequence grows, so a draft costs the new tokens
+    only. The longest run that matches wins: in a file of near-repeated lines (code), the last
+    three tokens stood last in the line just written, while a longer run finds the line being
+    copied."""
+
+    def __init__(self, most: int, tally: Tally | None = None):
+        super().__init__(most, tally)
+        # n-gram -> index of the token after its last place, for each length
+        self._where: dict[int, dict[tuple[int, ...], int]] = {n: {} for n in NGRAMS}
+        self._seen = 0                                   # tokens whose n-grams are indexed
+
+    def draft(self, tokens: list[int], limit: int) -> list[int]:
+        n = len(tokens)
+        # index the n-grams that have a token after them (the last n-gram has none yet)
+        for size, where in self._where.items():
+            for i in range(max(self._seen, size), n):
+                gram = tuple(tokens[i - size:i])
+                if gram[-1] >= 0:   # (an image's tokens are negative ids: no text to repeat)
+                    where[gram] = i
+        self._seen = n
+        length = self.wanted()
+        if not length:
+            return []
+        at = next((a for size, where in self._where.items() if n > size
+                   and (a := where.get(tuple(tokens[n - size:]))) is not None), None)
+        if at is None:
+            return []
+        draft = tokens[at:at + min(limit, length)]
+        for i, t in enumerate(draft):
+            if t < 0:
+                return draft[:i]
+        return draft
+
+
+class ModelDraft(Pace):
+    """Drafts for one sequence from a draft model (llamacpp/draft.py), which the scheduler runs
+    for every drafting sequence together before the step and leaves here as ``proposal``."""
+
+    def __init__(self, most: int, tally: Tally | None = None):
+        super().__init__(most, tally)
+        self.proposal: list[int] = []
+
+    def draft(self, tokens: list[int], limit: int) -> list[int]:
+        proposal, self.proposal = self.proposal, []
+        return proposal[:limit]

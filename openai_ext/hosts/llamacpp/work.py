@@ -21,7 +21,7 @@ from ..base import Piece, TokenLogprob
 from ..request import GenerationSettings
 from .context import Runtime
 from .sampling import Constrained, Detokenizer, Options, logit_biases, sampler_chain
-from .speculate import PromptLookup
+from .speculate import ModelDraft, Pace
 from .vision import Media
 
 log = logging.getLogger(__name__)
@@ -67,6 +67,15 @@ class Work:
         beside its next token (llamacpp/speculate.py); none by default."""
         return []
 
+    def acceptance(self) -> float:
+        """The share of its drafted tokens this sequence has had accepted (a guess before any)."""
+        return 0.0
+
+    def wants_draft(self) -> int:
+        """Tokens this generating sequence wants the draft model to guess before the step (asked
+        once a step); none by default."""
+        return 0
+
     def produce(self, first: int, count: int, draft: list[int]) -> int:
         """The logits of this step's tokens are outputs first..first+count-1 (only the last one
         unless ``every_logit``), followed by one for each token of ``draft``, drafted after them.
@@ -92,7 +101,7 @@ END = _End()
 
 class Generation(Work):
     def __init__(self, rt: Runtime, tokens: list[int], s: GenerationSettings, stop_event: threading.Event,
-                 lookup: PromptLookup | None = None):
+                 lookup: Pace | None = None):
         super().__init__(list(tokens))
         self.lookup = lookup
         self.rt = rt
@@ -140,6 +149,14 @@ class Generation(Work):
         if self.lookup is None or self.forced or budget <= 0 or self.halted():
             return []
         return self.lookup.draft(self.tokens, budget)
+
+    def acceptance(self) -> float:
+        return self.lookup.acceptance() if self.lookup is not None else 0.0
+
+    def wants_draft(self) -> int:
+        if not isinstance(self.lookup, ModelDraft) or self.forced or self.halted():
+            return 0
+        return max(0, min(self.lookup.wanted(), self.max_new - self.produced - 1))
 
     def produce(self, first: int, count: int, draft: list[int]) -> int:
         at = first + count - 1
