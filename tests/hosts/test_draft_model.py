@@ -143,3 +143,18 @@ def test_a_draft_model_of_another_vocabulary_is_refused(tmp_path):
         gguf.GGUFValueType.UINT32, eos + 1)}, [])
     with pytest.raises(ValueError, match="cannot draft for this model: its start and end tokens"):
         make_host(1, draft=other)
+
+
+def test_a_long_prompt_is_read_by_the_draft_model_over_several_steps(hosts):
+    """A prompt longer than the draft model reads in one step (draft.CATCH_UP): it drafts once it
+    has caught up, and the answer is the one without it."""
+    from openai_ext.hosts.llamacpp.draft import CATCH_UP
+
+    text = "Here are some notes.\n" + "\n".join(f"Note {i}: the {w} was seen at {i} o'clock." for i, w in
+                                               enumerate(["cat", "owl", "fox", "elk", "bee"] * 14)) + "\n" + STORY
+    assert len(hosts["draft"].tokenize(text)) > 2 * CATCH_UP
+    settings = GREEDY.replace(max_new_tokens=60, logprobs=2, samplers={"ban_eos_token": True})
+    before = drafts(hosts["draft"])
+    off, on = (generate(hosts[m], text, settings) for m in ("off", "draft"))
+    assert drafts(hosts["draft"])[1] > before[1]
+    assert_same_greedy_answer(off, on)
