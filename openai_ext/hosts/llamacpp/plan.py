@@ -182,7 +182,8 @@ def plan_step(running: list[Any], *, n_batch: int, prefill_chunk: int, free_cell
                 # tokens as cost what a step's fixed cost does, which smaller chunks would pay over and
                 # over: a fixed floor would break the time bound deep in a prompt, where with flash
                 # attention on a CPU 64 tokens 2,500 cells in took 1.6 s)
-                take = min(take, max(fits, cost.worth(w.n_past) if w is first_long else 0))
+                least = cost.worth(w.n_past)
+                take = min(take, max(fits, least if w is first_long else 0))
         if take <= 0:
             break
         if cost is not None and seconds is not None:
