@@ -193,15 +193,3 @@ def test_a_draft_is_checked_as_far_as_it_pays_for_the_time_it_adds():
     assert drafted(cpu, 0.5, whole=True) == 8
     # until steps are timed, a draft is checked whole
     assert drafted(StepCost(), 0.1) == 8
-
-
-def test_deep_in_a_long_prompt_the_time_bound_holds_where_each_token_costs_much():
-    """As measured with flash attention on two cores: 80 ms a step, 3.8 ms a token, 7 us a cell
-    attended. 2,500 cells into a prompt a token costs 22 ms: a step beside a stream reads as many
-    as fit in its time, not a fixed half chunk (64 tokens took 1.6 s)."""
-    cost = timed_cost(0.08, 0.0038, 7e-6)
-    stream, deep = Seq(0, 1, 1), Seq(1, 2, 6000)
-    deep.n_past, deep.tokens = 2500, [1] * 8500
-    far = shares(plan_step([stream, deep], n_batch=512, prefill_chunk=128, free_cells=30000, cost=cost))[1][0]
-    assert LEAST_READ <= far < 64
-    assert cost.predict(1 + far, attended(0, 1) + attended(2500, far)) <= STEP_GENERATING + 1e-9

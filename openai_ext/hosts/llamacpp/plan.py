@@ -80,15 +80,6 @@ class StepCost:
         # (the chunk's own tokens attend to each other too: half the chunk more on average)
         return max(0, int(seconds / max(per_token + per_cell * (at + c / 2), 1e-9)))
 
-    def worth(self, at: int) -> int:
-        """Prompt tokens from position ``at`` that cost what a step's fixed cost does (at least
-        ``LEAST_READ``)."""
-        fit = self._fitted()
-        if fit is None:
-            return LEAST_READ
-        fixed, per_token, per_cell = fit
-        return max(LEAST_READ, int(fixed / max(per_token + per_cell * at, 1e-9)))
-
     def predict(self, tokens: int, cells: int) -> float:
         fit = self._fitted()
         if fit is None:
@@ -178,12 +169,9 @@ def plan_step(running: list[Any], *, n_batch: int, prefill_chunk: int, free_cell
         take = min(budget, w.end() - w.n_past, to_image(w))
         if cost is not None and seconds is not None and w.end() - w.n_past > SHORT_PROMPT:
             fits = cost.chunk(seconds, w.n_past)
-            if fits is not None:   # (the first long prompt always moves on, by at least as many
-                # tokens as cost what a step's fixed cost does, which smaller chunks would pay over and
-                # over: a fixed floor would break the time bound deep in a prompt, where with flash
-                # attention on a CPU 64 tokens 2,500 cells in took 1.6 s)
-                least = cost.worth(w.n_past)
-                take = min(take, max(fits, least if w is first_long else 0))
+            if fits is not None:   # (the first long prompt always moves on, by half a chunk at least:
+                # a step has a fixed cost too, which smaller chunks would pay over and over)
+                take = min(take, max(fits, prefill_chunk // 2 if w is first_long else 0))
         if take <= 0:
             break
         if cost is not None and seconds is not None:
