@@ -12,6 +12,8 @@ from support.servers import openai_client
 from support.spec import assert_valid
 from test_batching import GREEDY, assert_same_greedy_answer, generate, in_thread
 
+from openai_ext.hosts.llamacpp.plan import StepCost
+
 pytestmark = pytest.mark.slow
 
 CODE = "\n".join(f"def function_{i}(x):\n    return x * {i} + {i * 7}\n" for i in range(30))
@@ -151,3 +153,30 @@ def test_the_setting_turns_it_off(make_server):
         assert drafts(host) == (0, 0) and host.describe()["speculation"]["mode"] == "off"
     finally:
         host.close()
+
+
+class NeverPays(StepCost):
+    """Step times that say a drafted token always costs more than it can save."""
+
+    def _fitted(self):
+        return (0.0, 1.0, 0.0)
+
+
+def test_on_one_sequence_drafts_are_checked_whole_whatever_the_step_times_say():
+    """One sequence is the reproducible path: what a step checks must not depend on how long
+    earlier steps took, so the pays-check (which follows the step times) leaves its drafts whole.
+    With several sequences the same times cut them."""
+    from openai_ext.hosts.files import default_gguf
+    from openai_ext.hosts.llamacpp import LlamaCppHost
+
+    settings = GREEDY.replace(max_new_tokens=60, samplers={"ban_eos_token": True})
+    counts = {}
+    for parallel in (1, 2):
+        host = LlamaCppHost(default_gguf(), n_ctx=4096, parallel=parallel)
+        try:
+            host._sched.cost = NeverPays()
+            generate(host, REPEAT, settings)
+            counts[parallel] = drafts(host)[0]
+        finally:
+            host.close()
+    assert counts[1] > 0 and counts[2] == 0

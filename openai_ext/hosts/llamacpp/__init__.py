@@ -102,7 +102,9 @@ class LlamaCppHost(Host):
         self._sched = Scheduler(L, rt.ctx, slots=parallel, n_batch=L.llama_n_batch(rt.ctx),
                                 cells=L.llama_n_ctx(rt.ctx), prefill_chunk=PREFILL_CHUNK,
                                 before_step=self.threads.before_step, drafter=self.drafter,
-                                whole_drafts=whole_drafts)
+                                # One sequence is the reproducible path (README): its steps must not
+                                # depend on timing, and the pays-check's cut does.
+                                whole_drafts=whole_drafts or parallel == 1)
 
     def _set_threads(self, gen: int, batch: int) -> None:
         self.runtime.L.llama_set_n_threads(self.runtime.ctx, gen, batch)
