@@ -15,8 +15,11 @@ import threading
 
 
 class Drain:
-    def __init__(self) -> None:
+    def __init__(self, grace: float = 5.0) -> None:
         self.draining = False
+        # The server's shutdown_grace_s: a stream stops its work (a step of a large model on a
+        # CPU may take seconds) and sends its closing event within it.
+        self.grace = grace
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._event: asyncio.Event | None = None

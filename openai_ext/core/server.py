@@ -125,6 +125,7 @@ class ApiServer:
                                 ws_max_size=int(settings.max_body_mb * 2 ** 20), **tls)
         drain = getattr(app.state, "drain", None)
         self.drain = drain if isinstance(drain, Drain) else Drain()
+        self.drain.grace = settings.shutdown_grace_s
         self.server = _Server(config, self.drain)
         logging.getLogger("uvicorn.error").addFilter(DROPPED_ON_PURPOSE)   # once: filters are a set
         self.thread: threading.Thread | None = None

@@ -193,6 +193,11 @@ class EventStream(EventSourceResponse):
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         app = scope.get("app")
         self._drain = getattr(getattr(app, "state", None), "drain", None)
+        if _HAS_SHUTDOWN_EVENT and isinstance(self._drain, Drain):
+            # sse-starlette cancels a stream its grace after the server begins to stop; the
+            # stream ends itself at once (the drain) but may first wait for its step to stop,
+            # so the server's own grace is the bound, not sse-starlette's 2 s.
+            self._shutdown_grace_period = max(2.0, self._drain.grace)
 
         async def timed_send(message: Any) -> None:
             with anyio.move_on_after(self.send_timeout) as scope_:

@@ -13,6 +13,7 @@ import time
 
 import httpx
 import pytest
+from sse_starlette.sse import AppStatus
 from support import ROOT
 from support.scripted import held
 from support.spec import assert_valid, parse_sse
@@ -62,6 +63,30 @@ def test_stopping_the_server_ends_open_streams_with_an_error_event_and_done(scri
         httpx.get(f"{server.url}/models", timeout=5)
 
 
+def test_a_stream_whose_work_stops_slowly_still_ends_cleanly_within_the_grace(script, make_server):
+    """A stream first stops its work, then sends its closing event: where a step runs on for
+    seconds (a large model on a CPU), the stream is still given the server's grace to end, not
+    the 2 s sse-starlette gives by default."""
+    script.script(held(at=5, stop_takes=3.0))
+    server = make_server(script, shutdown_grace_s=10)
+
+    def as_a_signal_does():
+        # what SIGTERM's handler runs (sse-starlette watches for it process-wide), then the stop
+        server.server.handle_exit(signal.SIGTERM, None)
+        server.stop()
+    try:
+        with httpx.Client(timeout=60) as client, client.stream("POST", f"{server.url}/chat/completions",
+                                                               json=LONG) as response:
+            raw, lines = read_until_chunks(response, 3)
+            stopper = threading.Thread(target=as_a_signal_does)
+            stopper.start()
+            events, done = finish(raw, lines)
+            stopper.join(30)
+    finally:
+        AppStatus.should_exit = False   # (process-wide: the other servers of this process run on)
+    assert done and events[-1]["error"]["code"] == "server_shutting_down"
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -107,7 +132,11 @@ def test_a_signal_ends_open_streams_cleanly_and_lets_a_short_request_finish(sig)
             else:
                 pytest.fail("the short request never waited in line")
             proc.send_signal(sig)
-            events, done = finish(raw, lines)
+            try:
+                events, done = finish(raw, lines)
+            except httpx.TransportError as e:
+                proc.wait(60)
+                pytest.fail(f"the stream was cut ({e}); the server wrote:\n{proc.stdout.read()}")
         waiter.join(60)
         assert done and events[-1]["error"]["code"] == "server_shutting_down"
         assert short["r"].status_code == 200 and short["r"].json()["choices"][0]["message"]["content"] is not None

@@ -38,6 +38,7 @@ import dataclasses
 import json
 import re
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -74,20 +75,22 @@ class Reply:
     (default "stop"). ``fail_after``: raise inside the host after this many tokens, as a crashed
     backend does. ``gate``: before token ``gate_at``, wait until the gate is set (or the request
     stops), so a test holds a generation at a known point. ``started`` is set when the host
-    begins the reply; ``ended`` when it has left it, whatever the reason."""
+    begins the reply; ``ended`` when it has left it, whatever the reason. ``stop_takes``: seconds
+    a stop asked at the gate takes to be done (a step of a large model on a CPU runs on)."""
     text: str
     finish_reason: str = "stop"
     fail_after: int | None = None
     gate: threading.Event | None = None
     gate_at: int = 0
+    stop_takes: float = 0.0
     started: threading.Event = field(default_factory=threading.Event)
     ended: threading.Event = field(default_factory=threading.Event)
 
 
-def held(at: int = 2) -> Reply:
+def held(at: int = 2, stop_takes: float = 0.0) -> Reply:
     """A long reply that waits after ``at`` tokens and is never released: only its request's end
     (the client leaving, a cancel) ends it, as a long generation on a real model is still running."""
-    return Reply(" ".join(["word"] * 2000), gate=threading.Event(), gate_at=at)
+    return Reply(" ".join(["word"] * 2000), gate=threading.Event(), gate_at=at, stop_takes=stop_takes)
 
 
 @dataclass
@@ -242,6 +245,7 @@ class ScriptedHost(Host):
                 if reply.gate is not None and i == reply.gate_at:
                     while not reply.gate.wait(0.01):
                         if stop_event.is_set():
+                            time.sleep(reply.stop_takes)
                             return
                 if stop_event.is_set():
                     return
