@@ -9,6 +9,7 @@ import pytest
 from support.servers import openai_client
 from support.spec import assert_valid
 from test_batching import GREEDY, assert_same_greedy_answer, generate, in_thread
+from test_speculation import answers_and_steps, drafts
 
 pytestmark = pytest.mark.slow
 
@@ -40,18 +41,9 @@ def draft_host():
     host.close()
 
 
-def drafts(host) -> tuple[int, int]:
-    stats = host.batch_stats()
-    return stats["drafted"], stats["accepted"]
-
-
 def test_a_greedy_answer_is_the_same_with_a_draft_model_in_fewer_steps(hosts):
     settings = GREEDY.replace(max_new_tokens=200, logprobs=2, samplers={"ban_eos_token": True})
-    answers, steps = {}, {}
-    for mode, host in hosts.items():
-        before = host.batch_stats()["steps"]
-        answers[mode] = generate(host, STORY, settings)
-        steps[mode] = host.batch_stats()["steps"] - before
+    answers, steps = answers_and_steps(hosts, STORY, settings)
     drafted, accepted = drafts(hosts["draft"])
     assert accepted > 0 and drafted >= accepted and hosts["off"].drafter is None
     assert_same_greedy_answer(answers["off"], answers["draft"])

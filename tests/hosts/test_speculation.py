@@ -54,13 +54,19 @@ def drafts(host) -> tuple[int, int]:
     return stats["drafted"], stats["accepted"]
 
 
-def test_a_greedy_answer_is_the_same_with_speculation_in_fewer_steps(hosts):
-    settings = GREEDY.replace(max_new_tokens=300, logprobs=2, samplers={"ban_eos_token": True})
+def answers_and_steps(hosts: dict, text: str, settings) -> tuple[dict, dict]:
+    """Each host's answer to ``text`` and the steps it took."""
     answers, steps = {}, {}
     for mode, host in hosts.items():
         before = host.batch_stats()["steps"]
-        answers[mode] = generate(host, REPEAT, settings)
+        answers[mode] = generate(host, text, settings)
         steps[mode] = host.batch_stats()["steps"] - before
+    return answers, steps
+
+
+def test_a_greedy_answer_is_the_same_with_speculation_in_fewer_steps(hosts):
+    settings = GREEDY.replace(max_new_tokens=300, logprobs=2, samplers={"ban_eos_token": True})
+    answers, steps = answers_and_steps(hosts, REPEAT, settings)
     drafted, accepted = drafts(hosts["ngram"])
     assert drafts(hosts["off"]) == (0, 0) and accepted > 0 and drafted >= accepted
     # Token for token, each with its log-probability; a drafted token is checked in a step of

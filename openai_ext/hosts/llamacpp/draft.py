@@ -25,6 +25,7 @@ import numpy as np
 
 from .cells import common_prefix
 from .context import Runtime
+from .plan import write
 
 log = logging.getLogger(__name__)
 
@@ -132,9 +133,7 @@ class Drafter:
                 self.L.llama_memory_seq_rm(self._mem, slot, -1, -1)
                 used -= len(held)
                 self.held[slot] = []
-        if used + need > self.capacity:
-            return False
-        return True
+        return used + need <= self.capacity
 
     def _read(self, reads: list[tuple[int, list[int], int]]) -> dict[int, tuple[int, float]]:
         """Decodes each slot's tokens at its positions (together, in batches of ``n_batch``); for
@@ -149,23 +148,14 @@ class Drafter:
                 batch.append(queue.popleft())
                 n += len(batch[-1][1])
             b = self._batch
-            token = np.ctypeslib.as_array(b.token, shape=(n,))
-            pos = np.ctypeslib.as_array(b.pos, shape=(n,))
-            np.ctypeslib.as_array(b.n_seq_id, shape=(n,))[:] = 1
-            logits = np.ctypeslib.as_array(b.logits, shape=(n,))
-            logits[:] = 0
-            first = 0
             ends: dict[int, int] = {}
-            for slot, tokens, at, final in batch:
-                token[first:first + len(tokens)] = tokens
-                pos[first:first + len(tokens)] = np.arange(at, at + len(tokens))
-                for i in range(first, first + len(tokens)):
-                    b.seq_id[i][0] = slot
+            first = 0
+            for slot, tokens, _, final in batch:
                 first += len(tokens)
                 if final:
                     ends[slot] = first - 1
-                    logits[first - 1] = 1
-            b.n_tokens = n
+            write(b, [(slot, tokens, at, len(tokens) - 1 if final else len(tokens))
+                      for slot, tokens, at, final in batch])
             rc = self.L.llama_decode(self.rt.ctx, b)
             if rc != 0:
                 log.warning("the draft model failed to decode (%d); its cache is cleared", rc)

@@ -209,22 +209,34 @@ def paying(work: Any, draft: list[int], generating: list[Any], cost: StepCost | 
 
 def fill(batch: Any, parts: list[Part]) -> int:
     """Writes the parts into llama.cpp's batch; the number of tokens in it."""
-    n = sum(p.count for p in parts)
+    rows = []
+    for p in parts:
+        work, real = p.work, p.real
+        tokens = [*work.tokens[work.n_past:work.n_past + real], *p.draft]
+        # the sequence's last token, and each drafted one, give logits to sample from
+        last = work.n_past + real >= work.end()
+        rows.append((work.slot.id, tokens, work.n_past, 0 if work.every_logit else real - 1 if last else p.count))
+    return write(batch, rows)
+
+
+def write(batch: Any, rows: list[tuple[int, list[int], int, int]]) -> int:
+    """Writes rows of (sequence id, tokens, position of the first, index of the first that gives
+    logits) into llama.cpp's batch, in order; the number of tokens in it. The draft model's
+    batches (llamacpp/draft.py) are written here too."""
+    n = sum(len(r[1]) for r in rows)
     token = np.ctypeslib.as_array(batch.token, shape=(n,))
     pos = np.ctypeslib.as_array(batch.pos, shape=(n,))
-    n_seq = np.ctypeslib.as_array(batch.n_seq_id, shape=(n,))
     logits = np.ctypeslib.as_array(batch.logits, shape=(n,))
-    n_seq[:] = 1
-    for p in parts:
-        work, first, real = p.work, p.first, p.real
-        token[first:first + real] = work.tokens[work.n_past:work.n_past + real]
-        token[first + real:first + p.count] = p.draft
-        pos[first:first + p.count] = np.arange(work.n_past, work.n_past + p.count)
-        logits[first:first + p.count] = 1 if work.every_logit else 0
-        if work.n_past + real >= work.end():
-            # the sequence's last token, and each drafted one, give logits to sample from
-            logits[first + real - 1:first + p.count] = 1
-        for i in range(first, first + p.count):
-            batch.seq_id[i][0] = work.slot.id
+    np.ctypeslib.as_array(batch.n_seq_id, shape=(n,))[:] = 1
+    first = 0
+    for seq, tokens, at, from_ in rows:
+        count = len(tokens)
+        token[first:first + count] = tokens
+        pos[first:first + count] = np.arange(at, at + count)
+        logits[first:first + count] = 0
+        logits[first + from_:first + count] = 1
+        for i in range(first, first + count):
+            batch.seq_id[i][0] = seq
+        first += count
     batch.n_tokens = n
     return n
