@@ -41,6 +41,7 @@ from .core.drain import Drain
 from .core.guards import LOCAL_NAMES, BodyLimit, CatchAll, HostGuard
 from .core.handlers import install_error_handlers
 from .embeddings import routes as embeddings
+from .files import routes as files
 from .hosts.base import Host
 from .hosts.manager import ModelManager
 from .images import routes as images
@@ -59,6 +60,8 @@ STREAMING_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/messages", "/
                    "/v1/audio/transcriptions")
 # Routes that take file uploads, which have their own (larger) size limit.
 UPLOAD_ROUTES = ("/audio/transcriptions", "/audio/translations", "/images/edits", "/images/variations")
+# Routes whose bodies are counted as they arrive, never read whole into memory (files_max_mb).
+STREAMED_ROUTES = ("/v1/files", "/files")
 
 # Routes that answer errors in Anthropic's shape: the Messages API, and the model list for
 # Anthropic's clients (they send anthropic-version with every request).
@@ -93,6 +96,7 @@ def create_app(settings: Settings, host: Host, manager: ModelManager | None = No
         app.add_middleware(RequestLog)   # sees the body BodyLimit has read whole
     app.add_middleware(BodyLimit, json_limit=int(settings.max_body_mb * 2 ** 20),
                        upload_limit=int(settings.max_upload_mb * 2 ** 20), upload_suffixes=UPLOAD_ROUTES,
+                       streamed=(STREAMED_ROUTES, int(settings.files_max_mb * 2 ** 20), "files_max_mb"),
                        shapes=ERROR_SHAPES)
     if settings.api_key:
         app.add_middleware(KeyGuard, api_key=settings.api_key, admin_key=settings.admin_key, shapes=ERROR_SHAPES)
@@ -114,6 +118,7 @@ def create_app(settings: Settings, host: Host, manager: ModelManager | None = No
         audio.router(state.speech, state.transcription),
         images.router(state.images),
         realtime.router(state.realtime),
+        files.router(state.files),
         admin.internal_router(state.text, state.manager),
     ]
     app.include_router(health.router(state.text, state.responses.store.health if settings.responses_store else None))

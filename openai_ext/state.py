@@ -16,6 +16,7 @@ from .core.catalog import Catalog
 from .core.config import Settings
 from .core.token_tables import TokenTables
 from .embeddings.service import EmbeddingsService
+from .files.service import FilesService
 from .hosts.base import Host
 from .hosts.manager import ModelManager
 from .images.service import ImagesService
@@ -38,6 +39,7 @@ class ApiState:
     catalog: Catalog
     responses: ResponsesService
     realtime: RealtimeService
+    files: FilesService
     manager: ModelManager | None = None   # model management (StandaloneModels / TextgenModels)
     started: int = field(default_factory=lambda: int(time.time()))
 
@@ -56,8 +58,10 @@ class ApiState:
                           aliases=[embeddings.alias_card])
         images = ImagesService(settings, lambda: text.host)   # the web UI's image model, where it has one
         realtime = RealtimeService(settings, text, speech, transcription)
+        responses = ResponsesService(settings, text)
+        files = FilesService(settings, responses)   # its records are in the responses' store
         return cls(settings, text, tables, embeddings, moderations, speech, transcription,
-                   images, catalog, ResponsesService(settings, text), realtime, manager, started)
+                   images, catalog, responses, realtime, files, manager, started)
 
     @property
     def host(self) -> Host:

@@ -142,6 +142,10 @@ class Settings(BaseSettings):
                                                                   "are deleted (OpenAI keeps responses 30 days). 0: kept "
                                                                   "until deleted.")
 
+    # --- the Files API -----------------------------------------------------------------------
+    files_dir: str = Field("", description="Folder of uploaded files' contents (their records are in the store: SQLite in data_dir, or PostgreSQL with database_url); empty: the files folder inside data_dir. Servers sharing a database_url must share this folder too (a network or object-store mount).")
+    files_max_mb: float = Field(512.0, gt=0, description="Largest file upload (/v1/files), in MB (OpenAI's limit is 512); the body is counted as it arrives, never held in memory.")
+
     @field_validator("api_key", "admin_key")
     @classmethod
     def _key_fits_a_header(cls, key: str) -> str:

@@ -140,12 +140,14 @@ class BodyLimit:
     (bodies.check_json_text), since this is where every body is read whole."""
 
     def __init__(self, app: Any, json_limit: int, upload_limit: int, upload_suffixes: tuple[str, ...],
-                 shapes: ErrorShapes = OPENAI_ONLY):
+                 streamed: tuple[tuple[str, ...], int, str] = ((), 0, ""), shapes: ErrorShapes = OPENAI_ONLY):
         self.app = app
         self.shapes = shapes
         self.json_limit = json_limit
         self.upload_limit = upload_limit
         self.upload_suffixes = upload_suffixes
+        # (paths, limit, its setting): bodies counted as they pass, never held whole (a file upload)
+        self.streamed = streamed
 
     def _limit(self, path: str) -> tuple[int, str]:
         if path.rstrip("/").endswith(self.upload_suffixes):
@@ -157,12 +159,21 @@ class BodyLimit:
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
             await self.app(scope, receive, send)
             return
-        limit, what = self._limit(scope["path"])
+        paths, streamed_limit, setting = self.streamed
+        streamed = (scope["path"].rstrip("/") or "/") in paths
+        if streamed:
+            limit = streamed_limit + 64 * 1024   # multipart adds a little around the file itself
+            what = f"{streamed_limit / 2 ** 20:g} MB limit ({setting})"
+        else:
+            limit, what = self._limit(scope["path"])
         too_large = RequestTooLargeError(f"The request body is over the {what}. Send less, or raise the setting.",
                                          code="request_too_large")
         declared = header(scope, b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             await send_error(send, too_large, scope, self.shapes)
+            return
+        if streamed:
+            await self.app(scope, _counted(receive, limit, too_large), send)
             return
         # Read the body up to the limit (chunked bodies declare no length), then replay it to the
         # app; later receive() calls go to the client connection, so disconnects are still seen.
@@ -192,6 +203,22 @@ class BodyLimit:
                 await send_error(send, e, scope, self.shapes)
                 return
         await self.app(scope, _replay(chunks, None, receive), send)
+
+
+def _counted(receive: Receive, limit: int, too_large: OpenAIError) -> Receive:
+    """``receive``, raising ``too_large`` (the route answers it) once the body passes ``limit``
+    bytes: a body that declared no length is stopped as it grows."""
+    seen = 0
+
+    async def counted() -> dict[str, Any]:
+        nonlocal seen
+        message = await receive()
+        if message["type"] == "http.request":
+            seen += len(message.get("body", b""))
+            if seen > limit:
+                raise too_large
+        return message
+    return counted
 
 
 def _replay(chunks: list[bytes], pending: dict[str, Any] | None, receive: Receive) -> Receive:

@@ -151,6 +151,17 @@ class Form(_Fields):
                    example: str = "file.bin") -> tuple[str | None, bytes] | None:
         """(filename, bytes) of the one file in field ``name`` (or ``name[]``). A file over
         ``limit`` bytes is refused from its parsed size, without reading it into memory."""
+        upload = self.upload(name, required=required, example=example)
+        if upload is None:
+            return None
+        if limit is not None and upload.size is not None and upload.size > limit:
+            raise RequestTooLargeError(f"The file is {upload.size / 2 ** 20:.1f} MB, over the {limit / 2 ** 20:g} MB "
+                                       "limit (max_upload_mb). Send a smaller or more compressed file.",
+                                       param=name, code="file_too_large")
+        return upload.filename, await upload.read()
+
+    def upload(self, name: str, *, required: bool, example: str = "file.bin") -> UploadFile | None:
+        """The one file in field ``name`` (or ``name[]``), as parsed (spooled to disk when large)."""
         items = self.form.getlist(name) + self.form.getlist(f"{name}[]")
         files = [i for i in items if isinstance(i, UploadFile)]
         if not files:
@@ -163,18 +174,14 @@ class Form(_Fields):
             return None
         if len(files) > 1:
             raise InvalidRequestError(f"'{name}' must be one uploaded file; {len(files)} were sent.", param=name)
-        upload = files[0]
-        if limit is not None and upload.size is not None and upload.size > limit:
-            raise RequestTooLargeError(f"The file is {upload.size / 2 ** 20:.1f} MB, over the {limit / 2 ** 20:g} MB "
-                                       "limit (max_upload_mb). Send a smaller or more compressed file.",
-                                       param=name, code="file_too_large")
-        return upload.filename, await upload.read()
+        return files[0]
 
 
 class JsonForm(_Fields):
     """The same questions as Form, asked of OpenAI's JSON body form of a route that takes files:
     a file is a reference, ``{"image_url": "data:image/png;base64,..."}`` (or a list of them), and
-    only data URLs can be read here: this server fetches no URL and has no Files API."""
+    only data URLs can be read here: this server fetches no URL and does not read edits' images from
+    its Files API."""
 
     def __init__(self, doc: dict[str, Any], files: dict[str, str]):
         self.doc = doc
@@ -226,8 +233,9 @@ class JsonForm(_Fields):
             raise InvalidRequestError(f"'{field}' must hold objects like {{\"image_url\": \"data:...\"}}.", param=field)
         url = ref.get("image_url")
         if ref.get("file_id") is not None and url is None:
-            raise InvalidRequestError(f"'{field}' refers to a file_id; this server has no Files API. Send the image as "
-                                      "a data URL in image_url, or as a multipart upload.", param=field)
+            raise InvalidRequestError(f"'{field}' refers to a file_id; image edits do not read images from the Files "
+                                      "API. Send the image as a data URL in image_url, or as a multipart upload.",
+                                      param=field)
         if not isinstance(url, str) or not url.startswith("data:"):
             raise InvalidRequestError(f"'{field}' must give the image as a data URL (data:image/png;base64,...); this "
                                       "server does not fetch URLs. Or send it as a multipart upload.", param=field)

@@ -34,8 +34,8 @@ def part(raw: dict[str, Any], where: str, *, vision: bool | None, web_ui: bool) 
         raise chat_images.no_vision(where, web_ui)
     url, file_id, detail = raw.get("image_url"), raw.get("file_id"), raw.get("detail")
     if url is None and file_id is not None:
-        raise _bad(f"{where}.file_id", f"{where} names a file_id, but this server has no Files API. Send the image "
-                                       "itself as image_url, a data URL (data:image/png;base64,...).")
+        raise _bad(f"{where}.file_id", f"{where} names a file_id; images are not read from the Files API here. Send "
+                                       "the image itself as image_url, a data URL (data:image/png;base64,...).")
     if not isinstance(url, str):
         raise _bad(f"{where}.image_url", f"{where}.image_url must be the image as a data URL "
                                          "(data:image/png;base64,...).")

@@ -162,6 +162,11 @@ class Store(ResponseRows, ConversationRows):
                     self._wake.set()
         return out
 
+    def run(self, work: Callable[[Any], T], *, write: bool = False) -> T:
+        """``work(conn)`` in one transaction (``?`` placeholders on both backends), within the
+        deadline: the way in for the other families' tables (the Files API's)."""
+        return self._run(work, write=write)
+
     def close(self) -> None:
         """Stops the heartbeat; this instance's responses that still run are marked failed (it
         will not finish them) and its instance row is removed."""

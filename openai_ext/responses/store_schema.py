@@ -65,8 +65,18 @@ CREATE TABLE instances (id TEXT PRIMARY KEY, started_at REAL NOT NULL, heartbeat
 """
 
 
+# Uploaded files (the Files API, openai_ext/files/): their records; the contents are in files_dir.
+FILES = """
+CREATE TABLE files (
+    id TEXT PRIMARY KEY, owner TEXT NOT NULL, created_at {time} NOT NULL, expires_at {time},
+    bytes BIGINT NOT NULL, filename TEXT NOT NULL, purpose TEXT NOT NULL);
+CREATE INDEX files_by_owner ON files(owner, created_at);
+CREATE INDEX files_by_expiry ON files(expires_at);
+"""
+
 STEPS: tuple[Step, ...] = (
     Step("schema", sqlite=SQLITE_SCHEMA, postgres=POSTGRES_SCHEMA),
     # PostgreSQL's schema step had these from its first release: nothing to do there
     Step("instances", sqlite=SQLITE_INSTANCES, postgres=None),
+    Step("files", sqlite=FILES.format(time="REAL"), postgres=FILES.format(time="DOUBLE PRECISION")),
 )

@@ -123,7 +123,7 @@ def test_a_chain_with_images_after_the_vision_model_is_gone(ext, client, host_mo
 @pytest.mark.parametrize("part, param, says", [
     (image("https://example.com/cat.png"), "input[0].content[0].image_url", "fetches no URL"),
     (image("data:image/png;base64,bm90IGFuIGltYWdl"), "input[0].content[0].image_url", "could not be read"),
-    ({"type": "input_image", "file_id": "file-1", "detail": "auto"}, "input[0].content[0].file_id", "no Files API"),
+    ({"type": "input_image", "file_id": "file-1", "detail": "auto"}, "input[0].content[0].file_id", "not read from the Files API"),
     (image(None), "input[0].content[0].image_url", "must be the image as a data URL"),
     (image(data_url("red"), detail="sharp"), "input[0].content[0].detail", "must be one of auto, low"),
 ])
