@@ -32,6 +32,7 @@ from . import __version__
 from .admin import health
 from .admin import routes as admin
 from .audio import routes as audio
+from .batches import routes as batches
 from .core import debuglog, openapi, tunnel
 from .core.auth import KeyGuard
 from .core.config import Settings
@@ -76,8 +77,10 @@ def create_app(settings: Settings, host: Host, manager: ModelManager | None = No
     state = ApiState.build(settings, host, manager)
 
     @contextlib.asynccontextmanager
-    async def lifespan(_: FastAPI):
+    async def lifespan(app_: FastAPI):
+        await state.batches.start(app_)   # batches run on the server's own loop, through the app
         yield
+        await state.batches.stop()
         state.close()
         if tunnel.opens(settings):
             tunnel.stop()
@@ -119,6 +122,7 @@ def create_app(settings: Settings, host: Host, manager: ModelManager | None = No
         images.router(state.images),
         realtime.router(state.realtime),
         files.router(state.files),
+        batches.router(state.batches),
         admin.internal_router(state.text, state.manager),
     ]
     app.include_router(health.router(state.text, state.responses.store.health if settings.responses_store else None))

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from .audio.speech import SpeechService
 from .audio.transcription import TranscriptionService
+from .batches.service import BatchesService
 from .core.catalog import Catalog
 from .core.config import Settings
 from .core.token_tables import TokenTables
@@ -40,6 +41,7 @@ class ApiState:
     responses: ResponsesService
     realtime: RealtimeService
     files: FilesService
+    batches: BatchesService
     manager: ModelManager | None = None   # model management (StandaloneModels / TextgenModels)
     started: int = field(default_factory=lambda: int(time.time()))
 
@@ -60,8 +62,9 @@ class ApiState:
         realtime = RealtimeService(settings, text, speech, transcription)
         responses = ResponsesService(settings, text)
         files = FilesService(settings, responses)   # its records are in the responses' store
+        batches = BatchesService(settings, responses, files, text)
         return cls(settings, text, tables, embeddings, moderations, speech, transcription,
-                   images, catalog, responses, realtime, files, manager, started)
+                   images, catalog, responses, realtime, files, batches, manager, started)
 
     @property
     def host(self) -> Host:

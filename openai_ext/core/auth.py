@@ -59,13 +59,33 @@ def _matches(token: str | None, key: str) -> bool:
 
 
 CALLER_KEY = "caller_key"   # in the request's scope state: the key the guard let it in with
+CALLER_OWNER = "caller_owner"   # ... or, for a request the server makes itself, whose it is
+
+# The scope key of a request the server sends itself, in process (a batch's lines: batches/run.py),
+# on behalf of an owner it recorded. Only code in this process can put an object in a scope (a
+# connection's scope is built by the server from the wire), so the guard lets such a request in.
+INTERNAL = "openai_ext.internal"
+
+
+class Internal:
+    """The mark of an in-process request (``scope[INTERNAL]``)."""
+
+
+TRUSTED = Internal()
 
 
 def caller_owner(conn: HTTPConnection) -> str:
     """Who a request comes from, for the objects it makes and may see: a digest of the key the guard
     let it in with (header or subprotocol alike); "" on a server that takes no key."""
-    key = conn.scope.get("state", {}).get(CALLER_KEY)
-    return hashlib.sha256(key.encode()).hexdigest()[:32] if key else ""
+    state = conn.scope.get("state", {})
+    if conn.scope.get(INTERNAL) is TRUSTED and isinstance(state.get(CALLER_OWNER), str):
+        return str(state[CALLER_OWNER])
+    key = state.get(CALLER_KEY)
+    return owner_of(key) if key else ""
+
+
+def owner_of(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
 class KeyGuard:
@@ -79,7 +99,7 @@ class KeyGuard:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (scope["type"] in ("http", "websocket") and scope.get("method") != "OPTIONS"
-                and scope["path"] not in OPEN_PATHS):
+                and scope["path"] not in OPEN_PATHS and scope.get(INTERNAL) is not TRUSTED):
             tokens = _tokens(lambda name: header(scope, name.encode()))
             if scope["type"] == "websocket":
                 tokens += subprotocol_tokens(header(scope, b"sec-websocket-protocol"))

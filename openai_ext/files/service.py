@@ -62,14 +62,19 @@ class FilesService:
         return self.folder / file_id
 
     async def create(self, upload: UploadFile, purpose: str, expires_after: int | None, owner: str) -> dict[str, Any]:
+        return await self.keep(upload.file, upload.filename, purpose, expires_after, owner)
+
+    async def keep(self, source: BinaryIO, filename: str | None, purpose: str, expires_after: int | None,
+                   owner: str) -> dict[str, Any]:
+        """Keeps ``source``'s bytes as a file of ``owner``'s (an upload, or a batch's output); its File object."""
         self._require_store()
         now = time.time()
         if expires_after is None and purpose == "batch":
             expires_after = BATCH_EXPIRY_S
         row = FileRow(id=f"file-{uuid.uuid4().hex[:24]}", owner=owner, created_at=now,
                       expires_at=None if expires_after is None else now + expires_after, bytes=0,
-                      filename=_base_name(upload.filename), purpose=purpose)
-        size = await anyio.to_thread.run_sync(self._keep, upload.file, row.id)
+                      filename=_base_name(filename), purpose=purpose)
+        size = await anyio.to_thread.run_sync(self._keep, source, row.id)
         row = FileRow(**{**row.__dict__, "bytes": size})
         try:
             await self.responses.io(self.rows.put, row)
@@ -123,6 +128,14 @@ class FilesService:
 
     async def retrieve(self, file_id: str, owner: str) -> dict[str, Any]:
         return (await self._row(file_id, owner)).body()
+
+    async def read(self, file_id: str, owner: str) -> tuple[FileRow, bytes]:
+        """A file's record and whole content (a batch's input, bounded by files_max_mb)."""
+        row = await self._row(file_id, owner)
+        try:
+            return row, await anyio.to_thread.run_sync(self.path(file_id).read_bytes)
+        except FileNotFoundError:
+            raise not_found("File", file_id) from None
 
     async def list(self, owner: str, *, purpose: str | None, after: str | None, limit: int,
                    order: str) -> dict[str, Any]:

@@ -51,7 +51,7 @@ from .store_sqlite import FILE, SqliteDatabase
 from .store_upkeep import RUNNING, visible
 from .store_upkeep import dump as _dump
 
-__all__ = ["FILE", "PRUNE_EVERY", "Store"]
+__all__ = ["FILE", "LEASE_S", "PRUNE_EVERY", "Store"]
 
 log = logging.getLogger(__name__)
 
@@ -161,6 +161,11 @@ class Store(ResponseRows, ConversationRows):
                 if self._writes >= PRUNE_EVERY:
                     self._wake.set()
         return out
+
+    def exists(self) -> bool:
+        """Whether there is a store to read yet: a PostgreSQL database, or the SQLite file once
+        something was stored (looking must not make an empty one)."""
+        return not isinstance(self.db, SqliteDatabase) or self.db.path.exists()
 
     def run(self, work: Callable[[Any], T], *, write: bool = False) -> T:
         """``work(conn)`` in one transaction (``?`` placeholders on both backends), within the

@@ -74,9 +74,23 @@ CREATE INDEX files_by_owner ON files(owner, created_at);
 CREATE INDEX files_by_expiry ON files(expires_at);
 """
 
+# Batches (openai_ext/batches/): the Batch object, which instance runs it, and each line's result
+# as it comes (so a restart goes on from the lines not yet done).
+BATCHES = """
+CREATE TABLE batches (
+    id TEXT PRIMARY KEY, owner TEXT NOT NULL, created_at {time} NOT NULL, status TEXT NOT NULL,
+    instance TEXT, cancel_requested INTEGER NOT NULL DEFAULT 0, body TEXT NOT NULL);
+CREATE INDEX batches_by_owner ON batches(owner, created_at);
+CREATE INDEX batches_by_status ON batches(status);
+CREATE TABLE batch_lines (
+    batch_id TEXT NOT NULL, line INTEGER NOT NULL, ok INTEGER NOT NULL, body TEXT NOT NULL,
+    PRIMARY KEY (batch_id, line));
+"""
+
 STEPS: tuple[Step, ...] = (
     Step("schema", sqlite=SQLITE_SCHEMA, postgres=POSTGRES_SCHEMA),
     # PostgreSQL's schema step had these from its first release: nothing to do there
     Step("instances", sqlite=SQLITE_INSTANCES, postgres=None),
     Step("files", sqlite=FILES.format(time="REAL"), postgres=FILES.format(time="DOUBLE PRECISION")),
+    Step("batches", sqlite=BATCHES.format(time="REAL"), postgres=BATCHES.format(time="DOUBLE PRECISION")),
 )
