@@ -30,6 +30,7 @@ import anyio
 from ..core.auth import CALLER_OWNER, INTERNAL, TRUSTED
 from ..core.errors import OpenAIError
 from ..files.service import FilesService
+from ..hosts.request import BACKGROUND
 from ..responses.service import ResponsesService
 from ..responses.store_health import StoreUnavailable
 from ..text.service import TextService
@@ -52,6 +53,7 @@ async def call(app: Any, path: str, body: dict[str, Any], owner: str, gone: asyn
                          (b"content-length", str(len(raw)).encode())],
              "client": ("127.0.0.1", 0), "server": ("127.0.0.1", 0),
              "state": {CALLER_OWNER: owner}, INTERNAL: TRUSTED}
+    BACKGROUND.set(True)   # (this task's context: its generations are served after live clients')
     sent = False
     status, chunks = 500, []
 
@@ -245,5 +247,7 @@ class Runner:
                 changes[key] = made["id"]
         changes["usage"] = usage([r["response"]["body"] for good, r in results if good])
         stamp = {"completed": "completed_at", "cancelled": "cancelled_at", "expired": "expired_at"}[end]
+        # (the total too: a batch cancelled while it was validating never set it)
+        changes["request_counts"] = {"total": len(requests), "completed": 0, "failed": 0}
         await io(lambda: self.rows.update(batch_id, status=end, **{stamp: int(time.time())}, **changes))
         log.info("batches: %s %s (%d requests)", batch_id, end, len(requests))

@@ -9,9 +9,15 @@ field is a type error here, where a misspelt dict key used to be a silent no-op.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping
+
+# Set in the context of a request the server sends for a batch (batches/run.py): its generations
+# are background work, which a host serves after live clients' (text/generation.host_pieces reads
+# it where the settings go to the host, so every family's requests carry it alike).
+BACKGROUND: contextvars.ContextVar[bool] = contextvars.ContextVar("background", default=False)
 
 
 @dataclass(frozen=True)
@@ -38,6 +44,7 @@ class GenerationSettings:
     samplers: Mapping[str, Any] = field(default_factory=dict)
     preset: str | None = None            # the web UI's preset, by name (extension mode)
     max_tokens_second: int | None = None   # the web UI's output pacing (extension mode)
+    background: bool = False             # a batch's line: served after live clients (BACKGROUND)
 
     @property
     def greedy(self) -> bool:

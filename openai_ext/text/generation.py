@@ -27,7 +27,7 @@ import janus
 from ..core.admission import Place
 from ..core.errors import ContextLengthExceeded, OpenAIError, ServerError, ServiceUnavailableError
 from ..hosts.base import Host, Piece, Prompt, TokenLogprob
-from ..hosts.request import GenerationSettings
+from ..hosts.request import BACKGROUND, GenerationSettings
 from .assembly import ChoiceAssembler, Delta
 from .params import Plan
 from .service import TextService
@@ -53,6 +53,8 @@ class _Failure:
 async def host_pieces(host: Host, prompt: Prompt, settings: GenerationSettings,
                       run: Runner) -> AsyncGenerator[Piece, None]:
     """The host's pieces, generated on the generation thread. Leaving the iteration stops the host."""
+    if BACKGROUND.get() and not settings.background:
+        settings = settings.replace(background=True)
     stop_event = threading.Event()
     channel: janus.Queue[Any] = janus.Queue(maxsize=BUFFERED_PIECES)
 

@@ -70,6 +70,10 @@ def test_a_batch_of_chat_requests_runs_to_completion_with_one_answer_per_line(se
     assert sorted(answers.values()) == [f"Answer {i}" for i in range(4)]
     assert client.files.retrieve(done.output_file_id).purpose == "batch_output"
     assert [b.id for b in client.batches.list()] == [batch.id]
+    # the lines' generations are background work for the host; a live request's is not
+    assert len(script.calls) == 4 and all(c.settings.background for c in script.calls)
+    client.chat.completions.create(model="x", messages=[{"role": "user", "content": "live"}])
+    assert not script.calls[-1].settings.background
 
 
 def test_a_request_the_api_refuses_goes_to_the_error_file_and_the_rest_run(server, script):

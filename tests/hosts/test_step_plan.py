@@ -23,8 +23,9 @@ class Seq:
     """A running sequence as the plan sees it: ``left`` tokens to decode (1: generating)."""
 
     def __init__(self, slot: int, order: int, left: int, draft: list[int] | None = None, ready: bool = True,
-                 acceptance: float = 0.5):
+                 acceptance: float = 0.5, background: bool = False):
         self.slot, self.order = SimpleNamespace(id=slot), order
+        self.background = background
         self.rate = acceptance
         self.tokens = [1] * (10 + left)
         self.n_past = 10
@@ -193,3 +194,19 @@ def test_a_draft_is_checked_as_far_as_it_pays_for_the_time_it_adds():
     assert drafted(cpu, 0.5, whole=True) == 8
     # until steps are timed, a draft is checked whole
     assert drafted(StepCost(), 0.1) == 8
+
+
+def test_background_work_sits_out_the_steps_that_read_a_live_prompt():
+    """A batch's lines are background work: while a live client's prompt is read they decode
+    nothing (its first token waits for none of them), and beside live generations they draft
+    nothing; alone, or beside a background prompt, they run as any work."""
+    lines = [Seq(i, i, 1, draft=[7, 7], background=True) for i in range(3)]
+    live = Seq(5, 9, 40)
+    parts = shares(plan_step([*lines, live], n_batch=512, prefill_chunk=128, free_cells=8000, whole_drafts=True))
+    assert parts == {5: (40, 0)}
+    talking = Seq(6, 10, 1, draft=[7, 7])
+    parts = shares(plan_step([*lines, talking], n_batch=512, prefill_chunk=128, free_cells=8000, whole_drafts=True))
+    assert parts == {0: (1, 0), 1: (1, 0), 2: (1, 0), 6: (3, 2)}
+    own = Seq(7, 11, 40, background=True)
+    parts = shares(plan_step([*lines, own], n_batch=512, prefill_chunk=128, free_cells=8000, whole_drafts=True))
+    assert parts[0] == (3, 2) and parts[7][0] > 0

@@ -130,6 +130,11 @@ def plan_step(running: list[Any], *, n_batch: int, prefill_chunk: int, free_cell
     """The parts of this step, in slot order. ``free_cells``: cells left in the cache;
     ``whole_drafts``: drafts are checked whole, whether or not they pay."""
     active = [w for w in running if w.ready() and w.n_past < w.end() and image_at(w) is None]
+    if any(not w.background and w.end() - w.n_past > 1 for w in active):
+        # A live client's prompt is read: background work (a batch's lines) sits this step out,
+        # so the client's first token waits for no batch line's decode.
+        active = [w for w in active if not w.background]
+    foreground = any(not w.background for w in active)
     generating = [w for w in active if w.end() - w.n_past == 1]
     reading = sorted((w for w in active if w.end() - w.n_past > 1),
                      key=lambda w: (w.end() - w.n_past > SHORT_PROMPT, w.order))
@@ -142,6 +147,8 @@ def plan_step(running: list[Any], *, n_batch: int, prefill_chunk: int, free_cell
     for w in generating:
         if spare <= 0:
             break
+        if w.background and foreground:
+            continue   # (drafts make a step longer: background work drafts only on its own)
         draft = w.draft(spare)
         if not whole_drafts:
             draft = paying(w, draft, generating, cost)

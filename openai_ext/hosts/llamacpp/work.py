@@ -47,6 +47,7 @@ class Work:
         self.order = 0
         self.passed = 0          # newcomers that started while it waited for room
         self.media: Media | None = None   # a vision prompt's images (their tokens are runs of negative ids)
+        self.background = False  # a batch's line: sits out steps that read a live client's prompt (plan.py)
 
     def end(self) -> int:
         return len(self.tokens)
@@ -103,6 +104,7 @@ class Generation(Work):
     def __init__(self, rt: Runtime, tokens: list[int], s: GenerationSettings, stop_event: threading.Event,
                  lookup: Pace | None = None):
         super().__init__(list(tokens))
+        self.background = s.background
         self.lookup = lookup
         self.rt = rt
         self.max_new = s.max_new_tokens
