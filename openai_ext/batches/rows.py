@@ -35,11 +35,17 @@ class BatchRows:
                                   "completed": counts.get(True, 0), "failed": counts.get(False, 0)}
         return body
 
-    def _get(self, c: Any, batch_id: str, owner: str | None) -> dict[str, Any] | None:
+    @staticmethod
+    def _raw(c: Any, batch_id: str, owner: str | None) -> dict[str, Any] | None:
+        """The stored document, the server's own notes included."""
         row = c.execute("SELECT owner, body FROM batches WHERE id = ?", (batch_id,)).fetchone()
         if row is None or (owner is not None and row[0] != owner):
             return None
-        return self._counted(c, json.loads(row[1]))
+        return dict(json.loads(row[1]))
+
+    def _get(self, c: Any, batch_id: str, owner: str | None) -> dict[str, Any] | None:
+        body = self._raw(c, batch_id, owner)
+        return None if body is None else self._counted(c, body)
 
     def get(self, batch_id: str, owner: str | None) -> dict[str, Any] | None:
         return self.store.run(lambda c: self._get(c, batch_id, owner))
@@ -80,13 +86,13 @@ class BatchRows:
     def cancel(self, batch_id: str, owner: str | None, now: int) -> dict[str, Any] | None:
         """Asks the batch to stop: cancelling (the instance that runs it ends it within a step)."""
         def work(c: Any) -> dict[str, Any] | None:
-            body = self._get(c, batch_id, owner)
+            body = self._raw(c, batch_id, owner)
             if body is None or body["status"] not in ("validating", "in_progress"):
-                return body
+                return None if body is None else self._counted(c, body)
             body.update(status="cancelling", cancelling_at=now)
             c.execute("UPDATE batches SET status = ?, body = ?, cancel_requested = 1 WHERE id = ?",
                       ("cancelling", dump(body), batch_id))
-            return body
+            return self._counted(c, body)
         return self.store.run(work, write=True)
 
     def cancel_requested(self, batch_id: str) -> bool:
@@ -119,7 +125,9 @@ class BatchRows:
         return {int(r[0]) for r in rows}
 
     def add_line(self, batch_id: str, line: int, ok: bool, body: dict[str, Any]) -> None:
-        self.store.run(lambda c: c.execute("INSERT INTO batch_lines (batch_id, line, ok, body) VALUES (?, ?, ?, ?)",
+        # (a line another instance stored first, after a lease it let lapse, is kept as it was)
+        self.store.run(lambda c: c.execute("INSERT INTO batch_lines (batch_id, line, ok, body) VALUES (?, ?, ?, ?) "
+                                           "ON CONFLICT (batch_id, line) DO NOTHING",
                                            (batch_id, line, int(ok), dump(body))), write=True)
 
     def results(self, batch_id: str) -> list[tuple[bool, dict[str, Any]]]:

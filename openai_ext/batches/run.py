@@ -40,6 +40,7 @@ from .rows import BatchRows
 log = logging.getLogger(__name__)
 
 POLL_S = 2.0     # how often a free instance looks for a batch another instance made
+RETRY_S = (1.0, 2.0, 4.0, 8.0, 16.0, None)   # waits before a busy (429, 503) request is asked again
 CHECK_S = 0.5    # how often a running batch looks for a cancel
 
 
@@ -80,6 +81,17 @@ async def call(app: Any, path: str, body: dict[str, Any], owner: str, gone: asyn
         return status, data.decode("utf-8", "replace")
 
 
+def _first(error: BaseException, kind: type[BaseException]) -> BaseException | None:
+    """The first ``kind`` in ``error`` or the exception groups it nests (anyio's task groups)."""
+    if isinstance(error, kind):
+        return error
+    for inner in getattr(error, "exceptions", None) or ():
+        found = _first(inner, kind)
+        if found is not None:
+            return found
+    return None
+
+
 class Runner:
     def __init__(self, rows: BatchRows, responses: ResponsesService, files: FilesService, text: TextService):
         self.rows, self.responses, self.files, self.text = rows, responses, files, text
@@ -90,6 +102,7 @@ class Runner:
     def start(self, app: Any) -> None:
         self.app = app
         self._task = asyncio.get_running_loop().create_task(self._forever(), name="batches")
+        self._task.add_done_callback(_said)
 
     def wake(self) -> None:
         self._wake.set()
@@ -106,10 +119,7 @@ class Runner:
     async def _forever(self) -> None:
         io, instance = self.responses.io, self.responses.store.instance_id
         while True:
-            if not self.responses.store.exists():   # nothing stored yet: no batch to find
-                batch_id = None
-            else:
-                batch_id = await self._claim(io, instance)
+            batch_id = await self._claim(io, instance)
             if batch_id is None:
                 with anyio.move_on_after(POLL_S):
                     await self._wake.wait()
@@ -121,12 +131,20 @@ class Runner:
                 log.warning("batches: %s stopped while the store is unavailable (%s); it goes on when it is back",
                             batch_id, e)
                 await anyio.sleep(POLL_S)
-            except Exception:  # noqa: BLE001 - one batch's fault stops only that batch
+            except Exception as e:  # noqa: BLE001 - one batch's fault stops only that batch
+                lost = _first(e, StoreUnavailable)
+                if lost is not None:
+                    log.warning("batches: %s stopped while the store is unavailable (%s); it goes on when it is "
+                                "back", batch_id, lost)
+                    await anyio.sleep(POLL_S)
+                    continue
                 log.exception("batches: %s failed", batch_id)
                 await self._fail(batch_id)
 
     async def _claim(self, io: Any, instance: str) -> str | None:
         try:
+            if not self.responses.store.exists():   # nothing stored yet: no batch to find
+                return None
             return await io(self.rows.claim, instance)
         except StoreUnavailable:
             return None
@@ -151,7 +169,7 @@ class Runner:
         problems: list[dict[str, Any]] = []
         try:
             _, content = await self.files.read(body["input_file_id"], owner)
-            requests = parse(content, body["endpoint"])
+            requests = await anyio.to_thread.run_sync(parse, content, body["endpoint"])
         except Invalid as invalid:
             problems = invalid.errors
         except StoreUnavailable:
@@ -200,29 +218,51 @@ class Runner:
                     await io(self.rows.add_line, batch_id, line.number, False,
                              failed(line, "invalid_request", "stream is not supported in a batch; remove it."))
                     return
-                status, answer = await call(self.app, body["endpoint"], line.body, owner, gone)
+                for wait in RETRY_S:
+                    try:
+                        status, answer = await call(self.app, body["endpoint"], line.body, owner, gone)
+                    except Exception:  # noqa: BLE001 - one request's fault is its own line, not the batch's
+                        log.exception("batches: %s line %d failed", batch_id, line.number)
+                        status, answer = 500, {"error": {"message": "The server failed while answering this "
+                                                                    "request; see its log.", "type": "server_error",
+                                                         "param": None, "code": None}}
+                    # busy for now (a full line, a model being loaded): asked again, later
+                    if status not in (429, 503) or wait is None or gone.is_set():
+                        break
+                    with anyio.move_on_after(wait):
+                        await stop.wait()
                 if gone.is_set():
                     return   # cut short by a cancel or the window's end: reported as such at the end
                 await io(self.rows.add_line, batch_id, line.number, 200 <= status < 300, output(line, status, answer))
             finally:
                 places.release()
 
-        places = asyncio.Semaphore(max(1, text.queue.capacity - 1))
-        async with anyio.create_task_group() as group:
-            group.start_soon(watch)
-            for line in todo:
-                await places.acquire()
-                while text.queue.waiting > 0 and not stop.is_set():   # live clients first
-                    with anyio.move_on_after(0.05):
-                        await stop.wait()
-                if stop.is_set():
-                    places.release()
-                    break
-                group.start_soon(one, line)
-            # every line started: wait for them, then stop the watcher
-            for _ in range(max(1, text.queue.capacity - 1)):
-                await places.acquire()
-            stop.set()
+        # (counted once: the line's places change when the model does)
+        lanes = max(1, text.queue.capacity - 1)
+        places = asyncio.Semaphore(lanes)
+        try:
+            async with anyio.create_task_group() as group:
+                group.start_soon(watch)
+                for line in todo:
+                    await places.acquire()
+                    while text.queue.waiting > 0 and not stop.is_set():   # live clients first
+                        with anyio.move_on_after(0.05):
+                            await stop.wait()
+                    if stop.is_set():
+                        places.release()
+                        break
+                    group.start_soon(one, line)
+                # every line started: wait for them, then stop the watcher
+                for _ in range(lanes):
+                    await places.acquire()
+                stop.set()
+        except Exception as e:
+            # (a task group raises its tasks' errors as a group: a store that went away is
+            # told as itself, so the batch waits for it instead of failing)
+            lost = _first(e, StoreUnavailable)
+            if lost is not None:
+                raise lost from None
+            raise
         return outcome
 
     async def _finish(self, batch_id: str, owner: str, requests: list[Line], end: str) -> None:
@@ -242,7 +282,7 @@ class Runner:
         for ok, key, suffix in ((True, "output_file_id", "output"), (False, "error_file_id", "error")):
             chosen = [r for good, r in results if good is ok]
             if chosen:
-                data = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in chosen).encode()
+                data = await anyio.to_thread.run_sync(_jsonl, chosen)
                 made = await files.keep(io_.BytesIO(data), f"{batch_id}_{suffix}.jsonl", "batch_output", expiry, owner)
                 changes[key] = made["id"]
         changes["usage"] = usage([r["response"]["body"] for good, r in results if good])
@@ -251,3 +291,13 @@ class Runner:
         changes["request_counts"] = {"total": len(requests), "completed": 0, "failed": 0}
         await io(lambda: self.rows.update(batch_id, status=end, **{stamp: int(time.time())}, **changes))
         log.info("batches: %s %s (%d requests)", batch_id, end, len(requests))
+
+
+def _said(task: "asyncio.Task[None]") -> None:
+    """Logs the runner's end unless it was stopped: batches would wait for no one."""
+    if not task.cancelled() and task.exception() is not None:
+        log.error("batches: the runner stopped: %r; batches wait until the server restarts", task.exception())
+
+
+def _jsonl(rows: list[dict[str, Any]]) -> bytes:
+    return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode()

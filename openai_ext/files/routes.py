@@ -62,6 +62,7 @@ def router(files: FilesService) -> APIRouter:
 
     @r.post("/files", openapi_extra=FORM)
     async def upload_file(request: Request) -> dict[str, Any]:
+        files.require_store()   # before the body is read
         async with read_form(request, hint="the file in a field named 'file' and its purpose", max_files=1) as form:
             assert isinstance(form, Form)   # (no JSON form for this route)
             purpose = _purpose(form)

@@ -53,7 +53,7 @@ class FilesService:
         self.folder = Path(settings.files_dir).expanduser() if settings.files_dir else base / "files"
         self.limit = int(settings.files_max_mb * 2 ** 20)
 
-    def _require_store(self) -> None:
+    def require_store(self) -> None:
         if not self.settings.responses_store:
             raise InvalidRequestError("Files are kept in the server's store, which is off on this server (the "
                                       "responses_store setting); turn it on to upload files.", code="storage_disabled")
@@ -67,7 +67,7 @@ class FilesService:
     async def keep(self, source: BinaryIO, filename: str | None, purpose: str, expires_after: int | None,
                    owner: str) -> dict[str, Any]:
         """Keeps ``source``'s bytes as a file of ``owner``'s (an upload, or a batch's output); its File object."""
-        self._require_store()
+        self.require_store()
         now = time.time()
         if expires_after is None and purpose == "batch":
             expires_after = BATCH_EXPIRY_S
@@ -120,7 +120,7 @@ class FilesService:
                 self.path(file_id).unlink()
 
     async def _row(self, file_id: str, owner: str) -> FileRow:
-        self._require_store()
+        self.require_store()
         row = await self.responses.io(self.rows.get, file_id, self.responses.visible_to(owner))
         if row is None:
             raise not_found("File", file_id)
@@ -139,7 +139,7 @@ class FilesService:
 
     async def list(self, owner: str, *, purpose: str | None, after: str | None, limit: int,
                    order: str) -> dict[str, Any]:
-        self._require_store()
+        self.require_store()
         page = await self.responses.io(lambda: self.rows.page(self.responses.visible_to(owner), purpose=purpose,
                                                               after=after, limit=limit, order=order))
         if page is None:
@@ -150,7 +150,7 @@ class FilesService:
                 "last_id": data[-1]["id"] if data else None, "has_more": more}
 
     async def delete(self, file_id: str, owner: str) -> dict[str, Any]:
-        self._require_store()
+        self.require_store()
         if not await self.responses.io(self.rows.delete, file_id, self.responses.visible_to(owner)):
             raise not_found("File", file_id)
         with contextlib.suppress(OSError):

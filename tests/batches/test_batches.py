@@ -126,7 +126,8 @@ def test_a_cancel_stops_the_running_request_and_reports_the_rest_as_cancelled(se
     script.script("first", running)
     client = openai_client(server)
     batch = client.batches.create(input_file_id=upload(client, [chat_line(i) for i in range(4)]),
-                                  endpoint="/v1/chat/completions", completion_window="24h")
+                                  endpoint="/v1/chat/completions", completion_window="24h",
+                                  output_expires_after={"anchor": "created_at", "seconds": 7200})
     wait_until(running.started.is_set, "the second request runs", tries=600)
     assert client.batches.retrieve(batch.id).request_counts.completed == 1   # live counts
     assert client.batches.cancel(batch.id).status == "cancelling"
@@ -137,6 +138,9 @@ def test_a_cancel_stops_the_running_request_and_reports_the_rest_as_cancelled(se
     assert [o["custom_id"] for o in out] == ["req-0"]
     assert sorted(e["custom_id"] for e in errors) == ["req-1", "req-2", "req-3"]
     assert {e["error"]["code"] for e in errors} == {"batch_cancelled"}
+    for file_id in (done.output_file_id, done.error_file_id):   # output_expires_after, kept across the cancel
+        made = client.files.retrieve(file_id)
+        assert made.expires_at == made.created_at + 7200
     assert client.batches.cancel(batch.id).status == "cancelled"   # again: nothing changes
     script.script("last")
     complete = finished(client, client.batches.create(input_file_id=upload(client, [chat_line(9)]),
@@ -177,3 +181,46 @@ def test_a_responses_batch_stores_each_response_as_the_batch_owner(script, make_
     with pytest.raises(openai.NotFoundError):
         b.batches.retrieve(done.id)
     assert list(b.batches.list()) == []
+
+
+def test_a_line_whose_answer_fails_inside_the_server_is_its_own_failure(server, script, monkeypatch):
+    """A fault while one line is answered goes to the error file as a 500; the other lines run."""
+    from openai_ext.batches import run
+
+    real = run.call
+
+    async def flaky(app, path, body, owner, gone):
+        if body["messages"][0]["content"] == "Question 1":
+            raise RuntimeError("broken")
+        return await real(app, path, body, owner, gone)
+    monkeypatch.setattr(run, "call", flaky)
+    script.script("a", "b")
+    client = openai_client(server)
+    done = finished(client, client.batches.create(input_file_id=upload(client, [chat_line(i) for i in range(3)]),
+                                                  endpoint="/v1/chat/completions", completion_window="24h").id)
+    assert done.status == "completed" and (done.request_counts.completed, done.request_counts.failed) == (2, 1)
+    error = jsonl(client, done.error_file_id)[0]
+    assert error["custom_id"] == "req-1" and error["response"]["status_code"] == 500
+
+
+def test_a_store_that_fails_while_a_batch_runs_pauses_it_and_it_goes_on(server, script, monkeypatch):
+    """A write of a line's result that the store refuses (it went away) does not fail the batch:
+    the batch waits, is taken up again, and runs the line again."""
+    from openai_ext.batches.rows import BatchRows
+    from openai_ext.responses.store_health import StoreUnavailable
+
+    real, refused = BatchRows.add_line, []
+
+    def once(self, batch_id, line, ok, body):
+        if line == 2 and not refused:
+            refused.append(line)
+            raise StoreUnavailable("The store went away.")
+        return real(self, batch_id, line, ok, body)
+    monkeypatch.setattr(BatchRows, "add_line", once)
+    script.script("a", "b", "b again", "c")
+    client = openai_client(server)
+    done = finished(client, client.batches.create(input_file_id=upload(client, [chat_line(i) for i in range(3)]),
+                                                  endpoint="/v1/chat/completions", completion_window="24h").id)
+    assert refused == [2] and done.status == "completed" and done.request_counts.completed == 3
+    answers = sorted(o["response"]["body"]["choices"][0]["message"]["content"] for o in jsonl(client, done.output_file_id))
+    assert answers == ["a", "b again", "c"]

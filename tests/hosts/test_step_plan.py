@@ -210,3 +210,6 @@ def test_background_work_sits_out_the_steps_that_read_a_live_prompt():
     own = Seq(7, 11, 40, background=True)
     parts = shares(plan_step([*lines, own], n_batch=512, prefill_chunk=128, free_cells=8000, whole_drafts=True))
     assert parts[0] == (3, 2) and parts[7][0] > 0
+    # a live prompt with no room to be read yet does not stop the background work
+    parts = shares(plan_step([*lines, live], n_batch=512, prefill_chunk=128, free_cells=0, whole_drafts=True))
+    assert {0, 1, 2} <= set(parts)

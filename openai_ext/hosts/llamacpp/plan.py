@@ -130,11 +130,23 @@ def plan_step(running: list[Any], *, n_batch: int, prefill_chunk: int, free_cell
     """The parts of this step, in slot order. ``free_cells``: cells left in the cache;
     ``whole_drafts``: drafts are checked whole, whether or not they pay."""
     active = [w for w in running if w.ready() and w.n_past < w.end() and image_at(w) is None]
+    foreground = any(not w.background for w in active)
     if any(not w.background and w.end() - w.n_past > 1 for w in active):
         # A live client's prompt is read: background work (a batch's lines) sits this step out,
-        # so the client's first token waits for no batch line's decode.
-        active = [w for w in active if not w.background]
-    foreground = any(not w.background for w in active)
+        # so the client's first token waits for no batch line's decode; unless the live work can
+        # make no step of its own (no room for its prompt yet), which would stall everything.
+        parts = _plan([w for w in active if not w.background], True, n_batch=n_batch,
+                      prefill_chunk=prefill_chunk, free_cells=free_cells, cost=cost, whole_drafts=whole_drafts)
+        if parts:
+            return parts
+    return _plan(active, foreground, n_batch=n_batch, prefill_chunk=prefill_chunk, free_cells=free_cells, cost=cost,
+                 whole_drafts=whole_drafts)
+
+
+def _plan(active: list[Any], foreground: bool, *, n_batch: int, prefill_chunk: int, free_cells: int,
+          cost: StepCost | None, whole_drafts: bool) -> list[Part]:
+    """``plan_step`` over the works that may run; ``foreground``: live work runs (background work
+    drafts nothing then)."""
     generating = [w for w in active if w.end() - w.n_past == 1]
     reading = sorted((w for w in active if w.end() - w.n_past > 1),
                      key=lambda w: (w.end() - w.n_past > SHORT_PROMPT, w.order))
