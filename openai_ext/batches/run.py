@@ -28,7 +28,7 @@ from typing import Any
 import anyio
 
 from ..core.auth import CALLER_OWNER, INTERNAL, TRUSTED
-from ..core.errors import OpenAIError
+from ..core.errors import OpenAIError, internal_error_body
 from ..files.service import FilesService
 from ..hosts.request import BACKGROUND
 from ..responses.service import ResponsesService
@@ -127,11 +127,9 @@ class Runner:
                 continue
             try:
                 await self.run(batch_id)
-            except StoreUnavailable as e:
-                log.warning("batches: %s stopped while the store is unavailable (%s); it goes on when it is back",
-                            batch_id, e)
-                await anyio.sleep(POLL_S)
             except Exception as e:  # noqa: BLE001 - one batch's fault stops only that batch
+                # (a task group raises its tasks' errors as a group: a store that went away is
+                # found inside it, so the batch waits for the store instead of failing)
                 lost = _first(e, StoreUnavailable)
                 if lost is not None:
                     log.warning("batches: %s stopped while the store is unavailable (%s); it goes on when it is "
@@ -221,11 +219,9 @@ class Runner:
                 for wait in RETRY_S:
                     try:
                         status, answer = await call(self.app, body["endpoint"], line.body, owner, gone)
-                    except Exception:  # noqa: BLE001 - one request's fault is its own line, not the batch's
+                    except Exception as e:  # noqa: BLE001 - one request's fault is its own line, not the batch's
                         log.exception("batches: %s line %d failed", batch_id, line.number)
-                        status, answer = 500, {"error": {"message": "The server failed while answering this "
-                                                                    "request; see its log.", "type": "server_error",
-                                                         "param": None, "code": None}}
+                        status, answer = 500, internal_error_body(e)
                     # busy for now (a full line, a model being loaded): asked again, later
                     if status not in (429, 503) or wait is None or gone.is_set():
                         break
@@ -240,29 +236,21 @@ class Runner:
         # (counted once: the line's places change when the model does)
         lanes = max(1, text.queue.capacity - 1)
         places = asyncio.Semaphore(lanes)
-        try:
-            async with anyio.create_task_group() as group:
-                group.start_soon(watch)
-                for line in todo:
-                    await places.acquire()
-                    while text.queue.waiting > 0 and not stop.is_set():   # live clients first
-                        with anyio.move_on_after(0.05):
-                            await stop.wait()
-                    if stop.is_set():
-                        places.release()
-                        break
-                    group.start_soon(one, line)
-                # every line started: wait for them, then stop the watcher
-                for _ in range(lanes):
-                    await places.acquire()
-                stop.set()
-        except Exception as e:
-            # (a task group raises its tasks' errors as a group: a store that went away is
-            # told as itself, so the batch waits for it instead of failing)
-            lost = _first(e, StoreUnavailable)
-            if lost is not None:
-                raise lost from None
-            raise
+        async with anyio.create_task_group() as group:
+            group.start_soon(watch)
+            for line in todo:
+                await places.acquire()
+                while text.queue.waiting > 0 and not stop.is_set():   # live clients first
+                    with anyio.move_on_after(0.05):
+                        await stop.wait()
+                if stop.is_set():
+                    places.release()
+                    break
+                group.start_soon(one, line)
+            # every line started: wait for them, then stop the watcher
+            for _ in range(lanes):
+                await places.acquire()
+            stop.set()
         return outcome
 
     async def _finish(self, batch_id: str, owner: str, requests: list[Line], end: str) -> None:

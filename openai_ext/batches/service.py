@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..core.config import Settings
 from ..core.errors import InvalidRequestError
+from ..core.lists import cursor_page
 from ..files.service import EXPIRY_RANGE, FilesService
 from ..responses.history import not_found
 from ..responses.protocol import Metadata
@@ -100,9 +101,7 @@ class BatchesService:
         page = await self.responses.io(self.rows.page, self.responses.visible_to(owner), after, limit)
         if page is None:
             raise not_found("Batch", after or "", param="after")
-        data, more = page
-        return {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
-                "last_id": data[-1]["id"] if data else None, "has_more": more}
+        return cursor_page(*page)
 
     async def cancel(self, batch_id: str, owner: str) -> dict[str, Any]:
         self._require_store()

@@ -29,6 +29,7 @@ from starlette.datastructures import UploadFile
 
 from ..core.config import Settings
 from ..core.errors import InvalidRequestError, RequestTooLargeError
+from ..core.lists import cursor_page
 from ..responses.history import not_found
 from ..responses.service import ResponsesService, default_folder
 from .rows import FileRow, FileRows
@@ -145,9 +146,7 @@ class FilesService:
         if page is None:
             raise not_found("File", after or "", param="after")
         rows, more = page
-        data = [r.body() for r in rows]
-        return {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
-                "last_id": data[-1]["id"] if data else None, "has_more": more}
+        return cursor_page([r.body() for r in rows], more)
 
     async def delete(self, file_id: str, owner: str) -> dict[str, Any]:
         self.require_store()

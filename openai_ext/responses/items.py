@@ -21,6 +21,7 @@ from typing import Any, Callable, Literal, Union
 from pydantic import BaseModel, ConfigDict, StrictStr, ValidationError
 
 from ..core.errors import InvalidRequestError, NotFoundError, from_validation_errors
+from ..core.lists import cursor_page
 from ..text.images import no_vision
 from . import answers, compacted, images
 
@@ -347,5 +348,4 @@ def page(items: list[dict[str, Any]], *, after: str | None, limit: int, order: s
             raise _bad("after", f"No item with id '{after}' in this list; pass the last_id of the previous page.")
         start = ids.index(after) + 1
     data = ordered[start:start + limit]
-    return {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
-            "last_id": data[-1]["id"] if data else None, "has_more": start + limit < len(ordered)}
+    return cursor_page(data, start + limit < len(ordered))

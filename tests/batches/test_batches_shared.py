@@ -4,24 +4,15 @@ them runs it, whichever it was created through; both report its live counts."""
 from __future__ import annotations
 
 import pytest
-from support.servers import openai_client
+from support.servers import openai_client, start_server
 from test_batches import chat_line, finished, jsonl, upload
-
-from openai_ext.app import create_app
-from openai_ext.core.config import Settings
-from openai_ext.core.server import ApiServer
 
 psycopg = pytest.importorskip("psycopg")
 
 
-def start(host, **settings) -> ApiServer:
-    s = Settings(port=0, **settings)
-    return ApiServer(create_app(s, host), s).start()
-
-
 def test_a_batch_runs_once_on_one_of_two_servers(script, postgres, tmp_path):
     url = postgres.url(postgres.new_database())
-    servers = [start(script, database_url=url, files_dir=str(tmp_path)) for _ in range(2)]
+    servers = [start_server(script, database_url=url, files_dir=str(tmp_path)) for _ in range(2)]
     try:
         one, other = (openai_client(s) for s in servers)
         script.script(*[f"answer {i}" for i in range(6)])

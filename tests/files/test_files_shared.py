@@ -8,23 +8,14 @@ import time
 
 import openai
 import pytest
-from support.servers import openai_client
-
-from openai_ext.app import create_app
-from openai_ext.core.config import Settings
-from openai_ext.core.server import ApiServer
+from support.servers import openai_client, start_server
 
 psycopg = pytest.importorskip("psycopg")
 
 
-def start(host, **settings) -> ApiServer:
-    s = Settings(port=0, **settings)
-    return ApiServer(create_app(s, host), s).start()
-
-
 def test_a_file_uploaded_through_one_server_is_read_and_deleted_through_the_other(scripted_host, postgres, tmp_path):
     url = postgres.url(postgres.new_database())
-    servers = [start(scripted_host, database_url=url, files_dir=str(tmp_path / "shared")) for _ in range(2)]
+    servers = [start_server(scripted_host, database_url=url, files_dir=str(tmp_path / "shared")) for _ in range(2)]
     try:
         one, other = (openai_client(s) for s in servers)
         made = one.files.create(file=("notes.md", b"# Notes\n\nshared"), purpose="assistants")
@@ -43,7 +34,7 @@ def test_a_file_uploaded_through_one_server_is_read_and_deleted_through_the_othe
 def test_a_database_that_goes_away_fails_file_calls_fast_and_named_until_it_is_back(scripted_host, postgres,
                                                                                      tmp_path):
     name = postgres.new_database()
-    server = start(scripted_host, database_url=postgres.url(name, password="hunter2"), files_dir=str(tmp_path))
+    server = start_server(scripted_host, database_url=postgres.url(name, password="hunter2"), files_dir=str(tmp_path))
     try:
         client = openai_client(server)
         made = client.files.create(file=("a.txt", b"kept"), purpose="user_data")

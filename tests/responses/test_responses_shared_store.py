@@ -11,26 +11,17 @@ import openai
 import pytest
 from support.responses_api import create, parse_events, poll
 from support.scripted import held
-from support.servers import idle, openai_client, run_together, wait_until
+from support.servers import idle, openai_client, run_together, start_server, wait_until
 from support.spec import assert_valid, error_of
 
-from openai_ext.app import create_app
-from openai_ext.core.config import Settings
-from openai_ext.core.server import ApiServer
-
 psycopg = pytest.importorskip("psycopg")
-
-
-def start(host, **settings) -> ApiServer:
-    s = Settings(port=0, **settings)
-    return ApiServer(create_app(s, host), s).start()
 
 
 @pytest.fixture(scope="module")
 def shared(scripted_host, postgres):
     """Two servers on one new database; stopped before the PostgreSQL server is."""
     url = postgres.url(postgres.new_database(), password="hunter2")
-    servers = [start(scripted_host, database_url=url), start(scripted_host, database_url=url)]
+    servers = [start_server(scripted_host, database_url=url), start_server(scripted_host, database_url=url)]
     yield servers, url
     for server in servers:
         server.stop()
@@ -121,7 +112,7 @@ def test_a_background_response_runs_on_one_server_and_is_cancelled_through_the_o
 
 def test_a_database_that_goes_away_is_a_503_and_its_return_needs_no_restart(scripted_host, postgres):
     name = postgres.new_database()
-    server = start(scripted_host, database_url=postgres.url(name, password="hunter2"))
+    server = start_server(scripted_host, database_url=postgres.url(name, password="hunter2"))
     try:
         client = openai_client(server)
         resp, _ = create(client, input="Say hi.", max_output_tokens=16)

@@ -16,12 +16,8 @@ import openai
 import pytest
 from support.responses_api import create, parse_events
 from support.scripted import Reply
-from support.servers import openai_client, wait_until
+from support.servers import openai_client, start_server, wait_until
 from support.spec import assert_valid, error_of
-
-from openai_ext.app import create_app
-from openai_ext.core.config import Settings
-from openai_ext.core.server import ApiServer
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -41,11 +37,6 @@ def running(cluster):
     if not cluster.started:
         cluster.launch()
     return cluster
-
-
-def start(host, **settings) -> ApiServer:
-    s = Settings(port=0, **settings)
-    return ApiServer(create_app(s, host), s).start()
 
 
 def health(server) -> dict:
@@ -93,7 +84,7 @@ def test_a_stream_is_told_completed_only_once_its_response_is_stored(running, sc
     progress), by the server itself, and can be continued from."""
     gate, replies = gated(6)
     script.script(*replies)
-    server = start(scripted_host, database_url=running.url(running.new_database()), database_timeout=2)
+    server = start_server(scripted_host, database_url=running.url(running.new_database()), database_timeout=2)
     try:
         client = openai_client(server)
         streams = [Stream(server, {}) for _ in range(6)]
@@ -135,7 +126,7 @@ def test_background_responses_whose_store_stops_are_settled_and_cancellable(runn
     with how it ended."""
     gate, replies = gated(1)
     script.script(*replies)
-    server = start(scripted_host, database_url=running.url(running.new_database()), database_timeout=2)
+    server = start_server(scripted_host, database_url=running.url(running.new_database()), database_timeout=2)
     try:
         client = openai_client(server)
         first, _ = create(client, input="Count.", max_output_tokens=32, background=True)
@@ -169,7 +160,7 @@ def test_a_frozen_store_holds_only_the_requests_that_need_it(running, scripted_h
     """With the database frozen, a stored response waits on it (its deadline is long here); a
     chat, a store: false response and health sent after it are answered meanwhile. Thawed, the
     stored one is answered too."""
-    server = start(scripted_host, database_url=running.url(running.new_database()), database_timeout=120)
+    server = start_server(scripted_host, database_url=running.url(running.new_database()), database_timeout=120)
     try:
         client = openai_client(server)
         create(client, input="Warm the pool up.", max_output_tokens=200)
@@ -200,7 +191,7 @@ def test_a_frozen_store_is_a_prompt_503_and_is_found_again_by_itself(running, sc
     """Past database_timeout, a request that needs the frozen store gets a 503 naming it (and the
     setting), readiness says the store is unavailable while chat is still served; thawed, the
     server finds the store again with no request needed."""
-    server = start(scripted_host, database_url=running.url(running.new_database(), password="hunter2"),
+    server = start_server(scripted_host, database_url=running.url(running.new_database(), password="hunter2"),
                    database_timeout=1)
     try:
         client = openai_client(server).with_options(max_retries=0)
@@ -266,7 +257,7 @@ def test_a_sqlite_store_held_by_another_program_is_a_503_and_is_found_again_by_i
     holder = sqlite3.connect(tmp_path / FILE, isolation_level=None)
     holder.execute("PRAGMA locking_mode=EXCLUSIVE")
     holder.execute("BEGIN EXCLUSIVE")
-    server = start(scripted_host, data_dir=str(tmp_path), database_timeout=1)
+    server = start_server(scripted_host, data_dir=str(tmp_path), database_timeout=1)
     try:
         client = openai_client(server).with_options(max_retries=0)
         for call in (lambda: client.responses.retrieve("resp_0123456789abcdef"),

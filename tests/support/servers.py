@@ -1,4 +1,4 @@
-"""Clients of the servers the fixtures start."""
+"""Clients of the servers the fixtures start, and servers a test starts and stops itself."""
 
 from __future__ import annotations
 
@@ -69,3 +69,14 @@ def run_together(work, n: int) -> None:
     for t in threads:
         t.join()
     assert not errors, errors
+
+
+def start_server(host, **settings):
+    """An API server on a free port around ``host``, outside the fixtures (a test that stops it,
+    or starts several on one store); the caller stops it."""
+    from openai_ext.app import create_app
+    from openai_ext.core.config import Settings
+    from openai_ext.core.server import ApiServer
+
+    s = Settings(port=0, **settings)
+    return ApiServer(create_app(s, host), s).start()
