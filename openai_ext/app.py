@@ -55,6 +55,7 @@ from .responses import routes as responses
 from .state import ApiState
 from .text import legacy
 from .text import routes as text
+from .vector_stores import routes as vector_stores
 
 # Routes that answer with server-sent events when asked to (documented in /openapi.json).
 STREAMING_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/audio/speech",
@@ -79,7 +80,9 @@ def create_app(settings: Settings, host: Host, manager: ModelManager | None = No
     @contextlib.asynccontextmanager
     async def lifespan(app_: FastAPI):
         await state.batches.start(app_)   # batches run on the server's own loop, through the app
+        await state.vector_stores.start(app_)   # so does ingestion into vector stores
         yield
+        await state.vector_stores.stop()
         await state.batches.stop()
         state.close()
         if tunnel.opens(settings):
@@ -123,6 +126,7 @@ def create_app(settings: Settings, host: Host, manager: ModelManager | None = No
         realtime.router(state.realtime),
         files.router(state.files),
         batches.router(state.batches),
+        vector_stores.router(state.vector_stores),
         admin.internal_router(state.text, state.manager),
     ]
     app.include_router(health.router(state.text, state.responses.store.health if settings.responses_store else None))

@@ -25,6 +25,7 @@ from .moderations.service import ModerationsService
 from .realtime.service import RealtimeService
 from .responses.service import ResponsesService
 from .text.service import TextService
+from .vector_stores.service import VectorStoresService
 
 
 @dataclass
@@ -42,6 +43,7 @@ class ApiState:
     realtime: RealtimeService
     files: FilesService
     batches: BatchesService
+    vector_stores: VectorStoresService
     manager: ModelManager | None = None   # model management (StandaloneModels / TextgenModels)
     started: int = field(default_factory=lambda: int(time.time()))
 
@@ -63,8 +65,9 @@ class ApiState:
         responses = ResponsesService(settings, text)
         files = FilesService(settings, responses)   # its records are in the responses' store
         batches = BatchesService(settings, responses, files, text)
+        vector_stores = VectorStoresService(settings, responses, files, embeddings, tables)
         return cls(settings, text, tables, embeddings, moderations, speech, transcription,
-                   images, catalog, responses, realtime, files, batches, manager, started)
+                   images, catalog, responses, realtime, files, batches, vector_stores, manager, started)
 
     @property
     def host(self) -> Host:

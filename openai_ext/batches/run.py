@@ -44,9 +44,11 @@ RETRY_S = (1.0, 2.0, 4.0, 8.0, 16.0, None)   # waits before a busy (429, 503) re
 CHECK_S = 0.5    # how often a running batch looks for a cancel
 
 
-async def call(app: Any, path: str, body: dict[str, Any], owner: str, gone: asyncio.Event) -> tuple[int, Any]:
+async def call(app: Any, path: str, body: dict[str, Any], owner: str, gone: asyncio.Event, *,
+               background: bool = True) -> tuple[int, Any]:
     """POSTs ``body`` to ``path`` of ``app`` as the server's own request for ``owner``; the
-    status and the JSON answer. ``gone`` set: its client left (the work stops)."""
+    status and the JSON answer. ``gone`` set: its client left (the work stops). ``background``:
+    its generations are served after live clients' (a batch's line; not a live search's rewrite)."""
     raw = json.dumps(body).encode()
     scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
              "path": path, "raw_path": path.encode(), "root_path": "", "query_string": b"",
@@ -54,7 +56,8 @@ async def call(app: Any, path: str, body: dict[str, Any], owner: str, gone: asyn
                          (b"content-length", str(len(raw)).encode())],
              "client": ("127.0.0.1", 0), "server": ("127.0.0.1", 0),
              "state": {CALLER_OWNER: owner}, INTERNAL: TRUSTED}
-    BACKGROUND.set(True)   # (this task's context: its generations are served after live clients')
+    if background:
+        BACKGROUND.set(True)   # (this task's context: its generations are served after live clients')
     sent = False
     status, chunks = 500, []
 

@@ -145,6 +145,7 @@ class Settings(BaseSettings):
     # --- the Files API -----------------------------------------------------------------------
     files_dir: str = Field("", description="Folder of uploaded files' contents (their records are in the store: SQLite in data_dir, or PostgreSQL with database_url); empty: the files folder inside data_dir. Servers sharing a database_url must share this folder too (a network or object-store mount).")
     files_max_mb: float = Field(512.0, gt=0, description="Largest file upload (/v1/files), in MB (OpenAI's limit is 512); the body is counted as it arrives, never held in memory.")
+    vector_cache_mb: float = Field(1024.0, gt=0, description="Memory for vector stores' search matrices (/v1/vector_stores, file_search), in MB: the most recently searched stores are kept, each built again from the store when it changes (100,000 chunks of the default 384-dimensional model take 147 MB).")
 
     @field_validator("api_key", "admin_key")
     @classmethod

@@ -87,10 +87,35 @@ CREATE TABLE batch_lines (
     PRIMARY KEY (batch_id, line));
 """
 
+# Vector stores (openai_ext/vector_stores/): the store, each file in it (its ingestion claimed by one
+# instance, as batches are), file batches, and each chunk's text and vector (float32 bytes). The
+# store's version moves with every change a search reads, so each instance knows when its
+# in-memory index is stale.
+VECTOR_STORES = """
+CREATE TABLE vector_stores (
+    id TEXT PRIMARY KEY, owner TEXT NOT NULL, created_at {time} NOT NULL, last_active_at {time} NOT NULL,
+    version BIGINT NOT NULL DEFAULT 0, body TEXT NOT NULL);
+CREATE INDEX vector_stores_by_owner ON vector_stores(owner, created_at);
+CREATE TABLE vector_store_files (
+    store_id TEXT NOT NULL, file_id TEXT NOT NULL, created_at {time} NOT NULL, status TEXT NOT NULL,
+    batch_id TEXT, instance TEXT, usage_bytes BIGINT NOT NULL DEFAULT 0, body TEXT NOT NULL,
+    PRIMARY KEY (store_id, file_id));
+CREATE INDEX vector_store_files_by_status ON vector_store_files(status, created_at);
+CREATE INDEX vector_store_files_by_batch ON vector_store_files(batch_id);
+CREATE TABLE vector_store_file_batches (
+    id TEXT PRIMARY KEY, store_id TEXT NOT NULL, created_at {time} NOT NULL,
+    cancelled INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE vector_chunks (
+    store_id TEXT NOT NULL, file_id TEXT NOT NULL, seq INTEGER NOT NULL, text TEXT NOT NULL,
+    vector {blob} NOT NULL, PRIMARY KEY (store_id, file_id, seq));
+"""
+
 STEPS: tuple[Step, ...] = (
     Step("schema", sqlite=SQLITE_SCHEMA, postgres=POSTGRES_SCHEMA),
     # PostgreSQL's schema step had these from its first release: nothing to do there
     Step("instances", sqlite=SQLITE_INSTANCES, postgres=None),
     Step("files", sqlite=FILES.format(time="REAL"), postgres=FILES.format(time="DOUBLE PRECISION")),
     Step("batches", sqlite=BATCHES.format(time="REAL"), postgres=BATCHES.format(time="DOUBLE PRECISION")),
+    Step("vector_stores", sqlite=VECTOR_STORES.format(time="REAL", blob="BLOB"),
+         postgres=VECTOR_STORES.format(time="DOUBLE PRECISION", blob="BYTEA")),
 )

@@ -1,0 +1,87 @@
+"""Chunks in the store of responses: each chunk's text and its vector (float32 bytes), written with
+its file's completion in one transaction, read back whole to build an index (index.py) and by
+key for a search's results."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..responses.store import Store
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """A store's chunks as an index reads them: row i is chunk ``seqs[i]`` of file ``files[owners[i]]``."""
+    vectors: np.ndarray                  # (n, d) float32, unit length
+    owners: np.ndarray                   # (n,) index into files
+    seqs: np.ndarray                     # (n,) the chunk's number in its file
+    files: list[str]
+    filenames: list[str]
+    attributes: list[dict[str, Any]]
+
+
+class ChunkRows:
+    def __init__(self, store: Store):
+        self.store = store
+
+    def finish(self, store_id: str, file_id: str, instance: str, texts: list[str], vectors: np.ndarray) -> bool:
+        """Stores the file's chunks and marks it completed, if this instance still has it (it was
+        not cancelled, removed or added again meanwhile); whether it did."""
+        usage = sum(len(t.encode()) for t in texts) + int(vectors.nbytes)
+        rows = [(store_id, file_id, i, text, np.ascontiguousarray(vectors[i], dtype=np.float32).tobytes())
+                for i, text in enumerate(texts)]
+
+        def work(c: Any) -> bool:
+            mine = c.execute("UPDATE vector_store_files SET status = 'completed', instance = NULL, usage_bytes = ? "
+                             "WHERE store_id = ? AND file_id = ? AND instance = ? AND status = 'in_progress'",
+                             (usage, store_id, file_id, instance)).rowcount == 1
+            if mine:
+                c.execute("DELETE FROM vector_chunks WHERE store_id = ? AND file_id = ?", (store_id, file_id))
+                c.executemany("INSERT INTO vector_chunks (store_id, file_id, seq, text, vector) VALUES (?, ?, ?, ?, ?)",
+                              rows)
+                c.execute("UPDATE vector_stores SET version = version + 1 WHERE id = ?", (store_id,))
+            return mine
+        return self.store.run(work, write=True)
+
+    def matrix(self, store_id: str) -> tuple[Matrix, int]:
+        """Every chunk of the store's completed files, and the version they are of (one read)."""
+        def work(c: Any) -> tuple[Matrix, int]:
+            version = c.execute("SELECT version FROM vector_stores WHERE id = ?", (store_id,)).fetchone()
+            files = c.execute("SELECT file_id, body FROM vector_store_files WHERE store_id = ? AND "
+                              "status = 'completed' ORDER BY file_id", (store_id,)).fetchall()
+            rows = c.execute("SELECT file_id, seq, vector FROM vector_chunks WHERE store_id = ? ORDER BY file_id, seq",
+                             (store_id,)).fetchall()
+            return _matrix(files, rows), int(version[0]) if version else -1
+        return self.store.run(work)
+
+    def texts(self, store_id: str, keys: list[tuple[str, int]]) -> dict[tuple[str, int], str]:
+        def work(c: Any) -> dict[tuple[str, int], str]:
+            out = {}
+            for file_id, seq in keys:
+                row = c.execute("SELECT text FROM vector_chunks WHERE store_id = ? AND file_id = ? AND seq = ?",
+                                (store_id, file_id, seq)).fetchone()
+                if row is not None:
+                    out[(file_id, seq)] = row[0]
+            return out
+        return self.store.run(work)
+
+    def file_texts(self, store_id: str, file_id: str) -> list[str]:
+        rows = self.store.run(lambda c: c.execute("SELECT text FROM vector_chunks WHERE store_id = ? AND file_id = ? "
+                                                  "ORDER BY seq", (store_id, file_id)).fetchall())
+        return [r[0] for r in rows]
+
+
+def _matrix(files: list[Any], rows: list[Any]) -> Matrix:
+    index = {f[0]: i for i, f in enumerate(files)}
+    bodies = [json.loads(f[1]) for f in files]
+    kept = [r for r in rows if r[0] in index]
+    if not kept:
+        return Matrix(np.zeros((0, 0), np.float32), np.zeros(0, np.int32), np.zeros(0, np.int32), [], [], [])
+    vectors = np.frombuffer(b"".join(bytes(r[2]) for r in kept), dtype=np.float32).reshape(len(kept), -1)
+    return Matrix(vectors, np.fromiter((index[r[0]] for r in kept), np.int32, len(kept)),
+                  np.fromiter((r[1] for r in kept), np.int32, len(kept)), [f[0] for f in files],
+                  [b.get("filename", "") for b in bodies], [b.get("attributes") or {} for b in bodies])

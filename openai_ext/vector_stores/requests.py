@@ -1,0 +1,104 @@
+"""The request bodies of the vector store routes (the spec's Create/Update/Search requests)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from ..responses.protocol import Metadata
+from .filters import Attributes, Filter
+
+
+class _Open(BaseModel):
+    # unknown fields are kept and refused by name (refuse_unknown_fields), unless the server allows them
+    model_config = ConfigDict(extra="allow")
+
+
+class Expiry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    anchor: Literal["last_active_at"]
+    days: Annotated[int, Field(ge=1, le=365)]
+
+
+class StaticChunking(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    max_chunk_size_tokens: Annotated[int, Field(ge=100, le=4096)]
+    chunk_overlap_tokens: Annotated[int, Field(ge=0)]
+
+    @model_validator(mode="after")
+    def _half(self) -> "StaticChunking":
+        if self.chunk_overlap_tokens > self.max_chunk_size_tokens // 2:
+            raise ValueError(f"chunk_overlap_tokens ({self.chunk_overlap_tokens}) must not exceed half of "
+                             f"max_chunk_size_tokens ({self.max_chunk_size_tokens}).")
+        return self
+
+
+class AutoStrategy(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["auto"]
+
+
+class StaticStrategy(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["static"]
+    static: StaticChunking
+
+
+Chunking = Annotated[Union[AutoStrategy, StaticStrategy], Field(discriminator="type")]
+
+
+def chunking_dict(value: AutoStrategy | StaticStrategy | None) -> dict[str, Any] | None:
+    return None if value is None else value.model_dump()
+
+
+class CreateVectorStore(_Open):
+    file_ids: Annotated[list[str], Field(max_length=500)] | None = None
+    name: str | None = None
+    description: str | None = None
+    expires_after: Expiry | None = None
+    chunking_strategy: Chunking | None = None
+    metadata: Metadata | None = None
+
+
+class ModifyVectorStore(_Open):
+    name: str | None = None
+    expires_after: Expiry | None = None
+    metadata: Metadata | None = None
+
+
+class CreateVectorStoreFile(_Open):
+    file_id: str
+    chunking_strategy: Chunking | None = None
+    attributes: Attributes = None
+
+
+class CreateFileBatch(_Open):
+    file_ids: Annotated[list[str], Field(min_length=1, max_length=2000)] | None = None
+    files: Annotated[list[CreateVectorStoreFile], Field(min_length=1, max_length=2000)] | None = None
+    chunking_strategy: Chunking | None = None
+    attributes: Attributes = None
+
+    @model_validator(mode="after")
+    def _one_list(self) -> "CreateFileBatch":
+        if (self.file_ids is None) == (self.files is None):
+            raise ValueError("Send exactly one of file_ids and files.")
+        return self
+
+
+class UpdateAttributes(_Open):
+    attributes: Attributes
+
+
+class RankingOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    ranker: Literal["none", "auto", "default-2024-11-15"] = "auto"
+    score_threshold: Annotated[float, Field(ge=0, le=1)] = 0.0
+
+
+class SearchRequest(_Open):
+    query: Union[str, Annotated[list[str], Field(min_length=1, max_length=10)]]
+    rewrite_query: bool = False
+    max_num_results: Annotated[int, Field(ge=1, le=50)] = 10
+    filters: Filter | None = None
+    ranking_options: RankingOptions | None = None
