@@ -66,6 +66,7 @@ class ApiState:
         files = FilesService(settings, responses)   # its records are in the responses' store
         batches = BatchesService(settings, responses, files, text)
         vector_stores = VectorStoresService(settings, responses, files, embeddings, tables)
+        responses.searcher = vector_stores   # what Responses' file_search tool searches
         return cls(settings, text, tables, embeddings, moderations, speech, transcription,
                    images, catalog, responses, realtime, files, batches, vector_stores, manager, started)
 

@@ -27,7 +27,7 @@ import anyio
 from ..core.admission import Place
 from ..core.errors import OpenAIError, ServiceUnavailableError
 from ..text.service import TextService
-from . import stream
+from . import framing, stream
 from .render import TERMINAL
 from .store import Store
 from .turn import Turn
@@ -136,7 +136,7 @@ class Background:
                 log.warning("background response %s failed: %s", turn.state.id, e.message)
             else:
                 log.exception("background response %s failed", turn.state.id)
-            for event in stream.failure_events(turn, e if isinstance(e, OpenAIError) else None, e):
+            for event in framing.failure_events(turn, e if isinstance(e, OpenAIError) else None, e):
                 run.append(event)
         finally:
             run.place.release()

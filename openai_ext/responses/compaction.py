@@ -31,8 +31,8 @@ from ..text.output import OutputParser
 from ..text.protocol import ChatCompletionRequest
 from ..text.service import TextService
 from ..text.tools import Content
+from . import file_search, mcp
 from . import items as items_
-from . import mcp
 from .compacted import KEPT_BYTES, MAX_KEPT, Kept, decode, encode, size
 
 MAX_PASSES = 8                 # summarising passes per compaction; older text beyond is left out
@@ -121,6 +121,8 @@ def line(it: dict[str, Any]) -> str:
     if kind == "mcp_call" and it.get("status") in ("completed", "failed"):
         result = it["output"] if it.get("error") is None else mcp.error_text(it["error"])
         return f"Assistant called {it['server_label']}.{it['name']}({it['arguments']}), which returned: {result}"
+    if kind == "file_search_call" and it.get("status") in ("completed", "failed"):
+        return f"Assistant searched the files for {it.get('queries')}, and found: {file_search.for_model(it)}"
     return ""   # reasoning is not shown to the model, so it is not summarised either
 
 
@@ -296,3 +298,16 @@ async def summarize(text: TextService, plan: Plan) -> str:
         summary = f"[{plan.omitted} earliest items were left out.] {summary}"
     return summary
 
+
+
+def standalone(host: Host, history: list[dict[str, Any]], new: list[dict[str, Any]], model: str | None,
+               instructions: str | None) -> Plan:
+    """The plan of POST /v1/responses/compact: the user messages that fit a quarter of the context kept."""
+    if new and new[-1]["type"] == "compaction_trigger":
+        raise InvalidRequestError("input ends with a compaction_trigger, which /v1/responses/compact does not "
+                                  "need: it compacts what it is sent. Remove the item.", param=f"input[{len(new) - 1}]")
+    context = expand([*history, *new])
+    if not context:
+        raise InvalidRequestError("There is nothing to compact: send input, or a previous_response_id.", param="input")
+    older, kept = split(host, context, host.context_length() // 4, users_only=True, starts=[])
+    return prepare(host, older, kept, model, instructions)

@@ -20,7 +20,7 @@ from ..text.generation import Job
 from ..text.protocol import ChatCompletionRequest
 from ..text.service import TextService
 from ..text.webui_fields import ALL as WEB_UI_FIELDS
-from . import compaction, images, mcp
+from . import compaction, file_search, images, mcp
 from . import tools as tools_
 from .protocol import CreateResponse, InputTokensRequest
 
@@ -98,6 +98,8 @@ def chat_messages(instructions: str | None, items: list[dict[str, Any]],
             reason = declined[it["id"]]
             called(it["id"], tools.name_of(it["server_label"], it["name"]), it["arguments"],
                    mcp.DECLINED + (f" Reason: {reason}" if reason else ""))
+        elif kind == "file_search_call" and it.get("status") in ("completed", "failed"):
+            called(it["id"], tools.search or file_search.NAME, file_search.arguments_of(it), file_search.for_model(it))
         # mcp_list_tools: its tools are offered as tools; an approval request is shown once run
         # (as its mcp_call) or declined; an approval response by what it decided
     return out

@@ -29,13 +29,13 @@ from . import answers, compacted, images
 MCP_ITEMS = ("mcp_list_tools", "mcp_call", "mcp_approval_request", "mcp_approval_response")
 # The types of items that belong to OpenAI's hosted tools: this server never produces them and
 # cannot act on them.
-HOSTED_ITEMS = {"file_search_call", "web_search_call", "computer_call", "computer_call_output",
+HOSTED_ITEMS = {"web_search_call", "computer_call", "computer_call_output",
                 "image_generation_call", "code_interpreter_call", "local_shell_call", "local_shell_call_output",
                 "shell_call", "shell_call_output", "apply_patch_call", "apply_patch_call_output", "custom_tool_call",
                 "custom_tool_call_output", "tool_search_call", "tool_search_output", "additional_tools",
                 "program", "program_output"}
 KNOWN_ITEMS = ("message", "function_call", "function_call_output", "item_reference", "reasoning", "compaction",
-               "compaction_trigger", *MCP_ITEMS)
+               "compaction_trigger", "file_search_call", *MCP_ITEMS)
 UNREADABLE_PARTS = {"input_file": "files", "input_audio": "audio"}
 
 PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs"}
@@ -117,6 +117,13 @@ class _McpCall(_Item):
     approval_request_id: str | None = None
 
 
+class _FileSearchCall(_Item):
+    type: Literal["file_search_call"]
+    status: Literal["in_progress", "searching", "completed", "incomplete", "failed"] | None = None  # type: ignore[assignment]
+    queries: list[StrictStr]
+    results: list[dict[str, Any]] | None = None
+
+
 class _McpApprovalRequest(_Item):
     type: Literal["mcp_approval_request"]
     server_label: StrictStr
@@ -135,7 +142,8 @@ _MODELS: dict[str, type[_Item]] = {"message": _Message, "function_call": _Functi
                                    "function_call_output": _FunctionCallOutput, "item_reference": _ItemReference,
                                    "reasoning": _Reasoning, "compaction": _Compaction,
                                    "compaction_trigger": _CompactionTrigger, "mcp_list_tools": _McpListTools,
-                                   "mcp_call": _McpCall, "mcp_approval_request": _McpApprovalRequest,
+                                   "mcp_call": _McpCall, "file_search_call": _FileSearchCall,
+                                   "mcp_approval_request": _McpApprovalRequest,
                                    "mcp_approval_response": _McpApprovalResponse}
 
 # Finds a stored item by id for an item_reference (None: there is none the caller may see).
@@ -294,6 +302,10 @@ def _items(raw: list[Any], loc: tuple[Any, ...], resolve: Resolver | None, visio
             status = entry.pop("status")
             if kind == "mcp_call":
                 entry["status"] = status or "completed"
+            out.append(entry)
+        elif kind == "file_search_call":
+            entry = parsed.model_dump()
+            entry.update(id=parsed.id or new_id("fs"), status=parsed.status or "completed")
             out.append(entry)
         elif kind == "compaction_trigger":
             if i != len(raw) - 1:

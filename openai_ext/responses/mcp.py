@@ -348,12 +348,12 @@ def check_servers(listing: Listing | None, context: list[dict[str, Any]]) -> Non
                                 "its mcp tool again.")
 
 
-def next_choice(choice: Any, servers: Servers) -> Any:
-    """tool_choice for the pass after MCP calls ran: a forced call was made, so the model now
-    chooses (auto); past the call limit, it must answer (none)."""
-    if servers.ran >= servers.limit:
+def next_choice(choice: Any, spent: bool) -> Any:
+    """tool_choice for the pass after calls this server ran (MCP, file_search): a forced call was
+    made, so the model now chooses (auto); past a call limit (``spent``), it must answer (none)."""
+    if spent:
         return "none"
-    if choice == "required" or (isinstance(choice, dict) and choice.get("type") in ("function", "mcp")):
+    if choice == "required" or (isinstance(choice, dict) and choice.get("type") in ("function", "mcp", "file_search")):
         return "auto"
     if isinstance(choice, dict) and choice.get("type") == "allowed_tools" and choice.get("mode") == "required":
         return {**choice, "mode": "auto"}

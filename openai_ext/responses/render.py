@@ -124,6 +124,7 @@ class ResponseState:
     error: dict[str, Any] | None = None
     incomplete_reason: str | None = None
     completed_at: int | None = None
+    search_results: bool = True   # file_search_call results shown (include: file_search_call.results)
 
     @property
     def done(self) -> bool:
@@ -136,11 +137,16 @@ class ResponseState:
         if status == "completed":
             self.completed_at = int(time.time())
 
+    def _shown(self) -> list[dict[str, Any]]:
+        if self.search_results:
+            return self.output
+        return [{**it, "results": None} if it.get("type") == "file_search_call" else it for it in self.output]
+
     def snapshot(self) -> dict[str, Any]:
         body = {"id": self.id, "object": "response", "created_at": self.created_at, "status": self.status,
                 "background": self.background, "completed_at": self.completed_at, "error": self.error,
                 "incomplete_details": {"reason": self.incomplete_reason} if self.incomplete_reason else None,
-                "model": self.model, "output": copy.deepcopy(self.output), **copy.deepcopy(self.echo),
+                "model": self.model, "output": copy.deepcopy(self._shown()), **copy.deepcopy(self.echo),
                 # null until the end: Open Responses requires the key in every snapshot
                 "usage": dict(self.usage) if self.usage is not None else None}
         return body

@@ -36,7 +36,7 @@ from ..core.errors import InvalidRequestError, refuse_unknown_fields
 from ..core.streaming import event_stream, until_disconnect
 from ..text.images import no_vision
 from ..text.service import TextService, enter, serve
-from . import answers, compaction, convert, images, items, mcp, render, rules, stream, tools
+from . import answers, compaction, convert, file_search, framing, images, items, mcp, render, rules, stream, tools
 from .background import Background
 from .history import Loaded, Recent, from_recent, load, needs_store, not_found
 from .protocol import CompactRequest, CreateResponse, InputTokensRequest
@@ -75,6 +75,8 @@ class ResponsesService:
         # Two different keys: each key's objects are its own.
         self.private = bool(settings.api_key and settings.admin_key and settings.api_key != settings.admin_key)
         self._io: anyio.CapacityLimiter | None = None
+        # file_search's search, the vector stores' (set where both families are built: state.py)
+        self.searcher: file_search.Searcher | None = None
 
     async def io(self, fn: Callable[..., T], *args: Any) -> T:
         """A blocking call to the store, on the store's own threads (never the event loop's, nor
@@ -157,9 +159,11 @@ class ResponsesService:
                 text, body, [], compacted, allow_unknown=self.settings.allow_unknown_fields, tools=tool_map)
         context = [*history, *new]
         mcp.check_servers(listing, context)
+        limit = min(self.settings.mcp_max_calls, body.max_tool_calls or self.settings.mcp_max_calls)
+        searching = file_search.attach(turn, body, owner, self.searcher, limit)
         if listing is not None:
-            limit = min(self.settings.mcp_max_calls, body.max_tool_calls or self.settings.mcp_max_calls)
             turn.servers = mcp.Servers(self.settings, listing, context, limit)
+        if listing is not None or searching:
             turn.tool_choice, turn.max_output_tokens = body.tool_choice, body.max_output_tokens
             turn.again = lambda produced, update: convert.again(
                 text, body, (history, new) if turn.compacted is None else ([], turn.compacted), produced, update,
@@ -240,6 +244,7 @@ class ResponsesService:
             loaded = await self.load_async(body, owner, recent)
             # outbound: checked against mcp_allow, then listed (or the lists the context holds)
             listing = await mcp.list_servers(self.settings, body.tools, [*loaded.history, *body.input_list])
+            await file_search.check(body.tools, owner, self.searcher)   # its stores exist and are the caller's
             turn = await text.prepared(self.prepare, text, body, owner, loaded, listing)
             record = turn.record
             if record is not None and record.store:
@@ -263,29 +268,19 @@ class ResponsesService:
             run = self.background.start(turn, place)
             if turn.stream:
                 # The client may leave: the response runs on, and can be followed again with GET.
-                return event_stream(run.follow(), send_timeout=timeout, framing=stream.Framing(turn))
+                return event_stream(run.follow(), send_timeout=timeout, framing=framing.Framing(turn))
             return JSONResponse(turn.state.snapshot())
         def closed() -> None:
             if not turn.settled:   # the client left before the stream began
                 turn.settle_soon()
         return await serve(text, request, place, events=stream.events(text, turn, place) if turn.stream else None,
-                           answer=lambda: stream.complete(text, turn, place), framing=stream.Framing(turn),
+                           answer=lambda: stream.complete(text, turn, place), framing=framing.Framing(turn),
                            on_close=closed)
 
     # compaction ----------------------------------------------------------------------------------
     def _compaction_plan(self, text: TextService, body: CompactRequest, loaded: Loaded) -> compaction.Plan:
-        new = self._items(text, body, loaded)
-        if new and new[-1]["type"] == "compaction_trigger":
-            raise InvalidRequestError("input ends with a compaction_trigger, which /v1/responses/compact does not "
-                                      "need: it compacts what it is sent. Remove the item.",
-                                      param=f"input[{len(new) - 1}]")
-        context = compaction.expand([*loaded.history, *new])
-        if not context:
-            raise InvalidRequestError("There is nothing to compact: send input, or a previous_response_id.",
-                                      param="input")
-        host = text.host
-        older, kept = compaction.split(host, context, host.context_length() // 4, users_only=True, starts=[])
-        return compaction.prepare(host, older, kept, body.model, body.instructions)
+        return compaction.standalone(text.host, loaded.history, self._items(text, body, loaded), body.model,
+                                     body.instructions)
 
     async def compact(self, request: Request, body: CompactRequest, owner: str) -> dict[str, Any]:
         """POST /v1/responses/compact: the user messages that fit a quarter of the context, then
@@ -339,10 +334,10 @@ class ResponsesService:
                                       "from any server once it has ended).", param="stream")
         if run is not None:
             return event_stream(run.follow(after), send_timeout=self.settings.stream_send_timeout,
-                                framing=stream.Framing(run.turn))
+                                framing=framing.Framing(run.turn))
         events = await self.io(self.store.events, response_id)
-        return event_stream(stream.replay([e for e in events if e["sequence_number"] > after]),
-                            send_timeout=self.settings.stream_send_timeout, framing=stream.Framing(None))
+        return event_stream(framing.replay([e for e in events if e["sequence_number"] > after]),
+                            send_timeout=self.settings.stream_send_timeout, framing=framing.Framing(None))
 
     async def delete(self, response_id: str, owner: str) -> dict[str, Any]:
         self.require_store()

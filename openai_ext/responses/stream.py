@@ -5,7 +5,7 @@ OpenAI sends, each with its ``sequence_number``: ``response.created`` (and ``res
 the background), ``response.in_progress`` once its turn in line comes, then per output item
 ``output_item.added``, ``content_part.added``, ``output_text.delta`` ... ``output_item.done``, and
 one of ``response.completed`` or ``response.incomplete``. Every mode consumes it: a stream frames
-the events (``Framing``: ``event:`` and ``data:`` lines), a plain request keeps only the final
+the events (framing.py: ``event:`` and ``data:`` lines), a plain request keeps only the final
 Response object (``complete``), a background run logs them for pollers and followers.
 
 Text is split into messages and function calls by the text family's ``ToolCallStream``, which
@@ -17,17 +17,15 @@ from __future__ import annotations
 import contextlib
 from typing import Any, AsyncGenerator
 
-from ..core import streaming
 from ..core.admission import Place
-from ..core.errors import OpenAIError, internal_error
-from ..core.streaming import dumps
+from ..core.errors import OpenAIError
 from ..hosts.base import TokenLogprob
 from ..text import tools
 from ..text.generation import ChoiceResult, Job, run_job
 from ..text.output import OutputParser, Thinking
 from ..text.service import TextService
 from . import compaction as compaction_
-from . import mcp, render
+from . import file_search, mcp, render
 from .items import new_id
 from .turn import Turn
 
@@ -142,7 +140,8 @@ class _Output:
         item["status"] = status
         part = item["content"][0]
         where = {"item_id": item["id"], "output_index": self.message_index}
-        return [self.turn.event("response.output_text.done", **where, content_index=0, text=part["text"],
+        return [*file_search.cite(self.turn, part, where),
+                self.turn.event("response.output_text.done", **where, content_index=0, text=part["text"],
                                 logprobs=list(part["logprobs"])),
                 self.turn.event("response.content_part.done", **where, content_index=0, part=dict(part)),
                 self.turn.event("response.output_item.done", output_index=self.message_index,
@@ -160,7 +159,9 @@ class _Output:
         if e.id is not None:
             out = self._close_message("completed")
             server = turn.tools.mcp_of(e.name or "") if turn.tools else None
-            if server is not None and turn.servers is not None:
+            if turn.search is not None and turn.tools is not None and e.name == turn.tools.search:
+                item = file_search.call_item()
+            elif server is not None and turn.servers is not None:
                 label, name = server
                 ask = turn.servers.needs_approval(label, name)
                 item = mcp.approval_request(label, name, "") if ask else mcp.call_item(label, name, "")
@@ -173,11 +174,15 @@ class _Output:
                 index = len(self.state.output)
                 self.state.output.append(item)
                 out.append(turn.event("response.output_item.added", output_index=index, item=dict(item)))
+            if item["type"] == "file_search_call":
+                out.append(turn.event("response.file_search_call.in_progress", item_id=item["id"], output_index=index))
             self.open_calls[e.index] = (index, item)
             if e.arguments:
                 out += self._call(tools.CallDelta(e.index, e.arguments))
             return out
         index, item = self.open_calls[e.index]
+        if item["type"] == "file_search_call":
+            return []   # its queries are read once the call is complete (no events carry them)
         item["arguments"] += e.arguments
         kind = {"function_call": "function_call_arguments", "mcp_call": "mcp_call_arguments"}.get(item["type"])
         if kind is None:
@@ -194,6 +199,14 @@ class _Output:
             if not complete and not final:
                 continue
             index, item = self.open_calls.pop(k)
+            if item["type"] == "file_search_call":   # run once complete (its end told then), else cut
+                item["queries"] = file_search.queries_of(calls[k]["function"]["arguments"] if k < len(calls) else "")
+                if complete:
+                    self.to_run.append((index, item))
+                    continue
+                item["status"] = "incomplete"
+                out.append(self.turn.event("response.output_item.done", output_index=index, item=dict(item)))
+                continue
             if k < len(calls):
                 item["arguments"] = calls[k]["function"]["arguments"]
             if item["type"] == "mcp_approval_request":
@@ -304,10 +317,12 @@ async def _answer(text: TextService, turn: Turn, place: Place) -> AsyncGenerator
                         yield e
         if not out.to_run:
             return
-        assert servers is not None and turn.again is not None   # (only an mcp tool's call is run)
-        async with contextlib.aclosing(mcp.run_calls(turn, out.to_run, place)) as ran:
-            async for e in ran:
-                yield e
+        assert turn.again is not None   # (only a call this server runs is run: mcp, file_search)
+        for call in out.to_run:
+            run = file_search.run_calls if call[1]["type"] == "file_search_call" else mcp.run_calls
+            async with contextlib.aclosing(run(turn, [call], place)) as ran:
+                async for e in ran:
+                    yield e
         left = None if turn.max_output_tokens is None else turn.max_output_tokens - turn.spent[1]
         if out.asked or out.handed or (left is not None and left <= 0):
             # the client has a call to answer (an approval, or its own function), or no budget is left
@@ -319,9 +334,10 @@ async def _answer(text: TextService, turn: Turn, place: Place) -> AsyncGenerator
 
 async def _next_job(text: TextService, turn: Turn, update: dict[str, Any]) -> Job:
     """The job of the next pass: the context, and what the response has produced so far."""
-    assert turn.again is not None and turn.servers is not None
+    assert turn.again is not None
     produced = [it for it in turn.state.output if it["type"] != "compaction"]
-    update = {"tool_choice": mcp.next_choice(turn.tool_choice, turn.servers), **update}
+    spent = any(runs is not None and runs.ran >= runs.limit for runs in (turn.servers, turn.search))
+    update = {"tool_choice": mcp.next_choice(turn.tool_choice, spent), **update}
     return await text.tokenizer_work(turn.again, produced, update)
 
 
@@ -343,46 +359,6 @@ async def _compact(text: TextService, turn: Turn) -> list[dict[str, Any]]:
         state.finish("completed")
     return [turn.event("response.output_item.added", output_index=index, item=dict(item)),
             turn.event("response.output_item.done", output_index=index, item=dict(item))]
-
-
-def failure_events(turn: Turn, err: OpenAIError | None, exc: BaseException) -> list[dict[str, Any]]:
-    """What ends a stream that failed after it began: an ``error`` event and ``response.failed``."""
-    error = err if err is not None else internal_error(exc)
-    turn.fail(error)
-    return [turn.event("error", **render.error_fields(error)),
-            turn.event("response.failed", response=turn.state.snapshot())]
-
-
-def frame(event: dict[str, Any]) -> bytes:
-    return b"event: " + event["type"].encode() + b"\ndata: " + dumps(event) + b"\n\n"
-
-
-class Framing(streaming.Framing):
-    """The framing of a Responses stream for core.streaming.event_stream: named events, an error
-    as ``error`` plus ``response.failed``, and ``data: [DONE]`` last. OpenAI sends no ``[DONE]``
-    here, but Open Responses requires it, and OpenAI's SDKs (and the other clients read for it)
-    end the stream there."""
-
-    def __init__(self, turn: Turn | None):
-        self.turn = turn   # None: a replay of stored events, which has no response to fail
-
-    def frame(self, event: dict[str, Any]) -> bytes:
-        return frame(event)
-
-    def error(self, err: OpenAIError | None, exc: BaseException) -> bytes:
-        if self.turn is None:
-            error = err if err is not None else internal_error(exc)
-            return frame({"type": "error", **render.error_fields(error), "sequence_number": 0})
-        return b"".join(frame(e) for e in failure_events(self.turn, err, exc))
-
-    def end(self) -> bytes:
-        return streaming.DONE
-
-
-async def replay(events: list[dict[str, Any]]) -> AsyncGenerator[dict[str, Any], None]:
-    """Stored events, as a stream again."""
-    for event in events:
-        yield event
 
 
 async def complete(text: TextService, turn: Turn, place: Place) -> dict[str, Any]:

@@ -16,6 +16,9 @@ An ``mcp`` tool's functions are those its server listed (mcp.py gives them, as `
 offered the same way under the server's label: shown under their own names unless taken twice,
 ``<label>__<name>`` then; ``mcp_of`` tells a call to one of them from a client's function.
 
+A ``file_search`` tool is offered as the function ``file_search`` (file_search.py runs its calls);
+``search`` holds the name it is shown under.
+
 Other tools OpenAI runs on its own servers get a 400 naming them, with one exception: ``web_search``
 with ``external_web_access: false`` (what Codex CLI sends unless told otherwise) may search only a
 cache of pages it already has, and this server has none, so such a search could only ever come
@@ -31,12 +34,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.errors import InvalidRequestError
+from . import file_search
 from .mcp import Listing
 from .mcp import echo as mcp_echo
 
 # Tools OpenAI runs on its own servers (or that need a client protocol other than function calls).
 HOSTED_TOOLS = {"web_search", "web_search_preview", "web_search_preview_2025_03_11", "web_search_2025_08_26",
-                "file_search", "computer", "computer_use", "computer_use_preview", "code_interpreter",
+                "computer", "computer_use", "computer_use_preview", "code_interpreter",
                 "image_generation", "local_shell", "shell", "apply_patch", "tool_search",
                 "programmatic_tool_calling"}
 SEPARATOR = "__"
@@ -87,6 +91,7 @@ class _Entry:
     path: str                # where it is in the request: tools[i] or tools[i].tools[j]
     description: str = ""
     mcp: bool = False        # a function of an MCP server (namespace: its label)
+    search: bool = False     # the file_search tool
 
 
 @dataclass
@@ -97,6 +102,7 @@ class ToolMap:
     shown: dict[tuple[str | None, str], str] = field(default_factory=dict)    # (namespace, name) -> shown name
     mcp: set[str] = field(default_factory=set)                    # shown names of MCP servers' tools
     listing: Listing | None = None                               # the MCP servers, and their tools
+    search: str | None = None                                    # the shown name of file_search, if offered
 
     def mcp_of(self, shown: str) -> tuple[str, str] | None:
         """The server label and tool name of an MCP tool the model called as ``shown`` (None: a
@@ -193,6 +199,9 @@ def _entries(tools: list[Any], listing: Listing | None = None) -> list[_Entry]:
             out += _server(tool, i, listing)
         elif _cache_only_search(tool):
             continue
+        elif kind == file_search.NAME:
+            out.append(_Entry(None, file_search.NAME, {"parameters": file_search.PARAMETERS}, where,
+                              file_search.DESCRIPTION, search=True))
         elif kind in HOSTED_TOOLS:
             raise hosted(where, kind)
         elif kind == "custom":
@@ -215,6 +224,10 @@ def build(tools: list[Any] | None, listing: Listing | None = None) -> ToolMap:
         raise _bad(f"{clash.path}.server_label", f"{clash.path}.server_label {clash.namespace!r} is also the name "
                                                  "of a namespace tool; rename one of them.")
     taken = Counter(e.name for e in entries if isinstance(e.name, str))
+    if any(e.search for e in entries) and taken[file_search.NAME] > 1:
+        clash = next(e for e in entries if e.name == file_search.NAME and not e.search)
+        raise _bad(f"{clash.path}.name", f"{clash.path} is a function named {file_search.NAME!r}, as the file_search "
+                                         "tool is shown to the model; rename the function.")
     out = ToolMap(listing=listing)
     owner: dict[str, str] = {}
     for e in entries:
@@ -231,6 +244,8 @@ def build(tools: list[Any] | None, listing: Listing | None = None) -> ToolMap:
             out.shown[(e.namespace, e.name)] = shown
             if e.mcp:
                 out.mcp.add(shown)
+            if e.search:
+                out.search = shown
         out.chat.append({"type": "function", "function": {"name": shown, "description": e.description,
                                                           "parameters": e.tool.get("parameters")}})
         out.paths.append(e.path)
@@ -253,10 +268,15 @@ def chat_tool_choice(choice: str | dict[str, Any] | None, tools: ToolMap | None 
             return {"type": "function", "function": {"name": names[0]}}
         return {"type": "allowed_tools", "allowed_tools": {"mode": "required", "tools": [
             {"type": "function", "function": {"name": n}} for n in names]}}
+    if kind == file_search.NAME:
+        return {"type": "function", "function": {"name": _search_name(tools, "tool_choice")}}
     if kind == "allowed_tools":
         picked = []
         for j, t in enumerate(choice.get("tools") or []):
             where = f"tool_choice.tools[{j}]"
+            if isinstance(t, dict) and t.get("type") == file_search.NAME:
+                picked.append({"type": "function", "function": {"name": _search_name(tools, where)}})
+                continue
             if isinstance(t, dict) and t.get("type") == "mcp":
                 picked += [{"type": "function", "function": {"name": n}} for n in _mcp_choice(t, tools, where)]
                 continue
@@ -272,6 +292,12 @@ def chat_tool_choice(choice: str | dict[str, Any] | None, tools: ToolMap | None 
         raise _custom("tool_choice")
     raise _bad("tool_choice", "tool_choice must be none, auto, required, {type: function, name} or "
                               "{type: allowed_tools, mode, tools}.")
+
+
+def _search_name(tools: ToolMap, where: str) -> str:
+    if tools.search is None:
+        raise file_search.bad_choice(where)
+    return tools.search
 
 
 def _mcp_choice(choice: dict[str, Any], tools: ToolMap, where: str) -> list[str]:
@@ -305,7 +331,7 @@ def echo(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
         if t.get("type") == "namespace":
             return {"type": "namespace", "name": t.get("name"), "description": t.get("description") or "",
                     "tools": [function(m) for m in t.get("tools") or []]}
-        if _cache_only_search(t):
+        if _cache_only_search(t) or t.get("type") == file_search.NAME:
             return dict(t)   # accepted as sent (see the module's notes)
         if t.get("type") == "mcp":
             return mcp_echo(t)

@@ -14,7 +14,7 @@ from ..core.errors import OpenAIError, internal_error
 from ..text.generation import Job
 from ..text.service import TextService
 from . import compaction as compaction_
-from . import mcp, render
+from . import file_search, mcp, render
 from .tools import ToolMap
 
 
@@ -47,6 +47,7 @@ class Turn:
     rebuild: Callable[[list[dict[str, Any]]], Job] | None = None   # the job again, from the compacted context
     before: list[dict[str, Any]] = field(default_factory=list)    # the items before its input (its chain's)
     servers: mcp.Servers | None = None                     # its MCP servers, when it has mcp tools
+    search: file_search.Search | None = None               # its file_search tool, when it has one
     again: Callable[[list[dict[str, Any]], dict[str, Any]], Job] | None = None   # the next pass's job (mcp)
     compacted: list[dict[str, Any]] | None = None          # the context once compacted (the compaction item)
     spent: list[int] = field(default_factory=lambda: [0, 0])   # prompt and output tokens of its passes

@@ -102,3 +102,13 @@ class SearchRequest(_Open):
     max_num_results: Annotated[int, Field(ge=1, le=50)] = 10
     filters: Filter | None = None
     ranking_options: RankingOptions | None = None
+
+
+class FileSearchTool(BaseModel):
+    """Responses' ``file_search`` tool (the spec's FileSearchTool)."""
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["file_search"]
+    vector_store_ids: Annotated[list[str], Field(min_length=1, max_length=16)]
+    max_num_results: Annotated[int, Field(ge=1, le=50)] | None = None
+    ranking_options: RankingOptions | None = None
+    filters: Filter | None = None

@@ -8,7 +8,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, Query, Request
 
 from ..core.auth import caller_owner
-from ..core.errors import refuse_unknown_fields
+from ..core.errors import refuse_unknown, refuse_unknown_fields
 from .requests import (
     CreateFileBatch,
     CreateVectorStore,
@@ -90,6 +90,9 @@ def router(stores: VectorStoresService) -> APIRouter:
     @r.post("/vector_stores/{vector_store_id}/file_batches")
     async def create_file_batch(vector_store_id: str, body: CreateFileBatch, request: Request) -> dict[str, Any]:
         refuse_unknown_fields(body, allow)
+        for i, item in enumerate(body.files or []):   # each of files is refused by name too: files[0].colour
+            refuse_unknown([f"files[{i}].{n}" for n in sorted(item.model_extra or {})], allow=allow,
+                           known=[f"files[{i}].{n}" for n in CreateVectorStoreFile.model_fields])
         return await stores.add_batch(vector_store_id, body, caller_owner(request))
 
     @r.get("/vector_stores/{vector_store_id}/file_batches/{batch_id}")

@@ -36,6 +36,7 @@ from .requests import (
     CreateFileBatch,
     CreateVectorStore,
     CreateVectorStoreFile,
+    FileSearchTool,
     ModifyVectorStore,
     SearchRequest,
     chunking_dict,
@@ -173,6 +174,7 @@ class VectorStoresService:
         self.require_store()
         found = await self.responses.io(lambda: self.rows.batch(store_id, batch_id, self._who(owner), cancel=cancel))
         if found is None:
+            await self.retrieve(store_id, owner)   # the store's 404 before the batch's
             raise not_found("Vector store file batch", batch_id)
         return found
 
@@ -180,6 +182,7 @@ class VectorStoresService:
         self.require_store()
         found = await self.responses.io(self.rows.get_file, store_id, file_id, self._who(owner))
         if found is None:
+            await self.retrieve(store_id, owner)   # the store's 404 before the file's
             raise not_found("Vector store file", file_id)
         return found
 
@@ -201,12 +204,14 @@ class VectorStoresService:
         self.require_store()
         found = await self.responses.io(self.rows.update_attributes, store_id, file_id, self._who(owner), attributes)
         if found is None:
+            await self.retrieve(store_id, owner)
             raise not_found("Vector store file", file_id)
         return found
 
     async def delete_file(self, store_id: str, file_id: str, owner: str) -> dict[str, Any]:
         self.require_store()
         if not await self.responses.io(self.rows.delete_file, store_id, file_id, self._who(owner)):
+            await self.retrieve(store_id, owner)
             raise not_found("Vector store file", file_id)
         return {"id": file_id, "object": "vector_store.file.deleted", "deleted": True}
 
@@ -280,6 +285,23 @@ class VectorStoresService:
                                 "content": [{"type": "text", "text": texts[key]}]})
         out.sort(key=lambda r: -r["score"])
         return out
+
+    async def check_stores(self, store_ids: list[str], owner: str, param: str) -> None:
+        self.require_store()
+        for i, store_id in enumerate(store_ids):
+            found = await self.responses.io(self.rows.get, store_id, self._who(owner))
+            if found is None:
+                raise not_found("Vector store", store_id, param=f"{param}[{i}]")
+            if found["status"] == "expired":
+                raise InvalidRequestError(f"The vector store {store_id} has expired (expires_after); make a new one.",
+                                          param=f"{param}[{i}]", code="vector_store_expired")
+
+    async def search_tool(self, tool: FileSearchTool, queries: list[str], owner: str) -> list[dict[str, Any]]:
+        """What Responses' file_search tool runs: its stores searched as the tool says."""
+        ranking = tool.ranking_options
+        return await self.find(tool.vector_store_ids, queries, owner, filters=tool.filters,
+                               most=tool.max_num_results or 10, threshold=ranking.score_threshold if ranking else 0.0,
+                               param="tools.vector_store_ids")
 
     async def rewrite(self, query: str, owner: str) -> str:
         """The query as the chat model rewrites it for search (rewrite_query); the query itself if

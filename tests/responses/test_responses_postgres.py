@@ -49,14 +49,15 @@ def test_a_database_of_the_first_release_moves_to_the_version_sqlite_has(pg_url)
     store.close()
     with psycopg.connect(pg_url) as conn:
         conn.execute(f"UPDATE {store_postgres.VERSION_TABLE} SET version = 1")
-        for table in ("files", "batches", "batch_lines"):   # (made by later steps: the first release had none)
+        for table in ("files", "batches", "batch_lines", "vector_stores", "vector_store_files",
+                      "vector_store_file_batches", "vector_chunks"):   # (made by later steps: the first release had none)
             conn.execute(f"DROP TABLE {table}")
     assert [step.name for step in MIGRATIONS[:2]] == ["schema", "instances"] and MIGRATIONS[1].postgres is None
     again = Store(database_url=pg_url)
     assert again.conversation("conv_old", None)["id"] == "conv_old"
     assert again.run(lambda c: c.execute("SELECT count(*) FROM files").fetchone()[0]) == 0
     again.close()
-    assert version(pg_url) == len(MIGRATIONS) == 4
+    assert version(pg_url) == len(MIGRATIONS) == 5
 
 
 def test_a_database_from_a_newer_server_is_refused_untouched(pg_url):

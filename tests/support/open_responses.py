@@ -28,8 +28,11 @@ OPENAI_ONLY = {
                   "custom_tool_call", "custom_tool_call_output"},
     "Tool": {"file_search", "web_search", "web_search_preview", "computer_use_preview", "image_generation",
              "code_interpreter", "local_shell", "mcp", "custom", "namespace"},
-    # OpenAI's ToolChoiceMCP ({type: mcp, server_label, name}) stands where a function choice does
-    "FunctionToolChoice": {"mcp"},
+    # OpenAI's ToolChoiceMCP ({type: mcp, server_label, name}) and ToolChoiceTypes ({type: file_search})
+    # stand where a function choice does
+    "FunctionToolChoice": {"mcp", "file_search"},
+    # file_search's citations (OpenAI's FileCitationBody) beside Open Responses' url_citation
+    "Annotation": {"file_citation"},
 }
 
 

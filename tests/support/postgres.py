@@ -7,6 +7,7 @@ PostgreSQL refuses to run as root: as root, the cluster belongs to an unprivileg
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import pwd
@@ -95,11 +96,13 @@ class PostgresServer:
         """Stops every process of the cluster (SIGSTOP): its port still accepts connections and
         its kernel still acknowledges every packet, but nothing ever answers."""
         for pid in self._processes():
-            os.kill(pid, signal.SIGSTOP)
+            with contextlib.suppress(ProcessLookupError):   # a backend that ended since it was listed
+                os.kill(pid, signal.SIGSTOP)
 
     def thaw(self) -> None:
         for pid in reversed(self._processes()):
-            os.kill(pid, signal.SIGCONT)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
 
     def url(self, database: str = "postgres", password: str = "") -> str:
         secret = f":{password}" if password else ""
