@@ -1,8 +1,11 @@
 """Responses' ``file_search`` tool: the model searches the request's vector stores, this server runs
 the search, and the model answers from what it found, citing the files.
 
-1. The tool is offered to the model as a function (``file_search``, its argument a list of
-   queries); ``tool_choice: {"type": "file_search"}`` forces it. A function of the client's with
+1. The tool is offered to the model as a function (``file_search``, its argument one query:
+   a list of strings is more than small local models write reliably, and a bigger model's several
+   questions make one query as well); ``tool_choice: {"type": "file_search"}`` forces it. The
+   user's latest question is searched beside the model's query (both are the item's ``queries``),
+   so a small model's poor query still finds what the user asked about. A function of the client's with
    that name is a 400: the model could not tell the two apart.
 2. A call the model makes becomes a ``file_search_call`` item (``response.file_search_call.*``
    events: in_progress, searching, completed), run here through the vector stores' search (the
@@ -27,16 +30,15 @@ from pydantic import ValidationError
 from ..core.admission import Place
 from ..core.errors import InvalidRequestError, OpenAIError, from_validation_errors
 from ..vector_stores.requests import FileSearchTool
-from .items import new_id
+from .items import new_id, text_of
 
 NAME = "file_search"
 INCLUDE = "file_search_call.results"
-DESCRIPTION = ("Search the user's uploaded files for passages relevant to the question. Send one or more short "
-               "search queries. Answer from the passages found, and cite the file each fact comes from by its file "
+DESCRIPTION = ("Search the user's uploaded files for passages relevant to the question. Send a short search "
+               "query. Answer from the passages found, and cite the file each fact comes from by its file "
                "name in square brackets, like [report.pdf].")
-PARAMETERS = {"type": "object", "properties": {"queries": {"type": "array", "items": {"type": "string"},
-                                                           "minItems": 1, "maxItems": 5}},
-              "required": ["queries"], "additionalProperties": False}
+PARAMETERS = {"type": "object", "properties": {"query": {"type": "string", "maxLength": 300}},
+              "required": ["query"], "additionalProperties": False}
 RESULT_CHARS = 12000   # the most text of results one call shows the model (the item keeps them whole)
 
 class Searcher(Protocol):
@@ -74,6 +76,7 @@ class Search:
     searcher: Searcher
     limit: int
     show_results: bool
+    question: str = ""            # the user's latest message, searched beside the model's queries
     ran: int = 0
     found: dict[str, dict[str, Any]] = field(default_factory=dict)   # file id -> a result of this response's
     failures: dict[str, str] = field(default_factory=dict)           # call id -> why it failed
@@ -87,15 +90,19 @@ def call_item() -> dict[str, Any]:
     return {"id": new_id("fs"), "type": "file_search_call", "status": "in_progress", "queries": [], "results": None}
 
 
-def queries_of(arguments: str) -> list[str]:
+def queries_of(arguments: str, question: str = "") -> list[str]:
+    """The model's query (``query``, or OpenAI's ``queries`` where a client's history has them),
+    and the user's question beside it."""
     try:
         value = json.loads(arguments or "{}")
     except ValueError:
-        return []
-    queries = value.get("queries") if isinstance(value, dict) else None
-    if isinstance(queries, str):
-        queries = [queries]
-    return [q for q in queries if isinstance(q, str) and q.strip()] if isinstance(queries, list) else []
+        value = {}
+    wanted = [value.get("query"), *(value.get("queries") or [])] if isinstance(value, dict) else []
+    out: list[str] = []
+    for q in [*wanted, question]:
+        if isinstance(q, str) and q.strip() and q.strip() not in out:
+            out.append(q.strip())
+    return out
 
 
 async def run_calls(turn: Any, calls: list[tuple[int, dict[str, Any]]], place: Place) -> Any:
@@ -147,7 +154,8 @@ def for_model(item: dict[str, Any]) -> str:
 
 
 def arguments_of(item: dict[str, Any]) -> str:
-    return json.dumps({"queries": item.get("queries") or []})
+    queries = item.get("queries") or []
+    return json.dumps({"query": queries[0] if queries else ""})
 
 
 def citations(text: str, found: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -189,7 +197,9 @@ def attach(turn: Any, body: Any, owner: str, searcher: Searcher | None, limit: i
         raise InvalidRequestError("file_search needs the server's vector stores, which this server does not have.",
                                   param=f"tools[{declared_[0]}]")
     shown = INCLUDE in (body.include or [])
-    turn.search = Search(declared_[1], owner, searcher, limit, show_results=shown)
+    asked = [it for it in turn.record.input if it["type"] == "message" and it["role"] == "user"]
+    turn.search = Search(declared_[1], owner, searcher, limit, show_results=shown,
+                         question=text_of(asked[-1])[:2000] if asked else "")
     turn.state.search_results = shown
     return True
 

@@ -200,7 +200,9 @@ class _Output:
                 continue
             index, item = self.open_calls.pop(k)
             if item["type"] == "file_search_call":   # run once complete (its end told then), else cut
-                item["queries"] = file_search.queries_of(calls[k]["function"]["arguments"] if k < len(calls) else "")
+                asked = self.turn.search.question if self.turn.search is not None else ""
+                item["queries"] = file_search.queries_of(calls[k]["function"]["arguments"] if k < len(calls) else "",
+                                                         asked)
                 if complete:
                     self.to_run.append((index, item))
                     continue

@@ -51,6 +51,11 @@ def _spec() -> dict[str, Any]:
     # official SDK's McpApprovalResponse has no such field (it answers approval_request_id).
     for name in ("MCPApprovalResponse", "MCPApprovalResponseResource"):
         schemas[name]["required"] = [r for r in schemas[name]["required"] if r != "request_id"]
+    # CompoundFilter nests itself with a 2019-09 "$recursiveRef": "#", which a 2020-12 validator reads
+    # as the whole document; it means the CompoundFilter schema (its "$recursiveAnchor").
+    compound = schemas["CompoundFilter"]["properties"]["filters"]["items"]
+    compound["oneOf"] = [{"$ref": "#/components/schemas/CompoundFilter"} if o == {"$recursiveRef": "#"} else o
+                         for o in compound["oneOf"]]
     return spec
 
 
