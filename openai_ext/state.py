@@ -67,6 +67,7 @@ class ApiState:
         batches = BatchesService(settings, responses, files, text)
         vector_stores = VectorStoresService(settings, responses, files, embeddings, tables)
         responses.searcher = vector_stores   # what Responses' file_search tool searches
+        responses.file_reader = files.text_source   # what Responses' input_file parts read
         return cls(settings, text, tables, embeddings, moderations, speech, transcription,
                    images, catalog, responses, realtime, files, batches, vector_stores, manager, started)
 

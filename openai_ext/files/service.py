@@ -138,6 +138,15 @@ class FilesService:
         except FileNotFoundError:
             raise not_found("File", file_id) from None
 
+    async def text_source(self, file_id: str, owner: str, most: int) -> tuple[str, bytes | None]:
+        """A file's name and content, for a request that reads it as input (a 404 if the caller has
+        none of that id); None for the content of a file over ``most`` bytes, which is not read."""
+        row = await self._row(file_id, owner)
+        if row.bytes > most:
+            return row.filename, None
+        _, content = await self.read(file_id, owner)
+        return row.filename, content
+
     async def list(self, owner: str, *, purpose: str | None, after: str | None, limit: int,
                    order: str) -> dict[str, Any]:
         self.require_store()

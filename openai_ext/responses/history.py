@@ -41,6 +41,7 @@ class Loaded:
     history: list[dict[str, Any]] = field(default_factory=list)
     conversation: str | None = None
     references: dict[str, dict[str, Any]] = field(default_factory=dict)
+    files: dict[tuple[int, str, int], str] = field(default_factory=dict)   # input_file parts' texts
 
 
 def references(raw: Any) -> list[str]:

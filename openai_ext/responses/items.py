@@ -36,7 +36,7 @@ HOSTED_ITEMS = {"web_search_call", "computer_call", "computer_call_output",
                 "program", "program_output"}
 KNOWN_ITEMS = ("message", "function_call", "function_call_output", "item_reference", "reasoning", "compaction",
                "compaction_trigger", "file_search_call", *MCP_ITEMS)
-UNREADABLE_PARTS = {"input_file": "files", "input_audio": "audio"}
+UNREADABLE_PARTS = {"input_audio": "audio"}
 
 PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs"}
 
@@ -215,6 +215,9 @@ def _text_part(part: Any, where: str, role: str, vision: Vision = (None, False))
         return {"type": "input_text", "text": part["text"]}
     if kind == "refusal" and assistant and isinstance(part.get("refusal"), str):
         return {"type": "refusal", "refusal": part["refusal"]}
+    if kind == "input_file":   # (a response's input has them read first: input_files.py)
+        raise _bad(f"{where}.type", f"{where} is an input_file part, which is read where a response is made "
+                                    "(POST /v1/responses); here send the file's text as an input_text part.")
     if kind in UNREADABLE_PARTS:
         raise _bad(f"{where}.type", f"{where} is of type '{kind}', but the loaded text model cannot read "
                                     f"{UNREADABLE_PARTS[kind]}. Send input_text parts only.")

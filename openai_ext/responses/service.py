@@ -39,6 +39,7 @@ from ..text.service import TextService, enter, serve
 from . import answers, compaction, convert, file_search, framing, images, items, mcp, render, rules, stream, tools
 from .background import Background
 from .history import Loaded, Recent, from_recent, load, needs_store, not_found
+from .input_files import Reader, file_texts, inlined
 from .protocol import CompactRequest, CreateResponse, InputTokensRequest
 from .store import Store
 from .store_health import StoreUnavailable
@@ -77,6 +78,7 @@ class ResponsesService:
         self._io: anyio.CapacityLimiter | None = None
         # file_search's search, the vector stores' (set where both families are built: state.py)
         self.searcher: file_search.Searcher | None = None
+        self.file_reader: Reader | None = None   # input_file's file_id, read from the Files API
 
     async def io(self, fn: Callable[..., T], *args: Any) -> T:
         """A blocking call to the store, on the store's own threads (never the event loop's, nor
@@ -109,6 +111,7 @@ class ResponsesService:
             loaded = await self.io(load, self.store, self.settings, body, who)
         if chain is not None:
             loaded.history = chain
+        loaded.files = await file_texts(body.input, owner, self.file_reader)
         return loaded
 
     def _items(self, text: TextService, body: CreateResponse | InputTokensRequest | CompactRequest,
@@ -116,7 +119,8 @@ class ResponsesService:
         resolve = loaded.references.get if self.settings.responses_store else None
         abilities = text.host.abilities
         before = loaded.history
-        new = items.parse(body.input, resolve=resolve, vision=(abilities.vision, abilities.web_ui))
+        new = items.parse(inlined(body.input, loaded.files), resolve=resolve,
+                          vision=(abilities.vision, abilities.web_ui))
         answers.check_call_outputs(before, new)
         if not abilities.vision:
             # the images of an earlier turn, sent when a vision model was loaded
