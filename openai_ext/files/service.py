@@ -22,7 +22,7 @@ import os
 import time
 import uuid
 from pathlib import Path
-from typing import Any, AsyncGenerator, BinaryIO
+from typing import Any, AsyncGenerator, Awaitable, BinaryIO, Callable
 
 import anyio
 from starlette.datastructures import UploadFile
@@ -53,6 +53,7 @@ class FilesService:
         base = Path(settings.data_dir).expanduser() if settings.data_dir else default_folder()
         self.folder = Path(settings.files_dir).expanduser() if settings.files_dir else base / "files"
         self.limit = int(settings.files_max_mb * 2 ** 20)
+        self.on_delete: list[Callable[[str], Awaitable[None]]] = []   # called with a deleted file's id
 
     def require_store(self) -> None:
         if not self.settings.responses_store:
@@ -161,6 +162,8 @@ class FilesService:
         self.require_store()
         if not await self.responses.io(self.rows.delete, file_id, self.responses.visible_to(owner)):
             raise not_found("File", file_id)
+        for forget in self.on_delete:   # (the vector stores it is in: OpenAI removes it from them too)
+            await forget(file_id)
         with contextlib.suppress(OSError):
             await anyio.to_thread.run_sync(self.path(file_id).unlink)
         return {"id": file_id, "object": "file", "deleted": True}

@@ -218,6 +218,18 @@ class VectorStoreRows:
             return gone
         return self.store.run(work, write=True)
 
+    def remove_everywhere(self, file_id: str) -> list[str]:
+        """Takes a deleted file out of every vector store; the stores it was in."""
+        def work(c: Any) -> list[str]:
+            stores = [r[0] for r in c.execute("SELECT store_id FROM vector_store_files WHERE file_id = ?",
+                                              (file_id,)).fetchall()]
+            for store_id in stores:
+                c.execute("DELETE FROM vector_chunks WHERE store_id = ? AND file_id = ?", (store_id, file_id))
+                c.execute("DELETE FROM vector_store_files WHERE store_id = ? AND file_id = ?", (store_id, file_id))
+                c.execute("UPDATE vector_stores SET version = version + 1 WHERE id = ?", (store_id,))
+            return stores
+        return self.store.run(work, write=True)
+
     # file batches ------------------------------------------------------------------------------
     def put_batch(self, batch_id: str, store_id: str, now: float) -> None:
         self.store.run(lambda c: c.execute("INSERT INTO vector_store_file_batches (id, store_id, created_at) "

@@ -144,6 +144,10 @@ class VectorStoresService:
                                   "attributes": own_attributes if own_attributes is not None else attributes}))
         return out
 
+    async def forget_file(self, file_id: str) -> None:
+        """A file deleted from the Files API leaves every vector store it was in, as at OpenAI."""
+        await self.responses.io(self.rows.remove_everywhere, file_id)
+
     async def add_file(self, store_id: str, body: CreateVectorStoreFile, owner: str) -> dict[str, Any]:
         self.require_store()
         await self.retrieve(store_id, owner)

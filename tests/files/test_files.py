@@ -173,3 +173,16 @@ def test_without_a_store_files_are_refused_with_the_reason(scripted_host, make_s
     server = make_server(scripted_host, data_dir=str(tmp_path / "data"), responses_store=False)
     with pytest.raises(openai.BadRequestError, match="responses_store"):
         openai_client(server).files.create(file=("a.txt", b"a"), purpose="user_data")
+
+
+def test_a_deleted_file_leaves_the_vector_stores_it_was_in(server):
+    """As at OpenAI: deleting a file removes it from every vector store (its chunks with it)."""
+    client = openai_client(server)
+    made = client.files.create(file=("notes.md", b"# Notes"), purpose="assistants")
+    kept = client.files.create(file=("other.md", b"# Other"), purpose="assistants")
+    stores = [client.vector_stores.create(name=f"s{i}", file_ids=[made.id, kept.id]) for i in range(2)]
+    client.files.delete(made.id)
+    for store in stores:
+        assert [f.id for f in client.vector_stores.files.list(vector_store_id=store.id)] == [kept.id]
+        with pytest.raises(openai.NotFoundError):
+            client.vector_stores.files.retrieve(vector_store_id=store.id, file_id=made.id)
