@@ -19,6 +19,7 @@ from ..responses.store import LEASE_S, Store
 from ..responses.store_upkeep import dump
 
 STATUSES = ("in_progress", "completed", "failed", "cancelled")
+ACTIVE_S = 60.0   # how stale a store's last_active_at may be before a search writes it again
 FILE_COLUMNS = "store_id, file_id, created_at, status, batch_id, usage_bytes, body"
 
 
@@ -138,16 +139,18 @@ class VectorStoreRows:
 
     def touch(self, store_id: str, owner: str | None) -> tuple[dict[str, Any], int] | None:
         """A search's look at the store: its object (expired or not) and version; ``last_active_at``
-        moves to now unless it has expired (an expired store stays expired)."""
+        moves to now unless it has expired (an expired store stays expired). The move is written
+        only when the time kept is over a minute old: expiry counts in days, and a search then
+        takes no write lock (searches at once do not queue for it)."""
         def work(c: Any) -> tuple[dict[str, Any], int] | None:
             row = self._row(c, store_id, owner)
-            if row is None:
-                return None
-            found = self._object(c, row)
-            if found["status"] != "expired":
-                c.execute("UPDATE vector_stores SET last_active_at = ? WHERE id = ?", (time.time(), store_id))
-            return found, int(row[4])
-        return self.store.run(work, write=True)
+            return None if row is None else (self._object(c, row), int(row[4]))
+        found = self.store.run(work)
+        now = time.time()
+        if found is not None and found[0]["status"] != "expired" and found[0]["last_active_at"] < now - ACTIVE_S:
+            self.store.run(lambda c: c.execute("UPDATE vector_stores SET last_active_at = ? WHERE id = ? AND "
+                                               "last_active_at < ?", (now, store_id, now)), write=True)
+        return found
 
     # files -------------------------------------------------------------------------------------
     def add_files(self, store_id: str, owner: str | None, entries: list[tuple[str, dict[str, Any]]],
