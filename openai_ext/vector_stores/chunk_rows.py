@@ -4,13 +4,16 @@ key for a search's results."""
 
 from __future__ import annotations
 
+import functools
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ..responses.store import Store
+
+PAGE = 10000   # chunks read in one transaction
 
 
 @dataclass(frozen=True)
@@ -22,6 +25,7 @@ class Matrix:
     files: list[str]
     filenames: list[str]
     attributes: list[dict[str, Any]]
+    masks: dict[str, np.ndarray] = field(default_factory=dict, compare=False)   # filter -> files it lets through
 
 
 class ChunkRows:
@@ -48,15 +52,24 @@ class ChunkRows:
         return self.store.run(work, write=True)
 
     def matrix(self, store_id: str) -> tuple[Matrix, int]:
-        """Every chunk of the store's completed files, and the version they are of (one read)."""
-        def work(c: Any) -> tuple[Matrix, int]:
-            version = c.execute("SELECT version FROM vector_stores WHERE id = ?", (store_id,)).fetchone()
-            files = c.execute("SELECT file_id, body FROM vector_store_files WHERE store_id = ? AND "
-                              "status = 'completed' ORDER BY file_id", (store_id,)).fetchall()
-            rows = c.execute("SELECT file_id, seq, vector FROM vector_chunks WHERE store_id = ? ORDER BY file_id, seq",
-                             (store_id,)).fetchall()
-            return _matrix(files, rows), int(version[0]) if version else -1
-        return self.store.run(work)
+        """Every chunk of the store's completed files, and the version they are of. Read in pages,
+        each a short transaction of its own (a large store never holds the store's connection, nor
+        runs into its deadline), and built into a matrix outside them; read again if the store
+        changed meanwhile (a store that never stops changing: the last read, labelled with the
+        version it began at, so the next search reads it again)."""
+        for _ in range(3):
+            version, files = self.store.run(lambda c: _files(c, store_id))
+            rows: list[Any] = []
+            after: tuple[str, int] = ("", -1)
+            while True:
+                page = self.store.run(functools.partial(_page, store_id=store_id, after=after))
+                rows += page
+                if len(page) < PAGE:
+                    break
+                after = (page[-1][0], int(page[-1][1]))
+            if self.store.run(lambda c: _files(c, store_id))[0] == version:
+                break
+        return _matrix(files, rows), version
 
     def texts(self, store_id: str, keys: list[tuple[str, int]]) -> dict[tuple[str, int], str]:
         def work(c: Any) -> dict[tuple[str, int], str]:
@@ -73,6 +86,19 @@ class ChunkRows:
         rows = self.store.run(lambda c: c.execute("SELECT text FROM vector_chunks WHERE store_id = ? AND file_id = ? "
                                                   "ORDER BY seq", (store_id, file_id)).fetchall())
         return [r[0] for r in rows]
+
+
+def _page(c: Any, *, store_id: str, after: tuple[str, int]) -> list[Any]:
+    return list(c.execute("SELECT file_id, seq, vector FROM vector_chunks WHERE store_id = ? AND (file_id > ? OR "
+                          "(file_id = ? AND seq > ?)) ORDER BY file_id, seq LIMIT ?",
+                          (store_id, after[0], after[0], after[1], PAGE)).fetchall())
+
+
+def _files(c: Any, store_id: str) -> tuple[int, list[Any]]:
+    version = c.execute("SELECT version FROM vector_stores WHERE id = ?", (store_id,)).fetchone()
+    files = c.execute("SELECT file_id, body FROM vector_store_files WHERE store_id = ? AND status = 'completed' "
+                      "ORDER BY file_id", (store_id,)).fetchall()
+    return (int(version[0]) if version else -1), files
 
 
 def _matrix(files: list[Any], rows: list[Any]) -> Matrix:

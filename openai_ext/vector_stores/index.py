@@ -23,6 +23,7 @@ import numpy as np
 from .chunk_rows import Matrix
 from .filters import Comparison, Compound, holds
 
+MASKS = 64   # filters' file masks kept per matrix
 
 @dataclass(frozen=True)
 class Hit:
@@ -36,25 +37,40 @@ class Indexes:
         self.limit = limit_bytes
         self._kept: OrderedDict[str, tuple[int, Matrix]] = OrderedDict()
         self._lock = threading.Lock()
+        self._loading: dict[str, threading.Lock] = {}   # a store's load, one at a time
 
     def get(self, store_id: str, version: int, load: Callable[[], tuple[Matrix, int]]) -> Matrix:
-        """The store's matrix of ``version`` or newer: the one kept, or ``load``'s."""
+        """The store's matrix of ``version`` or newer: the one kept, or ``load``'s. Searches that
+        find it missing at once wait for one load (not one each)."""
+        found = self._kept_at(store_id, version)
+        if found is not None:
+            return found
+        with self._lock:
+            loading = self._loading.setdefault(store_id, threading.Lock())
+        with loading:
+            found = self._kept_at(store_id, version)   # (loaded while this search waited)
+            if found is not None:
+                return found
+            matrix, loaded = load()
+            with self._lock:
+                self._kept[store_id] = (loaded, matrix)
+                self._kept.move_to_end(store_id)
+                while len(self._kept) > 1 and sum(m.vectors.nbytes for _, m in self._kept.values()) > self.limit:
+                    self._kept.popitem(last=False)
+            return matrix
+
+    def _kept_at(self, store_id: str, version: int) -> Matrix | None:
         with self._lock:
             kept = self._kept.get(store_id)
-            if kept is not None and kept[0] >= version:
-                self._kept.move_to_end(store_id)
-                return kept[1]
-        matrix, loaded = load()
-        with self._lock:
-            self._kept[store_id] = (loaded, matrix)
+            if kept is None or kept[0] < version:
+                return None
             self._kept.move_to_end(store_id)
-            while len(self._kept) > 1 and sum(m.vectors.nbytes for _, m in self._kept.values()) > self.limit:
-                self._kept.popitem(last=False)
-        return matrix
+            return kept[1]
 
     def forget(self, store_id: str) -> None:
         with self._lock:
             self._kept.pop(store_id, None)
+            self._loading.pop(store_id, None)
 
 
 def search(matrix: Matrix, queries: np.ndarray, *, filters: Comparison | Compound | None, threshold: float,
@@ -68,14 +84,26 @@ def search(matrix: Matrix, queries: np.ndarray, *, filters: Comparison | Compoun
     if scores.ndim == 2:
         scores = scores.max(axis=1)
     if filters is not None:
-        allowed = np.fromiter((holds(filters, a) for a in matrix.attributes), bool, len(matrix.files))
-        scores = np.where(allowed[matrix.owners], scores, -np.inf)
+        scores = np.where(_allowed(matrix, filters)[matrix.owners], scores, -np.inf)
     np.clip(scores, 0.0, 1.0, out=scores, where=np.isfinite(scores))
     keep = np.flatnonzero(scores >= threshold)
     if keep.size > most:
         keep = keep[np.argpartition(-scores[keep], most - 1)[:most]]
     keep = keep[np.lexsort((keep, -scores[keep]))]   # best first; ties in the store's order
     return [Hit(int(matrix.owners[i]), int(matrix.seqs[i]), float(scores[i])) for i in keep]
+
+
+def _allowed(matrix: Matrix, filters: Comparison | Compound) -> np.ndarray:
+    """The files ``filters`` lets through, worked out once per matrix (attributes change only with
+    the store's version, which makes a new matrix)."""
+    key = filters.model_dump_json()
+    mask = matrix.masks.get(key)
+    if mask is None:
+        mask = np.fromiter((holds(filters, a) for a in matrix.attributes), bool, len(matrix.files))
+        if len(matrix.masks) >= MASKS:
+            matrix.masks.pop(next(iter(matrix.masks)))
+        matrix.masks[key] = mask
+    return mask
 
 
 def mean_vectors(pieces: np.ndarray, counts: list[int]) -> np.ndarray:

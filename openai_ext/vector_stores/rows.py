@@ -58,6 +58,12 @@ def _counts(rows: list[Any]) -> dict[str, int]:
     return {**counts, "total": sum(counts.values())}
 
 
+def _expires_at(row: Any) -> int | None:
+    """When a store (its row) expires: ``expires_after`` days after it was last active."""
+    expires = json.loads(row[5]).get("expires_after")
+    return None if expires is None else int(float(row[3]) + expires["days"] * 86400)
+
+
 def file_object(row: Any) -> dict[str, Any]:
     body = json.loads(row[6])
     return {"id": row[1], "object": "vector_store.file", "usage_bytes": int(row[5]), "created_at": int(row[2]),
@@ -88,8 +94,7 @@ class VectorStoreRows:
                                    (row[0],)).fetchall())
         usage = c.execute("SELECT coalesce(sum(usage_bytes), 0) FROM vector_store_files WHERE store_id = ?",
                           (row[0],)).fetchone()[0]
-        expires = body.get("expires_after")
-        expires_at = None if expires is None else int(float(row[3]) + expires["days"] * 86400)
+        expires, expires_at = body.get("expires_after"), _expires_at(row)
         status = "expired" if expires_at is not None and expires_at <= time.time() else \
             "in_progress" if counts["in_progress"] else "completed"
         out = {"id": row[0], "object": "vector_store", "created_at": int(row[2]), "name": body.get("name") or "",
@@ -137,20 +142,21 @@ class VectorStoreRows:
             return True
         return self.store.run(work, write=True)
 
-    def touch(self, store_id: str, owner: str | None) -> tuple[dict[str, Any], int] | None:
-        """A search's look at the store: its object (expired or not) and version; ``last_active_at``
+    def touch(self, store_id: str, owner: str | None) -> tuple[bool, int] | None:
+        """A search's look at the store: whether it has expired, and its version; ``last_active_at``
         moves to now unless it has expired (an expired store stays expired). The move is written
         only when the time kept is over a minute old: expiry counts in days, and a search then
         takes no write lock (searches at once do not queue for it)."""
-        def work(c: Any) -> tuple[dict[str, Any], int] | None:
-            row = self._row(c, store_id, owner)
-            return None if row is None else (self._object(c, row), int(row[4]))
-        found = self.store.run(work)
+        row = self.store.run(lambda c: self._row(c, store_id, owner))
+        if row is None:
+            return None
         now = time.time()
-        if found is not None and found[0]["status"] != "expired" and found[0]["last_active_at"] < now - ACTIVE_S:
+        expires_at = _expires_at(row)
+        expired = expires_at is not None and expires_at <= now
+        if not expired and float(row[3]) < now - ACTIVE_S:
             self.store.run(lambda c: c.execute("UPDATE vector_stores SET last_active_at = ? WHERE id = ? AND "
                                                "last_active_at < ?", (now, store_id, now)), write=True)
-        return found
+        return expired, int(row[4])
 
     # files -------------------------------------------------------------------------------------
     def add_files(self, store_id: str, owner: str | None, entries: list[tuple[str, dict[str, Any]]],

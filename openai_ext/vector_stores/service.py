@@ -258,7 +258,7 @@ class VectorStoresService:
             looked = await self.responses.io(self.rows.touch, store_id, self._who(owner))
             if looked is None:
                 raise not_found("Vector store", store_id, param=param)
-            if looked[0]["status"] == "expired":
+            if looked[0]:
                 raise InvalidRequestError(f"The vector store {store_id} has expired (expires_after); make a new one.",
                                           param=param, code="vector_store_expired")
             looks.append((store_id, looked[1]))
