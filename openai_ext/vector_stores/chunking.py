@@ -3,15 +3,23 @@ default) that overlap by ``chunk_overlap_tokens`` (400), counted in cl100k_base,
 counts in. Each chunk is also cut into pieces the embedding model reads whole (a sentence model
 reads 256 of its own tokens and drops the rest): a chunk's vector is the mean of its pieces', so
 the end of an 800-token chunk is found as well as its start.
+
+The pieces lie on one grid over the whole text, whose step divides both the chunk's size and its
+stride (100 tokens for 800 and 400): chunks that overlap share their pieces there, and ingestion
+embeds each distinct piece once, so every token of the text is embedded once, not once per chunk
+that holds it (twice, with the default overlap). A size and overlap with no such step of 48 to 160
+tokens get pieces of their own per chunk.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 DEFAULT = {"max_chunk_size_tokens": 800, "chunk_overlap_tokens": 400}
-PIECE_TOKENS = 160   # cl100k tokens in one piece: under the default model's 256 word pieces
+PIECE_TOKENS = 160   # cl100k tokens in one piece at most: under the default model's 256 word pieces
+GRID_LEAST = 48      # a shared grid's step at least (below it, a chunk is cut on its own)
 
 
 @dataclass(frozen=True)
@@ -27,13 +35,22 @@ def strategy(requested: dict[str, Any] | None) -> dict[str, Any]:
     return {"type": "static", "static": {k: int(requested["static"][k]) for k in DEFAULT}}
 
 
+def grid(size: int, step: int) -> int | None:
+    """The pieces' step on a grid shared by all chunks: the largest divisor of both ``size`` and
+    ``step`` up to PIECE_TOKENS (None: none of at least GRID_LEAST)."""
+    common = math.gcd(size, step)
+    found = max(d for d in range(1, min(common, PIECE_TOKENS) + 1) if common % d == 0)
+    return found if found >= GRID_LEAST else None
+
+
 def chunks(text: str, encoding: Any, size: int, overlap: int) -> list[Chunk]:
     tokens = encoding.encode_ordinary(text)   # "<|endoftext|>" in a file is text, not a token
     step = max(1, size - overlap)
+    piece = grid(size, step) or PIECE_TOKENS
     out = []
     for start in range(0, max(1, len(tokens)), step):
         window = tokens[start:start + size]
-        pieces = [_decode(encoding, window[i:i + PIECE_TOKENS]) for i in range(0, len(window), PIECE_TOKENS)]
+        pieces = [_decode(encoding, window[i:i + piece]) for i in range(0, len(window), piece)]
         pieces = [p for p in pieces if p.strip()]
         if pieces:
             out.append(Chunk(_decode(encoding, window), pieces))

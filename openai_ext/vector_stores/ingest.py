@@ -112,14 +112,17 @@ class Ingestor:
         parts: list[Chunk] = await anyio.to_thread.run_sync(
             lambda: chunks(extract(data, body.get("filename") or file_id), encoding,
                            static["max_chunk_size_tokens"], static["chunk_overlap_tokens"]))
-        pieces = [p for c in parts for p in c.pieces]
+        # each distinct piece embedded once: overlapping chunks share theirs (chunking.py)
+        pieces = list(dict.fromkeys(p for c in parts for p in c.pieces))
         batcher = await self.embeddings.batcher.get()
         found = []
         for start in range(0, len(pieces), EMBED_GROUP):
             vectors, _ = await batcher.embed(pieces[start:start + EMBED_GROUP])
             found.append(np.asarray(vectors, dtype=np.float32))
         matrix = np.concatenate(found) if found else np.zeros((0, 0), np.float32)
-        return [c.text for c in parts], mean_vectors(matrix, [len(c.pieces) for c in parts])
+        where = {p: i for i, p in enumerate(pieces)}
+        each = matrix[[where[p] for c in parts for p in c.pieces]]
+        return [c.text for c in parts], mean_vectors(each, [len(c.pieces) for c in parts])
 
 
 def _said(task: "asyncio.Task[None]") -> None:
