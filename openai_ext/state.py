@@ -67,7 +67,7 @@ class ApiState:
         batches = BatchesService(settings, responses, files, text)
         vector_stores = VectorStoresService(settings, responses, files, embeddings, tables)
         responses.searcher = vector_stores   # what Responses' file_search tool searches
-        responses.file_reader = files.text_source   # what Responses' input_file parts read
+        responses.file_reader = text.file_reader = files.text_source   # input_file and chat's file parts
         files.on_delete.append(vector_stores.forget_file)   # a deleted file leaves every vector store
         return cls(settings, text, tables, embeddings, moderations, speech, transcription,
                    images, catalog, responses, realtime, files, batches, vector_stores, manager, started)

@@ -46,8 +46,8 @@ def image(block: Any, where: str) -> Part:
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             raise _bad(f"{where}.source.url must be an http or https URL.", f"{where}.source.url")
     elif kind == "file":
-        raise _bad(f"{where}.source is a file source; this server has no Files API. Send the image as a base64 "
-                   "source.", f"{where}.source.type")
+        raise _bad(f"{where}.source is a file source (Anthropic's Files API), which this server does not read. Send "
+                   "the image as a base64 source.", f"{where}.source.type")
     else:
         raise _bad(f"{where}.source.type must be base64 (or url, or file); got {kind!r}.", f"{where}.source.type")
     return {"type": "image_url", "image_url": {"url": url}}, (where, source_field)

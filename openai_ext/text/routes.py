@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
-from . import chat, completions
+from ..core.auth import caller_owner
+from . import chat, completions, file_parts
 from .protocol import ChatCompletionRequest, CompletionRequest
 from .service import TextService, generate
 
@@ -19,6 +20,7 @@ def router(text: TextService) -> APIRouter:
     @r.post("/chat/completions")
     async def create_chat_completion(body: ChatCompletionRequest, request: Request):
         chat.check_tool_answers(body)
+        await file_parts.inline(body, caller_owner(request), text.file_reader)   # files read as text first
         return await generate(await text.lane(body.model, body.keep_alive), request, chat, body)
 
     return r

@@ -31,6 +31,7 @@ from ..core.catalog import card
 from ..core.config import Settings
 from ..core.errors import ServiceUnavailableError
 from ..core.streaming import Framing, event_stream, until_disconnect
+from ..documents.inputs import Reader
 from ..hosts.base import Host
 from ..hosts.manager import ModelChangeFailed, NoModel
 
@@ -71,6 +72,7 @@ class TextService:
         self._prepare: anyio.CapacityLimiter | None = None
         self._exclusive = 0   # model changes waiting for, or holding, the model alone
         self.lanes: Catalog | None = None   # standalone's other models by name (the default model's service only)
+        self.file_reader: Reader | None = None   # chat's file parts, read from the Files API (state.py sets it)
 
     async def lane(self, model: str | None, keep_alive: float | int | str | None = None) -> "TextService":
         """The service for a request that names ``model``: a catalog model's own (loaded on

@@ -20,6 +20,7 @@ import anyio
 import numpy as np
 
 from ..core.token_tables import TokenTables
+from ..documents.parse import Invalid, Unsupported, extract
 from ..embeddings.service import EmbeddingsService
 from ..files.service import FilesService
 from ..responses.service import ResponsesService
@@ -27,7 +28,6 @@ from ..responses.store_health import StoreUnavailable
 from .chunk_rows import ChunkRows
 from .chunking import Chunk, chunks
 from .index import mean_vectors
-from .parse import Invalid, Unsupported, extract
 from .rows import VectorStoreRows
 
 log = logging.getLogger(__name__)

@@ -22,6 +22,7 @@ from ..core.config import Settings
 from ..core.errors import InvalidRequestError, NotFoundError
 from ..core.lists import cursor_page
 from ..core.token_tables import TokenTables
+from ..documents.parse import extract
 from ..embeddings.service import EmbeddingsService
 from ..files.service import FilesService
 from ..responses.history import not_found
@@ -31,7 +32,6 @@ from .chunking import strategy
 from .filters import Comparison, Compound
 from .index import Hit, Indexes, as_unit, search
 from .ingest import Ingestor
-from .parse import extract
 from .requests import (
     CreateFileBatch,
     CreateVectorStore,

@@ -81,8 +81,8 @@ def test_a_model_without_vision_names_the_block(extension, claude, host_modules)
      "messages[0].content[1].source.data could not be read as an image"),
     ({"type": "base64", "media_type": "image/tiff", "data": "AAAA"},
      "messages[0].content[1].source.media_type must be one of image/jpeg, image/png, image/gif, image/webp"),
-    ({"type": "file", "file_id": "file_1"}, "messages[0].content[1].source is a file source; this server has no "
-                                            "Files API"),
+    ({"type": "file", "file_id": "file_1"}, "messages[0].content[1].source is a file source (Anthropic's Files API), "
+                                            "which this server does not read"),
     ({"type": "text", "data": "x"}, "messages[0].content[1].source.type must be base64"),
 ])
 def test_images_it_cannot_read_name_the_block(extension, host_modules, source, says):

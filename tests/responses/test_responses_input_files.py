@@ -75,3 +75,23 @@ def test_another_keys_file_is_not_read(scripted_host, make_server, tmp_path):
     r = httpx.post(f"{server.url}/responses", headers={"Authorization": "Bearer key-two"}, timeout=60,
                    json={"model": "x", "input": ask([{"type": "input_file", "file_id": mine.id}])})
     assert r.status_code == 404 and r.json()["error"]["param"] == "input[0].content[1].file_id"
+
+
+def test_chats_file_parts_are_read_too(server, script):
+    """Chat's {"type": "file", "file": {...}} parts, by file_id or file_data, as the model's text."""
+    client = openai_client(server)
+    notes = client.files.create(file=("notes.md", NOTES), purpose="user_data")
+    data = base64.b64encode(one_page("Annual leave is 25 days.")).decode()
+    script.script("Thursday, and 25 days.")
+    done = client.chat.completions.create(model="x", messages=[{"role": "user", "content": [
+        {"type": "text", "text": "What do these say?"},
+        {"type": "file", "file": {"file_id": notes.id}},
+        {"type": "file", "file": {"file_data": f"data:application/pdf;base64,{data}", "filename": "policy.pdf"}}]}])
+    assert done.choices[0].message.content == "Thursday, and 25 days."
+    prompt = script.calls[-1].prompt.text
+    assert "File notes.md:\n# Notes" in prompt and "File policy.pdf:\nAnnual leave is 25 days." in prompt
+    for part, param in (({"type": "file", "file": {"file_id": "file-nope"}}, "messages[0].content[0].file.file_id"),
+                        ({"type": "file"}, "messages[0].content[0].file")):
+        r = httpx.post(f"{server.url}/chat/completions", timeout=60,
+                       json={"model": "x", "messages": [{"role": "user", "content": [part]}]})
+        assert r.status_code in (400, 404) and r.json()["error"]["param"] == param, r.text
