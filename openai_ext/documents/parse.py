@@ -49,6 +49,7 @@ def extract(data: bytes, filename: str) -> str:
             text = raw
         else:
             text = raw
+    text = text.replace("\x00", "")   # (a NUL is no text, and PostgreSQL's text columns refuse it)
     if not text.strip():
         raise Invalid(f"{filename} holds no text to search.")
     return text

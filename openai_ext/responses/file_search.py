@@ -160,15 +160,20 @@ def arguments_of(item: dict[str, Any]) -> str:
 
 def citations(text: str, found: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """A file_citation for each place the text names a file the searches found (``[name]``, or the
-    name itself), in the order they come."""
-    marks: list[tuple[int, dict[str, Any]]] = []
+    name itself standing as a word), in the order they come. Names are matched in one pass, the
+    longest first, so a name inside a longer one is not cited too; a name two files share cites
+    the one that scored best."""
+    best: dict[str, tuple[float, str]] = {}
     for file_id, result in found.items():
         name = result["filename"]
-        if not name:
-            continue
-        for m in re.finditer(rf"\[{re.escape(name)}\]|(?<![\w.]){re.escape(name)}(?![\w])", text):
-            marks.append((m.end(), {"type": "file_citation", "file_id": file_id, "filename": name, "index": m.end()}))
-    return [a for _, a in sorted(marks, key=lambda x: x[0])]
+        if name and (name not in best or result["score"] > best[name][0]):
+            best[name] = (result["score"], file_id)
+    if not best:
+        return []
+    names = "|".join(re.escape(n) for n in sorted(best, key=len, reverse=True))
+    pattern = re.compile(rf"\[({names})\]|(?<![\w./-])({names})(?![\w/-]|\.\w)")
+    return [{"type": "file_citation", "file_id": best[m.group(1) or m.group(2)][1],
+             "filename": m.group(1) or m.group(2), "index": m.end()} for m in pattern.finditer(text)]
 
 
 def cite(turn: Any, part: dict[str, Any], where: dict[str, Any]) -> list[dict[str, Any]]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..documents.inputs import Reader, part_text
+from ..documents.inputs import Budget, Reader, part_text
 
 Key = tuple[int, str, int]   # (item, "content" or "output", part)
 
@@ -27,9 +27,11 @@ def _parts(raw: Any) -> list[tuple[Key, dict[str, Any]]]:
     return out
 
 
-async def file_texts(raw: Any, owner: str, reader: Reader | None) -> dict[Key, str]:
-    """The text each input_file part of ``raw`` stands for (a 400 or 404 naming the part)."""
-    return {key: await part_text(part, f"input[{key[0]}].{key[1]}[{key[2]}]", owner, reader)
+async def file_texts(raw: Any, owner: str, reader: Reader | None, context_tokens: int) -> dict[Key, str]:
+    """The text each input_file part of ``raw`` stands for (a 400 or 404 naming the part), within
+    one budget for the request (documents/inputs.py)."""
+    budget = Budget(context_tokens)
+    return {key: await part_text(part, f"input[{key[0]}].{key[1]}[{key[2]}]", owner, reader, budget)
             for key, part in _parts(raw)}
 
 

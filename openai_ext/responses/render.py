@@ -138,6 +138,7 @@ class ResponseState:
             self.completed_at = int(time.time())
 
     def _shown(self) -> list[dict[str, Any]]:
+        """The output as the client sees it (file_search_call results only when included)."""
         if self.search_results:
             return self.output
         return [{**it, "results": None} if it.get("type") == "file_search_call" else it for it in self.output]

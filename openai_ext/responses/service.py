@@ -20,6 +20,7 @@ objects are shared. ``owner`` is a digest of the key, never the key.
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import time
@@ -111,7 +112,7 @@ class ResponsesService:
             loaded = await self.io(load, self.store, self.settings, body, who)
         if chain is not None:
             loaded.history = chain
-        loaded.files = await file_texts(body.input, owner, self.file_reader)
+        loaded.files = await file_texts(body.input, owner, self.file_reader, self.text.host.context_length())
         return loaded
 
     def _items(self, text: TextService, body: CreateResponse | InputTokensRequest | CompactRequest,
@@ -208,15 +209,16 @@ class ResponsesService:
         """Stores a response as it ended, and appends a finished turn to its conversation. A store
         that fails raises its StoreUnavailable, and the response is then failed (``_lost``)."""
         body = turn.state.snapshot()
+        output = copy.deepcopy(turn.state.output)   # as a chain shows it to the model: search results kept
         record = turn.record
         assert record is not None   # (set with settle_work)
         cid = record.conversation
         conversation = None
         if cid and body["status"] in ("completed", "incomplete"):
-            conversation = (cid, [*record.input, *body["output"]])
+            conversation = (cid, [*record.input, *output])
         try:
             if record.store:
-                self.store.settle(body, conversation, lambda e: self._lost(turn, e))
+                self.store.settle(body, conversation, lambda e: self._lost(turn, e), output=output)
             elif conversation is not None:
                 try:
                     self.store.add_conversation_items(conversation[0], None, conversation[1])

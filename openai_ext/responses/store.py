@@ -202,12 +202,12 @@ class Store(ResponseRows, ConversationRows):
             self._running.discard(response_id)
 
     def settle(self, body: dict[str, Any], conversation: tuple[str, list[dict[str, Any]]] | None,
-               lost: Callable[[StoreUnavailable], dict[str, Any]]) -> None:
+               lost: Callable[[StoreUnavailable], dict[str, Any]], output: list[dict[str, Any]] | None = None) -> None:
         """Writes a response as it ended. When the write fails, the StoreUnavailable is raised, and
         ``lost(error)`` (the body the client is then shown: failed, naming the store) is owed to the
         store: written by the heartbeat as soon as the store answers again."""
         try:
-            self.save_response(body, conversation=conversation)
+            self.save_response(body, conversation=conversation, output=output)
         except StoreUnavailable as e:
             with self._lock:
                 self._owed[body["id"]] = lost(e)

@@ -42,14 +42,15 @@ class ResponseRows:
         conn.executemany("INSERT INTO items (response_id, item_id, role, body) VALUES (?, ?, ?, ?)",
                          [(response_id, it["id"], role, _dump(it)) for it in items])
 
-    def save_response(self, body: dict[str, Any], *,
-                      conversation: tuple[str, list[dict[str, Any]]] | None = None) -> None:
-        """The response as it ended: its body, its output items, and the turn appended to its
-        conversation."""
-        self._run(lambda conn: self._save(conn, body, conversation), write=True)
+    def save_response(self, body: dict[str, Any], *, conversation: tuple[str, list[dict[str, Any]]] | None = None,
+                      output: list[dict[str, Any]] | None = None) -> None:
+        """The response as it ended: its body, its output items (``output``: as a chain shows them
+        to the model, where they hold more than the body shows the client), and the turn appended
+        to its conversation."""
+        self._run(lambda conn: self._save(conn, body, conversation, output=output), write=True)
 
     def _save(self, conn: Any, body: dict[str, Any], conversation: tuple[str, list[dict[str, Any]]] | None, *,
-              if_running: bool = False) -> None:
+              if_running: bool = False, output: list[dict[str, Any]] | None = None) -> None:
         now = time.time()
         only = f" AND status IN {RUNNING}" if if_running else ""
         found = conn.execute(f"UPDATE responses SET status = ?, updated_at = ?, body = ? WHERE id = ?{only}",
@@ -57,7 +58,7 @@ class ResponseRows:
         if not found:
             return   # deleted while it ran (or, if_running, ended by a cancel meanwhile)
         conn.execute("DELETE FROM items WHERE response_id = ? AND role = 'output'", (body["id"],))
-        self._put_items(conn, body["id"], "output", body["output"])
+        self._put_items(conn, body["id"], "output", body["output"] if output is None else output)
         if conversation is not None:
             cid, turn_items = conversation
             if conn.execute("UPDATE conversations SET updated_at = ? WHERE id = ?", (now, cid)).rowcount:

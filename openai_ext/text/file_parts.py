@@ -8,12 +8,14 @@ from __future__ import annotations
 from typing import Any
 
 from ..core.errors import InvalidRequestError
-from ..documents.inputs import Reader, part_text
+from ..documents.inputs import Budget, Reader, part_text
 from .protocol import ChatCompletionRequest, TextPart
 
 
-async def inline(body: ChatCompletionRequest, owner: str, reader: Reader | None) -> None:
-    """Turns ``body``'s file parts into text parts (a 400 or 404 naming the part)."""
+async def inline(body: ChatCompletionRequest, owner: str, reader: Reader | None, context_tokens: int) -> None:
+    """Turns ``body``'s file parts into text parts (a 400 or 404 naming the part), within one
+    budget for the request (documents/inputs.py)."""
+    budget = Budget(context_tokens)
     for i, message in enumerate(body.messages):
         if not isinstance(message.content, list):
             continue
@@ -25,4 +27,4 @@ async def inline(body: ChatCompletionRequest, owner: str, reader: Reader | None)
             if not isinstance(given, dict):
                 raise InvalidRequestError(f"{where} is missing: a file part holds {{file_id}}, or {{file_data, "
                                           "filename}.", param=where)
-            message.content[j] = TextPart(type="text", text=await part_text(given, where, owner, reader))
+            message.content[j] = TextPart(type="text", text=await part_text(given, where, owner, reader, budget))

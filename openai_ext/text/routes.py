@@ -20,7 +20,9 @@ def router(text: TextService) -> APIRouter:
     @r.post("/chat/completions")
     async def create_chat_completion(body: ChatCompletionRequest, request: Request):
         chat.check_tool_answers(body)
-        await file_parts.inline(body, caller_owner(request), text.file_reader)   # files read as text first
-        return await generate(await text.lane(body.model, body.keep_alive), request, chat, body)
+        lane = await text.lane(body.model, body.keep_alive)
+        # files read as text first, within what the lane's context could hold
+        await file_parts.inline(body, caller_owner(request), text.file_reader, lane.host.context_length())
+        return await generate(lane, request, chat, body)
 
     return r

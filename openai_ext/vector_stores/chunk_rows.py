@@ -6,12 +6,17 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
+import threading
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ..responses.store import Store
+
+log = logging.getLogger(__name__)
 
 PAGE = 10000   # chunks read in one transaction
 
@@ -26,6 +31,7 @@ class Matrix:
     filenames: list[str]
     attributes: list[dict[str, Any]]
     masks: dict[str, np.ndarray] = field(default_factory=dict, compare=False)   # filter -> files it lets through
+    lock: threading.Lock = field(default_factory=threading.Lock, compare=False)   # (searches run on threads)
 
 
 class ChunkRows:
@@ -50,6 +56,13 @@ class ChunkRows:
                 c.execute("UPDATE vector_stores SET version = version + 1 WHERE id = ?", (store_id,))
             return mine
         return self.store.run(work, write=True)
+
+    def purge(self, store_id: str) -> None:
+        """Removes a deleted store's chunks, a page at a time (each page a short transaction)."""
+        while self.store.run(lambda c: c.execute(
+                "DELETE FROM vector_chunks WHERE (store_id, file_id, seq) IN (SELECT store_id, file_id, seq FROM "
+                "vector_chunks WHERE store_id = ? LIMIT ?)", (store_id, PAGE)).rowcount, write=True):
+            pass
 
     def matrix(self, store_id: str) -> tuple[Matrix, int]:
         """Every chunk of the store's completed files, and the version they are of. Read in pages,
@@ -105,6 +118,12 @@ def _matrix(files: list[Any], rows: list[Any]) -> Matrix:
     index = {f[0]: i for i, f in enumerate(files)}
     bodies = [json.loads(f[1]) for f in files]
     kept = [r for r in rows if r[0] in index]
+    sizes = Counter(len(r[2]) for r in kept)
+    if len(sizes) > 1:   # files embedded by another model than most: not searched (until added again)
+        size = sizes.most_common(1)[0][0]
+        log.warning("vector store: %d chunks embedded with another model are left out of the search; add their "
+                    "files again", len(kept) - sizes[size])
+        kept = [r for r in kept if len(r[2]) == size]
     if not kept:
         return Matrix(np.zeros((0, 0), np.float32), np.zeros(0, np.int32), np.zeros(0, np.int32), [], [], [])
     vectors = np.frombuffer(b"".join(bytes(r[2]) for r in kept), dtype=np.float32).reshape(len(kept), -1)

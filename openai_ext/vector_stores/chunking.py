@@ -17,9 +17,14 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from ..documents.parse import Invalid
+
 DEFAULT = {"max_chunk_size_tokens": 800, "chunk_overlap_tokens": 400}
 PIECE_TOKENS = 160   # cl100k tokens in one piece at most: under the default model's 256 word pieces
 GRID_LEAST = 48      # a shared grid's step at least (below it, a chunk is cut on its own)
+# A file's tokens at most (OpenAI's limit): it bounds a file's chunks (12,500 with the defaults), so
+# a file's chunks are written, and removed, in one short transaction.
+MOST_TOKENS = 5_000_000
 
 
 @dataclass(frozen=True)
@@ -43,8 +48,11 @@ def grid(size: int, step: int) -> int | None:
     return found if found >= GRID_LEAST else None
 
 
-def chunks(text: str, encoding: Any, size: int, overlap: int) -> list[Chunk]:
+def chunks(text: str, encoding: Any, size: int, overlap: int, *, name: str = "The file") -> list[Chunk]:
     tokens = encoding.encode_ordinary(text)   # "<|endoftext|>" in a file is text, not a token
+    if len(tokens) > MOST_TOKENS:
+        raise Invalid(f"{name} holds {len(tokens):,} tokens; a vector store file may hold at most "
+                      f"{MOST_TOKENS:,} (OpenAI's limit). Split it into several files.")
     step = max(1, size - overlap)
     piece = grid(size, step) or PIECE_TOKENS
     out = []

@@ -45,7 +45,20 @@ class Compound(BaseModel):
     filters: list[Annotated[Union[Comparison, "Compound"], Field(union_mode="left_to_right")]]
 
 
-Filter = Annotated[Union[Compound, Comparison], Field(union_mode="left_to_right")]
+MAX_DEPTH = 16   # compound filters nested at most this deep
+
+
+def _depth(f: Comparison | Compound) -> int:
+    return 1 + max((_depth(inner) for inner in f.filters), default=0) if isinstance(f, Compound) else 1
+
+
+def _shallow(f: Comparison | Compound) -> Comparison | Compound:
+    if _depth(f) > MAX_DEPTH:
+        raise ValueError(f"filters are nested more than {MAX_DEPTH} deep; flatten them (and of ands is one and).")
+    return f
+
+
+Filter = Annotated[Union[Compound, Comparison], Field(union_mode="left_to_right"), AfterValidator(_shallow)]
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -97,12 +97,14 @@ def _allowed(matrix: Matrix, filters: Comparison | Compound) -> np.ndarray:
     """The files ``filters`` lets through, worked out once per matrix (attributes change only with
     the store's version, which makes a new matrix)."""
     key = filters.model_dump_json()
-    mask = matrix.masks.get(key)
+    with matrix.lock:
+        mask = matrix.masks.get(key)
     if mask is None:
         mask = np.fromiter((holds(filters, a) for a in matrix.attributes), bool, len(matrix.files))
-        if len(matrix.masks) >= MASKS:
-            matrix.masks.pop(next(iter(matrix.masks)))
-        matrix.masks[key] = mask
+        with matrix.lock:
+            if len(matrix.masks) >= MASKS:
+                matrix.masks.pop(next(iter(matrix.masks)))
+            matrix.masks[key] = mask
     return mask
 
 

@@ -89,18 +89,18 @@ class Ingestor:
     async def one(self, instance: str, store_id: str, file_id: str, body: dict[str, Any]) -> None:
         try:
             texts, vectors = await self._embedded(file_id, body)
+            await self.responses.io(self.chunk_rows.finish, store_id, file_id, instance, texts, vectors)
         except (Unsupported, Invalid) as e:
             code = "unsupported_file" if isinstance(e, Unsupported) else "invalid_file"
             await self.responses.io(self.rows.fail, store_id, file_id, instance, code, str(e))
             return
         except (StoreUnavailable, asyncio.CancelledError):
             raise
-        except Exception as e:  # noqa: BLE001 - this file fails, named; the next one is tried
+        except Exception as e:  # noqa: BLE001 - this file fails, named; the next one is tried (never it again)
             log.exception("vector stores: %s in %s could not be ingested", file_id, store_id)
             await self.responses.io(self.rows.fail, store_id, file_id, instance, "server_error",
                                     f"The server could not ingest the file ({type(e).__name__}: {e}).")
             return
-        await self.responses.io(self.chunk_rows.finish, store_id, file_id, instance, texts, vectors)
 
     async def _embedded(self, file_id: str, body: dict[str, Any]) -> tuple[list[str], np.ndarray]:
         try:
@@ -111,7 +111,8 @@ class Ingestor:
         encoding = await self.tables.cl100k.get()
         parts: list[Chunk] = await anyio.to_thread.run_sync(
             lambda: chunks(extract(data, body.get("filename") or file_id), encoding,
-                           static["max_chunk_size_tokens"], static["chunk_overlap_tokens"]))
+                           static["max_chunk_size_tokens"], static["chunk_overlap_tokens"],
+                           name=body.get("filename") or file_id))
         # each distinct piece embedded once: overlapping chunks share theirs (chunking.py)
         pieces = list(dict.fromkeys(p for c in parts for p in c.pieces))
         batcher = await self.embeddings.batcher.get()

@@ -104,11 +104,26 @@ class SearchRequest(_Open):
     ranking_options: RankingOptions | None = None
 
 
+class ToolRanking(BaseModel):
+    """The file_search tool's ranking_options (the spec's RankingOptions)."""
+    model_config = ConfigDict(extra="forbid")
+    ranker: Literal["none", "auto", "default-2024-11-15"] = "auto"
+    score_threshold: Annotated[float, Field(ge=0, le=1)] = 0.0
+    hybrid_search: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _no_hybrid(self) -> "ToolRanking":
+        if self.hybrid_search is not None:
+            raise ValueError("hybrid_search (keyword matches fused with the embedding's) is not done here: the "
+                             "search ranks by embedding similarity alone. Leave hybrid_search out.")
+        return self
+
+
 class FileSearchTool(BaseModel):
     """Responses' ``file_search`` tool (the spec's FileSearchTool)."""
     model_config = ConfigDict(extra="forbid")
     type: Literal["file_search"]
     vector_store_ids: Annotated[list[str], Field(min_length=1, max_length=16)]
     max_num_results: Annotated[int, Field(ge=1, le=50)] | None = None
-    ranking_options: RankingOptions | None = None
+    ranking_options: ToolRanking | None = None
     filters: Filter | None = None

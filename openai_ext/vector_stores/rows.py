@@ -136,8 +136,9 @@ class VectorStoreRows:
         def work(c: Any) -> bool:
             if self._row(c, store_id, owner) is None:
                 return False
-            for table, col in (("vector_chunks", "store_id"), ("vector_store_files", "store_id"),
-                               ("vector_store_file_batches", "store_id"), ("vector_stores", "id")):
+            # (its chunks, any number, are removed after, in pages: chunk_rows.purge)
+            for table, col in (("vector_store_files", "store_id"), ("vector_store_file_batches", "store_id"),
+                               ("vector_stores", "id")):
                 c.execute(f"DELETE FROM {table} WHERE {col} = ?", (store_id,))
             return True
         return self.store.run(work, write=True)
@@ -166,8 +167,9 @@ class VectorStoreRows:
         def work(c: Any) -> list[dict[str, Any]] | None:
             if self._row(c, store_id, owner) is None:
                 return None
+            # (a file added again keeps its old chunks until its new ones replace them: chunks of a
+            # file that is not completed are read by no search)
             for file_id, body in entries:
-                c.execute("DELETE FROM vector_chunks WHERE store_id = ? AND file_id = ?", (store_id, file_id))
                 c.execute("DELETE FROM vector_store_files WHERE store_id = ? AND file_id = ?", (store_id, file_id))
                 c.execute(f"INSERT INTO vector_store_files ({FILE_COLUMNS}) VALUES (?, ?, ?, 'in_progress', ?, 0, ?)",
                           (store_id, file_id, now, batch_id, dump(body)))
@@ -254,7 +256,9 @@ class VectorStoreRows:
             if row is None:
                 return None
             cancelled = bool(row[1])
-            if cancel and not cancelled:
+            waiting = c.execute("SELECT count(*) FROM vector_store_files WHERE batch_id = ? AND status = "
+                                "'in_progress'", (batch_id,)).fetchone()[0]
+            if cancel and not cancelled and waiting:   # (a batch that has ended stays as it ended)
                 c.execute("UPDATE vector_store_file_batches SET cancelled = 1 WHERE id = ?", (batch_id,))
                 c.execute("UPDATE vector_store_files SET status = 'cancelled', instance = NULL WHERE batch_id = ? "
                           "AND status = 'in_progress'", (batch_id,))
@@ -292,4 +296,5 @@ class VectorStoreRows:
                 body = {**json.loads(row[0]), "last_error": {"code": code, "message": message}}
                 c.execute("UPDATE vector_store_files SET status = 'failed', instance = NULL, body = ? "
                           "WHERE store_id = ? AND file_id = ?", (dump(body), store_id, file_id))
+                c.execute("DELETE FROM vector_chunks WHERE store_id = ? AND file_id = ?", (store_id, file_id))
         self.store.run(work, write=True)

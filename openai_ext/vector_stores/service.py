@@ -125,6 +125,7 @@ class VectorStoresService:
         if not await self.responses.io(self.rows.delete, store_id, self._who(owner)):
             raise not_found("Vector store", store_id)
         self.indexes.forget(store_id)
+        await self.responses.io(self.chunk_rows.purge, store_id)   # (gone for every reader already)
         return {"id": store_id, "object": "vector_store.deleted", "deleted": True}
 
     # files -------------------------------------------------------------------------------------
@@ -148,9 +149,15 @@ class VectorStoresService:
         """A file deleted from the Files API leaves every vector store it was in, as at OpenAI."""
         await self.responses.io(self.rows.remove_everywhere, file_id)
 
+    async def _open(self, store_id: str, owner: str) -> None:
+        """The store exists, is the caller's, and has not expired (files are added to live stores only)."""
+        if (await self.retrieve(store_id, owner))["status"] == "expired":
+            raise InvalidRequestError(f"The vector store {store_id} has expired (expires_after); make a new one.",
+                                      param="vector_store_id", code="vector_store_expired")
+
     async def add_file(self, store_id: str, body: CreateVectorStoreFile, owner: str) -> dict[str, Any]:
         self.require_store()
-        await self.retrieve(store_id, owner)
+        await self._open(store_id, owner)
         entries = await self._entries([(body.file_id, None, None)], chunking_dict(body.chunking_strategy),
                                       body.attributes, owner, "file_id")
         added = await self.responses.io(self.rows.add_files, store_id, self._who(owner), entries, None, time.time())
@@ -161,7 +168,7 @@ class VectorStoresService:
 
     async def add_batch(self, store_id: str, body: CreateFileBatch, owner: str) -> dict[str, Any]:
         self.require_store()
-        await self.retrieve(store_id, owner)
+        await self._open(store_id, owner)
         if body.files is not None:
             wanted = [(f.file_id, chunking_dict(f.chunking_strategy), f.attributes) for f in body.files]
             entries = await self._entries(wanted, None, None, owner, "files")

@@ -29,6 +29,9 @@ DOCS = {
                    {"topic": "food", "year": 2019}),
 }
 SEARCH = {"type": "file_search"}
+DEEP: dict = {"type": "eq", "key": "k", "value": 1}
+for _ in range(40):
+    DEEP = {"type": "and", "filters": [DEEP]}
 
 
 def wait_completed(client, store_id: str) -> None:
@@ -61,6 +64,17 @@ def fs(kb, script):
 
 def tool(store_id: str, **kw) -> dict:
     return {"type": "file_search", "vector_store_ids": [store_id], **kw}
+
+
+def test_a_name_inside_a_longer_one_cites_only_the_longer():
+    from openai_ext.responses.file_search import citations
+
+    found = {"a": {"filename": "notes.md", "score": 0.5}, "b": {"filename": "meeting-notes.md", "score": 0.4},
+             "c": {"filename": "notes.md", "score": 0.9}}
+    assert citations("Kerosene [meeting-notes.md].", found) == [
+        {"type": "file_citation", "file_id": "b", "filename": "meeting-notes.md", "index": 27}]
+    # a name two files share cites the one that scored best; a longer word holding a name cites nothing
+    assert [(c["file_id"], c["index"]) for c in citations("See notes.md, not notes.mdx.", found)] == [("c", 12)]
 
 
 def test_a_forced_search_runs_and_the_answer_cites_the_file_it_found(fs, script):
@@ -96,6 +110,10 @@ def test_results_are_kept_out_of_the_response_unless_included(fs, script):
     stored = client.responses.with_raw_response.retrieve(body["id"]).http_response.json()
     assert_valid("Response", stored)
     assert stored["output"][0]["results"] is None
+    # a chain shows the model the results all the same (kept with the items, not in the body)
+    script.script("Yes, kerosene.")
+    create(client, input="Sure?", previous_response_id=body["id"])
+    assert "kerosene" in script.calls[-1].prompt.text.split("What do rockets burn?")[1]
 
 
 def test_the_tools_filters_and_result_count_apply(fs, script):
@@ -178,6 +196,11 @@ def test_over_the_websocket(fs, script):
     ({"tools": [{"type": "file_search", "vector_store_ids": ["vs_nope"]}]}, "tools[0].vector_store_ids[0]", "vs_nope"),
     ({"tools": [{"type": "file_search", "vector_store_ids": ["STORE"], "max_num_results": 80}]},
      "tools[0].max_num_results", "50"),
+    ({"tools": [{"type": "file_search", "vector_store_ids": ["STORE"],
+                 "ranking_options": {"hybrid_search": {"embedding_weight": 1, "text_weight": 1}}}]},
+     "tools[0].ranking_options", "hybrid_search"),
+    ({"tools": [{"type": "file_search", "vector_store_ids": ["STORE"], "filters": DEEP}]}, "tools[0].filters",
+     "nested"),
     ({"tools": [{"type": "function", "name": "x", "parameters": {"type": "object"}}], "tool_choice": SEARCH},
      "tool_choice", "file_search"),
     ({"tools": [{"type": "file_search", "vector_store_ids": ["STORE"]},

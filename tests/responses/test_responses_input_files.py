@@ -95,3 +95,15 @@ def test_chats_file_parts_are_read_too(server, script):
         r = httpx.post(f"{server.url}/chat/completions", timeout=60,
                        json={"model": "x", "messages": [{"role": "user", "content": [part]}]})
         assert r.status_code in (400, 404) and r.json()["error"]["param"] == param, r.text
+
+
+def test_a_request_is_bounded_before_its_files_are_read(server, script):
+    """A file named many times is read once, and text longer than the context could hold is a 400
+    at once (not a prompt built to be refused)."""
+    client = openai_client(server)
+    big = client.files.create(file=("big.txt", b"word " * 200_000), purpose="user_data")
+    r = httpx.post(f"{server.url}/responses", timeout=60, json={"model": "x", "input": ask(
+        [{"type": "input_file", "file_id": big.id}] * 200)})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["code"] == "context_length_exceeded" and error["param"].startswith("input[0].content[")
