@@ -51,7 +51,12 @@ class Indexes:
             found = self._kept_at(store_id, version)   # (loaded while this search waited)
             if found is not None:
                 return found
-            matrix, loaded = load()
+            try:
+                matrix, loaded = load()
+            finally:
+                with self._lock:   # (searches waiting hold the lock itself; later ones find the matrix)
+                    if self._loading.get(store_id) is loading:
+                        del self._loading[store_id]
             with self._lock:
                 self._kept[store_id] = (loaded, matrix)
                 self._kept.move_to_end(store_id)
