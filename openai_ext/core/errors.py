@@ -261,6 +261,6 @@ def from_validation_errors(errors: list[dict[str, Any]]) -> InvalidRequestError:
     elif chosen is not first and chosen.get("type") == "missing":
         msg = f"a required field is missing: '{chosen['loc'][-1]}'"
     else:
-        msg = chosen.get("msg", "invalid value")
+        msg = str(chosen.get("msg", "invalid value")).rstrip(".")   # (a validator's sentence ends in its own)
     return InvalidRequestError(f"Invalid value for '{param}': {msg}." if param else f"Invalid request: {msg}.",
                                param=param)

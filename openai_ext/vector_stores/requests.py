@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from ..responses.protocol import Metadata
 from .filters import Attributes, Filter
@@ -26,30 +26,37 @@ class StaticChunking(BaseModel):
     max_chunk_size_tokens: Annotated[int, Field(ge=100, le=4096)]
     chunk_overlap_tokens: Annotated[int, Field(ge=0)]
 
+    @field_validator("chunk_overlap_tokens")
+    @classmethod
+    def _half(cls, overlap: int, info: ValidationInfo) -> int:
+        size = info.data.get("max_chunk_size_tokens")   # (absent when it was refused itself)
+        if size is not None and overlap > size // 2:
+            raise ValueError(f"chunk_overlap_tokens ({overlap}) must not exceed half of max_chunk_size_tokens ({size})")
+        return overlap
+
+
+class ChunkingStrategy(BaseModel):
+    """The spec's ChunkingStrategyRequestParam, auto or static. One model, not a union told apart
+    by ``type``: pydantic puts a union's tag in an error's location, and the 400 would name
+    'chunking_strategy.static.static.max_chunk_size_tokens', a path the request does not have."""
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["auto", "static"]
+    static: StaticChunking | None = None
+
     @model_validator(mode="after")
-    def _half(self) -> "StaticChunking":
-        if self.chunk_overlap_tokens > self.max_chunk_size_tokens // 2:
-            raise ValueError(f"chunk_overlap_tokens ({self.chunk_overlap_tokens}) must not exceed half of "
-                             f"max_chunk_size_tokens ({self.max_chunk_size_tokens}).")
+    def _static_with_static(self) -> "ChunkingStrategy":
+        if self.type == "static" and self.static is None:
+            raise ValueError("a static chunking_strategy needs static: {max_chunk_size_tokens, chunk_overlap_tokens}")
+        if self.type == "auto" and self.static is not None:
+            raise ValueError("an auto chunking_strategy takes no static settings; send type 'static' with them")
         return self
 
 
-class AutoStrategy(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    type: Literal["auto"]
+Chunking = ChunkingStrategy
 
 
-class StaticStrategy(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    type: Literal["static"]
-    static: StaticChunking
-
-
-Chunking = Annotated[Union[AutoStrategy, StaticStrategy], Field(discriminator="type")]
-
-
-def chunking_dict(value: AutoStrategy | StaticStrategy | None) -> dict[str, Any] | None:
-    return None if value is None else value.model_dump()
+def chunking_dict(value: ChunkingStrategy | None) -> dict[str, Any] | None:
+    return None if value is None else value.model_dump(exclude_none=True)
 
 
 class CreateVectorStore(_Open):
