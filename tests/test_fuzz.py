@@ -79,11 +79,13 @@ def sd():
     double.close()
 
 
-def test_fuzz_extension_mode_server(host_modules, make_server, sd):
+def test_fuzz_extension_mode_server(host_modules, make_server, sd, tmp_path):
     from openai_ext.hosts.manager import TextgenModels
     from openai_ext.hosts.textgen import TextgenHost
 
-    server = make_server(TextgenHost(host_modules), TextgenModels(host_modules), max_n=4, sd_webui_url=sd.url)
+    # (a store of its own: the fuzz's uploads and stores are no other test's, nor the user's folder's)
+    server = make_server(TextgenHost(host_modules), TextgenModels(host_modules), max_n=4, sd_webui_url=sd.url,
+                         data_dir=str(tmp_path))
     ran = fuzz(server.url, CASES)
     assert ran >= 100
 
@@ -102,6 +104,7 @@ def test_fuzz_standalone_server_on_the_real_model(tiny_host, make_server, sd, tm
 
     settings = Settings(models_dir=str(tmp_path))
     manager = StandaloneModels(settings, lambda path: LlamaCppHost(path, n_ctx=96), extra={tiny_host.path.name: tiny_host.path})
-    server = make_server(tiny_host, manager, max_n=2, sd_webui_url=sd.url, models_dir=str(tmp_path))
+    server = make_server(tiny_host, manager, max_n=2, sd_webui_url=sd.url, models_dir=str(tmp_path),
+                         data_dir=str(tmp_path / "data"))
     ran = fuzz(server.url, {GenerationMode.POSITIVE: 8, GenerationMode.NEGATIVE: 8})
     assert ran >= 30

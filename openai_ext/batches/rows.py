@@ -106,9 +106,15 @@ class BatchRows:
         free = (f"status IN {_ACTIVE_SQL} AND (instance IS NULL OR instance = ? OR instance NOT IN "
                 f"(SELECT id FROM instances WHERE heartbeat_at >= {now} - ?))")
 
+        def look(c: Any) -> Any:
+            return c.execute(f"SELECT id FROM batches WHERE {free} ORDER BY created_at LIMIT 1",
+                             (instance, LEASE_S)).fetchone()
+
+        if self.store.run(look) is None:   # (an idle instance's look every few seconds takes no write lock)
+            return None
+
         def work(c: Any) -> str | None:
-            row = c.execute(f"SELECT id FROM batches WHERE {free} ORDER BY created_at LIMIT 1",
-                            (instance, LEASE_S)).fetchone()
+            row = look(c)
             if row is None:
                 return None
             taken = c.execute(f"UPDATE batches SET instance = ? WHERE id = ? AND {free}",

@@ -21,6 +21,7 @@ the search, and the model answers from what it found, citing the files.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -31,6 +32,8 @@ from ..core.admission import Place
 from ..core.errors import InvalidRequestError, OpenAIError, from_validation_errors
 from ..vector_stores.requests import FileSearchTool
 from .items import new_id, text_of
+
+log = logging.getLogger(__name__)
 
 NAME = "file_search"
 INCLUDE = "file_search_call.results"
@@ -79,7 +82,6 @@ class Search:
     question: str = ""            # the user's latest message, searched beside the model's queries
     ran: int = 0
     found: dict[str, dict[str, Any]] = field(default_factory=dict)   # file id -> a result of this response's
-    failures: dict[str, str] = field(default_factory=dict)           # call id -> why it failed
 
     def shown(self, item: dict[str, Any]) -> dict[str, Any]:
         """The item as the Response shows it (results only when included)."""
@@ -122,8 +124,8 @@ async def run_calls(turn: Any, calls: list[tuple[int, dict[str, Any]]], place: P
                 async with place.aside():
                     results = await search.searcher.search_tool(search.tool, item["queries"], search.owner)
             except OpenAIError as e:   # (a store removed or expired since the request began): the model is told
+                log.warning("file_search %s failed: %s", item["id"], e.message)
                 item.update(status="failed", results=[])
-                search.failures[item["id"]] = e.message
                 yield turn.event("response.output_item.done", output_index=index, item=search.shown(dict(item)))
                 continue
             item["results"] = [{"file_id": r["file_id"], "filename": r["filename"], "score": r["score"],

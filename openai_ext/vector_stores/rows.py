@@ -278,9 +278,15 @@ class VectorStoreRows:
         free = (f"status = 'in_progress' AND (instance IS NULL OR instance = ? OR instance NOT IN "
                 f"(SELECT id FROM instances WHERE heartbeat_at >= {now} - ?))")
 
+        def look(c: Any) -> Any:
+            return c.execute(f"SELECT store_id, file_id, body FROM vector_store_files WHERE {free} "
+                             "ORDER BY created_at LIMIT 1", (instance, LEASE_S)).fetchone()
+
+        if self.store.run(look) is None:   # (an idle instance's look every few seconds takes no write lock)
+            return None
+
         def work(c: Any) -> tuple[str, str, dict[str, Any]] | None:
-            row = c.execute(f"SELECT store_id, file_id, body FROM vector_store_files WHERE {free} "
-                            "ORDER BY created_at LIMIT 1", (instance, LEASE_S)).fetchone()
+            row = look(c)
             if row is None:
                 return None
             taken = c.execute(f"UPDATE vector_store_files SET instance = ? WHERE store_id = ? AND file_id = ? AND "
