@@ -29,6 +29,7 @@ import anyio
 
 from ..core.auth import CALLER_OWNER, INTERNAL, TRUSTED
 from ..core.errors import OpenAIError, internal_error_body
+from ..core.loops import Loop
 from ..files.service import FilesService
 from ..hosts.request import BACKGROUND
 from ..responses.service import ResponsesService
@@ -99,34 +100,24 @@ class Runner:
     def __init__(self, rows: BatchRows, responses: ResponsesService, files: FilesService, text: TextService):
         self.rows, self.responses, self.files, self.text = rows, responses, files, text
         self.app: Any = None   # the ASGI app the lines are sent to
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self.loop = Loop("batches", "batches wait until the server restarts")
 
     def start(self, app: Any) -> None:
         self.app = app
-        self._task = asyncio.get_running_loop().create_task(self._forever(), name="batches")
-        self._task.add_done_callback(_said)
+        self.loop.start(self._forever)
 
     def wake(self) -> None:
-        self._wake.set()
+        self.loop.wake()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with anyio.CancelScope(shield=True):
-                try:
-                    await self._task
-                except (asyncio.CancelledError, Exception):  # noqa: BLE001 - stopping: logged where it failed
-                    pass
+        await self.loop.stop()
 
     async def _forever(self) -> None:
         io, instance = self.responses.io, self.responses.store.instance_id
         while True:
             batch_id = await self._claim(io, instance)
             if batch_id is None:
-                with anyio.move_on_after(POLL_S):
-                    await self._wake.wait()
-                self._wake.clear()
+                await self.loop.idle(POLL_S)
                 continue
             try:
                 await self.run(batch_id)
@@ -282,12 +273,6 @@ class Runner:
         changes["request_counts"] = {"total": len(requests), "completed": 0, "failed": 0}
         await io(lambda: self.rows.update(batch_id, status=end, **{stamp: int(time.time())}, **changes))
         log.info("batches: %s %s (%d requests)", batch_id, end, len(requests))
-
-
-def _said(task: "asyncio.Task[None]") -> None:
-    """Logs the runner's end unless it was stopped: batches would wait for no one."""
-    if not task.cancelled() and task.exception() is not None:
-        log.error("batches: the runner stopped: %r; batches wait until the server restarts", task.exception())
 
 
 def _jsonl(rows: list[dict[str, Any]]) -> bytes:

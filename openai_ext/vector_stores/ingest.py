@@ -19,6 +19,7 @@ from typing import Any
 import anyio
 import numpy as np
 
+from ..core.loops import Loop
 from ..core.token_tables import TokenTables
 from ..documents.parse import Invalid, Unsupported, extract
 from ..embeddings.service import EmbeddingsService
@@ -41,26 +42,18 @@ class Ingestor:
                  embeddings: EmbeddingsService, tables: TokenTables):
         self.rows, self.chunk_rows, self.responses = rows, chunk_rows, responses
         self.files, self.embeddings, self.tables = files, embeddings, tables
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self.loop = Loop("vector store ingestion", "files wait until the server restarts")
         self.idle = asyncio.Event()   # set while nothing is left to ingest (tests wait on it)
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._forever(), name="vector-store-ingestion")
-        self._task.add_done_callback(_said)
+        self.loop.start(self._forever)
 
     def wake(self) -> None:
         self.idle.clear()
-        self._wake.set()
+        self.loop.wake()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with anyio.CancelScope(shield=True):
-                try:
-                    await self._task
-                except (asyncio.CancelledError, Exception):  # noqa: BLE001 - stopping: logged where it failed
-                    pass
+        await self.loop.stop()
 
     async def _forever(self) -> None:
         instance = self.responses.store.instance_id
@@ -69,9 +62,7 @@ class Ingestor:
                 taken = await self._claim(instance)
                 if taken is None:
                     self.idle.set()
-                    with anyio.move_on_after(POLL_S):
-                        await self._wake.wait()
-                    self._wake.clear()
+                    await self.loop.idle(POLL_S)
                     continue
                 await self.one(instance, *taken)
             except StoreUnavailable as e:
@@ -124,8 +115,3 @@ class Ingestor:
         where = {p: i for i, p in enumerate(pieces)}
         each = matrix[[where[p] for c in parts for p in c.pieces]]
         return [c.text for c in parts], mean_vectors(each, [len(c.pieces) for c in parts])
-
-
-def _said(task: "asyncio.Task[None]") -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.error("vector stores: ingestion stopped: %r; files wait until the server restarts", task.exception())
