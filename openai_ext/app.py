@@ -34,6 +34,7 @@ from .admin import routes as admin
 from .audio import routes as audio
 from .batches import routes as batches
 from .core import debuglog, openapi, tunnel
+from .core.api_model import UnknownFields
 from .core.auth import KeyGuard
 from .core.config import Settings
 from .core.debuglog import RequestLog
@@ -93,9 +94,11 @@ def create_app(settings: Settings, host: Host, manager: ModelManager | None = No
     app.state.api = state
     app.state.drain = Drain()   # told by the server when it begins to shut down (core/drain.py)
     install_error_handlers(app, ERROR_SHAPES)
-    # Middleware, innermost first: unexpected exceptions as 500 errors, the body limit, the key,
+    # Middleware, innermost first: the allow_unknown_fields setting in each request's context,
+    # unexpected exceptions as 500 errors, the body limit, the key,
     # the Host check, and CORS outermost, so that even the guards' errors reach browser apps
     # readably. The key is checked before the body limit reads the body.
+    app.add_middleware(UnknownFields, allow=settings.allow_unknown_fields)   # read by every ApiModel
     app.add_middleware(CatchAll, shapes=ERROR_SHAPES)
     debuglog.configure(settings.debug, settings.debug_streams)
     if settings.debug:

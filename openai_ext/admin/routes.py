@@ -8,8 +8,9 @@ from __future__ import annotations
 from typing import Any, Protocol, Sequence
 
 from fastapi import APIRouter, Depends, Request
-from pydantic import BaseModel, ConfigDict, Field, StrictInt
+from pydantic import Field, StrictInt
 
+from ..core.api_model import ApiModel
 from ..core.auth import require_admin
 from ..core.catalog import Catalog
 from ..core.errors import (
@@ -28,27 +29,29 @@ from ..text.service import TextService, admit
 MAX_TOKENIZE_CHARS = 262_144
 
 
-class EncodeRequest(BaseModel):
+class EncodeRequest(ApiModel):
     text: str = Field(max_length=MAX_TOKENIZE_CHARS)
 
 
-class DecodeRequest(BaseModel):
+class DecodeRequest(ApiModel):
     tokens: list[StrictInt]
 
 
-class LoadModelRequest(BaseModel):
+class LoadModelRequest(ApiModel):
     model_name: str = Field(min_length=1)
     args: dict[str, Any] | None = None
 
 
-class LoadLorasRequest(BaseModel):
+class LoadLorasRequest(ApiModel):
     lora_names: list[str]
 
 
-class LogitsRequest(BaseModel):
+class LogitsRequest(ApiModel):
     """The web UI's LogitsRequest: a prompt, and the generation fields of a completion request
-    (used with use_samplers)."""
-    model_config = ConfigDict(extra="allow")
+    (used with use_samplers), which pass here to be read as a CompletionRequest."""
+    passes = frozenset({*CompletionRequest.model_fields, *CompletionRequest.passes})
+    elsewhere = CompletionRequest.elsewhere
+    hinted = (*CompletionRequest.model_fields, *CompletionRequest.hinted)
     prompt: str
     use_samplers: bool = False
     top_logits: int = Field(50, ge=1, le=1000)
@@ -144,8 +147,7 @@ def internal_router(text: TextService, manager: ModelManager | None) -> APIRoute
         def prepare() -> params.Plan:
             fields = {"max_tokens": 1, **(body.model_extra or {}), "prompt": body.prompt}
             request = CompletionRequest.model_validate(fields)
-            return params.plan(request, abilities=host.abilities, room=1, max_n=1,
-                               allow_unknown=text.settings.allow_unknown_fields)
+            return params.plan(request, abilities=host.abilities, room=1, max_n=1)
 
         # the front door, as every text request: in line with generations (without samplers it
         # takes the model too), the request planned on the prepare thread

@@ -21,16 +21,16 @@ from typing import Any, AsyncGenerator, Union
 import anyio
 from fastapi import Request
 from fastapi.responses import Response
-from pydantic import BaseModel, ConfigDict, StrictStr
+from pydantic import BaseModel, StrictStr
 
 from ..core.admission import Admission, Place
+from ..core.api_model import ApiModel
 from ..core.catalog import card
 from ..core.config import Settings
 from ..core.errors import (
     InvalidRequestError,
     NotFoundError,
     ServerError,
-    refuse_unknown_fields,
 )
 from ..core.lazy import Lazy
 from ..core.packages import installed
@@ -64,11 +64,7 @@ class VoiceRef(BaseModel):
     id: StrictStr
 
 
-class SpeechRequest(BaseModel):
-    # Extra fields are kept so that refuse_unknown_fields() can name them (or let them pass when
-    # the allow_unknown_fields setting is on).
-    model_config = ConfigDict(extra="allow")
-
+class SpeechRequest(ApiModel):
     model: StrictStr
     input: StrictStr
     voice: Union[StrictStr, VoiceRef]
@@ -270,7 +266,6 @@ class SpeechService:
 
     async def create(self, body: SpeechRequest, request: Request):
         settings = self.settings
-        refuse_unknown_fields(body, settings.allow_unknown_fields)
         fmt, speed, sse = check_request(settings, body)
         check_voice(settings, body.voice)
         place = self.line.admit()   # a full line is told before the engine loads

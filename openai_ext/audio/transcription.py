@@ -121,7 +121,7 @@ class TranscriptionService:
     async def serve(self, request: Request, task: str) -> Any:
         settings = self.settings
         async with read_form(request, hint="the audio in a 'file' field") as form:
-            job = parse(form, task, allow_unknown=settings.allow_unknown_fields)
+            job = parse(form, task)
             self.check_model(job.model)
             upload = await form.file("file", required=True, limit=int(settings.max_upload_mb * 2 ** 20),
                                      example="speech.mp3")

@@ -6,7 +6,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.errors import InvalidRequestError, refuse_unknown
+from ..core.api_model import ApiModel, allowed
+from ..core.errors import InvalidRequestError
 from ..core.multipart import Form, JsonForm, form_schema
 from . import stt
 
@@ -17,11 +18,26 @@ FORMATS = ("json", "text", "srt", "verbose_json", "vtt")
 MODEL_ALIASES = ("whisper-1", "gpt-4o-transcribe", "gpt-4o-mini-transcribe")
 LISTED_ALIASES = MODEL_ALIASES
 GRANULARITIES = ("word", "segment")
-# Fields this module reads; others get a 400 naming them, as elsewhere in the API (unless the
-# allow_unknown_fields setting is on).
-KNOWN_FIELDS = {"file", "model", "language", "languages", "prompt", "keywords", "response_format", "temperature",
-                "timestamp_granularities", "stream", "include", "chunking_strategy", "known_speaker_names",
-                "known_speaker_references", "user"}
+
+
+class _Fields(ApiModel):
+    """The fields this module reads (by hand, from a form), for their names: others get a 400
+    naming them, as elsewhere in the API (unless the allow_unknown_fields setting is on)."""
+    file: Any = None
+    model: Any = None
+    language: Any = None
+    languages: Any = None
+    prompt: Any = None
+    keywords: Any = None
+    response_format: Any = None
+    temperature: Any = None
+    timestamp_granularities: Any = None
+    stream: Any = None
+    include: Any = None
+    chunking_strategy: Any = None
+    known_speaker_names: Any = None
+    known_speaker_references: Any = None
+    user: Any = None
 
 
 
@@ -86,10 +102,10 @@ def _language(value: str, param: str) -> str:
     return code
 
 
-def parse(form: Form | JsonForm, task: str, allow_unknown: bool = False) -> Job:
+def parse(form: Form | JsonForm, task: str) -> Job:
     """Every check of the request's fields: a bad one raises a 400 naming it."""
-    extra = sorted(form.names() - KNOWN_FIELDS)
-    refuse_unknown(extra, known=sorted(KNOWN_FIELDS), allow=allow_unknown)
+    extra = sorted(form.names() - set(_Fields.model_fields))
+    _Fields.refuse_unknown_in(extra, allow=allowed())
     model = form.text("model")
     if not model:
         raise InvalidRequestError("Missing required parameter: 'model'. Send model=whisper-1, for example.",
@@ -157,7 +173,7 @@ def parse(form: Form | JsonForm, task: str, allow_unknown: bool = False) -> Job:
 
     job.vad = _chunking(form.object("chunking_strategy"))
 
-    if extra:
+    if extra:   # (the allow_unknown_fields setting let them pass)
         log.debug("ignoring unknown fields: %s", ", ".join(extra))
     return job
 

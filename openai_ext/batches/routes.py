@@ -7,7 +7,6 @@ from typing import Any
 from fastapi import APIRouter, Query, Request
 
 from ..core.auth import caller_owner
-from ..core.errors import refuse_unknown_fields
 from .service import BatchesService, CreateBatch
 
 
@@ -16,7 +15,6 @@ def router(batches: BatchesService) -> APIRouter:
 
     @r.post("/batches")
     async def create_batch(body: CreateBatch, request: Request) -> dict[str, Any]:
-        refuse_unknown_fields(body, batches.settings.allow_unknown_fields)
         return await batches.create(body, caller_owner(request))
 
     @r.get("/batches")

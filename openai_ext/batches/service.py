@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..core.api_model import ApiModel
 from ..core.config import Settings
 from ..core.errors import InvalidRequestError
 from ..core.lists import cursor_page
@@ -35,8 +36,7 @@ class OutputExpiry(BaseModel):
     seconds: Annotated[int, Field(ge=EXPIRY_RANGE[0], le=EXPIRY_RANGE[1])]
 
 
-class CreateBatch(BaseModel):
-    model_config = ConfigDict(extra="allow")
+class CreateBatch(ApiModel):
     input_file_id: str
     endpoint: str
     completion_window: Literal["24h"]

@@ -154,26 +154,25 @@ def renamed(err: E, name: Callable[[str], str], words: Mapping[str, str] | None 
 
 
 def refuse_unknown(names: Iterable[str], *, known: Iterable[str] = (), allow: bool = False,
-                   elsewhere: Mapping[str, str] | None = None) -> None:
+                   elsewhere: Mapping[str, str] | None = None, where: str = "") -> None:
     """The one unknown-field check of every API: a 400 naming the first of ``names`` (fields of
     the body that the API does not take), unless the allow_unknown_fields setting (``allow``) is
     on. OpenAI refuses what it does not know, and so do we: a misspelt parameter (max_token)
-    silently ignored would give the wrong answer. The hint is ``elsewhere[name]`` for a field the
-    API knows to belong to another endpoint, else the closest of ``known``, its own names."""
+    silently ignored would give the wrong answer. ``where``: the path of the object the names are
+    in (``session.audio``), for a nested one. Request models do this by inheritance (ApiModel)."""
     first = next(iter(names), None)
     if first is None or allow:
         return
-    if elsewhere and first in elsewhere:
-        hint = f" {elsewhere[first]}"
-    else:
-        close = difflib.get_close_matches(first, list(known), n=1)
-        hint = f" Did you mean '{close[0]}'?" if close else ""
-    raise unrecognized(first, hint)
+    raise unrecognized(f"{where}.{first}" if where else first, unknown_hint(first, known, elsewhere))
 
 
-def refuse_unknown_fields(body: Any, allow: bool) -> None:
-    """``refuse_unknown`` for a request model (pydantic, extra="allow"): its undeclared fields."""
-    refuse_unknown(sorted(getattr(body, "model_extra", None) or {}), known=type(body).model_fields, allow=allow)
+def unknown_hint(name: str, known: Iterable[str], elsewhere: Mapping[str, str] | None = None) -> str:
+    """What to say of an unknown field: ``elsewhere[name]`` for a field the API knows to belong to
+    another endpoint, else the closest of ``known`` (its own names), else nothing."""
+    if elsewhere and name in elsewhere:
+        return f" {elsewhere[name]}"
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return f" Did you mean '{close[0]}'?" if close else ""
 
 
 def internal_error(exc: BaseException) -> ServerError:
@@ -249,6 +248,9 @@ def from_validation_errors(errors: list[dict[str, Any]]) -> InvalidRequestError:
                                    f"{first.get('ctx', {}).get('error', 'invalid JSON')}. Send valid JSON "
                                    "with 'Content-Type: application/json'.")
     param = _param_path(tuple(first.get("loc", ())))
+    if first.get("type") == "unknown_parameter":   # an ApiModel's field it does not take, at its path
+        ctx = first.get("ctx", {})
+        return unrecognized(f"{param}.{ctx['name']}" if param else ctx["name"], ctx.get("hint", ""))
     if first.get("type") == "missing":
         if param is None:
             return InvalidRequestError("The request needs a JSON body.")

@@ -13,12 +13,13 @@ from typing import Any, Literal
 import anyio
 from fastapi import Request
 from fastapi.responses import Response
-from pydantic import BaseModel, ConfigDict, Field, StrictInt
+from pydantic import Field, StrictInt
 
 from ..core import token_tables
+from ..core.api_model import ApiModel
 from ..core.catalog import card
 from ..core.config import Settings
-from ..core.errors import InvalidRequestError, NotFoundError, refuse_unknown_fields
+from ..core.errors import InvalidRequestError, NotFoundError
 from ..core.lazy import Lazy
 from ..core.streaming import until_disconnect
 from ..core.token_tables import TokenTables
@@ -33,8 +34,7 @@ WATCH_FROM = 16          # requests with more inputs than this are stopped when 
 OPENAI_NAMES = ("text-embedding-3-small", "text-embedding-3-large", "text-embedding-ada-002")
 
 
-class EmbeddingRequest(BaseModel):
-    model_config = ConfigDict(extra="allow")   # kept to be named in the 400 (refuse_unknown_fields)
+class EmbeddingRequest(ApiModel):
 
     input: Any                  # checked by embedding_input, for errors that say what is wrong
     model: str | None = None    # required (checked in create, for OpenAI's wording); see accepts()
@@ -105,7 +105,6 @@ class EmbeddingsService:
         return await anyio.to_thread.run_sync(token_tables.decode, encoding, arrays, params)
 
     async def create(self, body: EmbeddingRequest, request: Request) -> Response:
-        refuse_unknown_fields(body, self.settings.allow_unknown_fields)
         if not body.model:
             raise InvalidRequestError("Missing required parameter: 'model'. Send this server's embedding model "
                                       f"('{self.model_id()}') or one of OpenAI's names ({', '.join(OPENAI_NAMES)}).",

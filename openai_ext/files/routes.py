@@ -9,8 +9,9 @@ from typing import Any, Literal
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 
+from ..core.api_model import ApiModel, allowed
 from ..core.auth import caller_owner
-from ..core.errors import InvalidRequestError, refuse_unknown
+from ..core.errors import InvalidRequestError
 from ..core.multipart import Form, form_schema, read_form
 from .service import EXPIRY_RANGE, PURPOSES, FilesService
 
@@ -57,6 +58,13 @@ def _expires_after(form: Form) -> int | None:
     return seconds
 
 
+class _UploadFields(ApiModel):
+    """An upload's form fields (read by hand), for their names: any other gets a 400."""
+    file: Any = None
+    purpose: Any = None
+    expires_after: Any = None
+
+
 def router(files: FilesService) -> APIRouter:
     r = APIRouter()
 
@@ -69,9 +77,7 @@ def router(files: FilesService) -> APIRouter:
             expires = _expires_after(form)
             upload = form.upload("file", required=True)
             assert upload is not None
-            known = ("file", "purpose", "expires_after")
-            refuse_unknown(sorted(form.names() - set(known)), known=known,
-                           allow=files.settings.allow_unknown_fields)
+            _UploadFields.refuse_unknown_in(sorted(form.names()), allow=allowed())
             return await files.create(upload, purpose, expires, caller_owner(request))
 
     @r.get("/files")

@@ -17,10 +17,11 @@ from typing import Any, Callable, Literal, overload
 
 import anyio
 from fastapi import Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from ..core.api_model import ApiModel
 from ..core.config import Settings
-from ..core.errors import InvalidRequestError, ServerError, ServiceUnavailableError, refuse_unknown_fields
+from ..core.errors import InvalidRequestError, ServerError, ServiceUnavailableError
 from ..core.multipart import Form, JsonForm, form_schema, read_form
 from ..hosts.base import Host
 from .sd_client import SdClient
@@ -35,8 +36,7 @@ BASE64_ONLY_PREFIXES = ("gpt-image", "chatgpt-image")
 WEB_UI_STEP = 16
 
 
-class ImageGenerationRequest(BaseModel):
-    model_config = ConfigDict(extra="allow")   # kept to be named in the 400 (refuse_unknown_fields)
+class ImageGenerationRequest(ApiModel):
 
     prompt: str = Field(min_length=1, max_length=32000)
     model: str | None = None
@@ -141,7 +141,6 @@ class ImagesService:
         return _reply((await self.sd.images(endpoint, payload, model))[:n], response_format, model)
 
     async def generations(self, body: ImageGenerationRequest) -> dict[str, Any]:
-        refuse_unknown_fields(body, self.settings.allow_unknown_fields)
         _check_common(body.output_format, body.stream, body.background)
         host = self.host()
         web_ui = host.image_model() if host is not None else None

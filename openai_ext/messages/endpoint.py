@@ -77,7 +77,7 @@ def _job(text: TextService, req: MessagesRequest, connector: Connector | None,
          budget: int | None = None) -> tuple[Job, translate.Translation]:
     """The chat job of a pass; ``budget``: the tokens a later pass may write (what max_tokens
     leaves after the passes before it)."""
-    tr = translate.to_chat(req, allow_unknown=text.settings.allow_unknown_fields,
+    tr = translate.to_chat(req,
                            mcp=connector.offered() if connector is not None else None, later=budget is not None)
     if budget is not None:
         tr.chat.max_tokens = budget
@@ -105,7 +105,7 @@ def _follow(text: TextService, turn: Turn, budget: int) -> Job:
 
 def _tokens(text: TextService, req: CountTokensRequest) -> int:
     """The prompt's tokens, rendered exactly as POST /v1/messages would render it."""
-    tr = translate.to_chat(req, allow_unknown=text.settings.allow_unknown_fields)
+    tr = translate.to_chat(req)
     host = text.host
     try:
         given = chat.template_input(host, tr.chat, tools.parse(tr.chat))

@@ -13,6 +13,7 @@ offered by both is a 400).
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from ..core.errors import InvalidRequestError
@@ -90,13 +91,21 @@ def _offered(req: CountTokensRequest, mcp: bool) -> list[Offered] | None:
     return list(offered.values()) if req.tools is not None or offered else None
 
 
+@dataclass
+class ChatTools:
+    """Chat's tools, tool_choice and parallel_tool_calls for a Messages request (None: not sent)."""
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+
+
 def chat_tools(req: CountTokensRequest, mcp: list[Any] | None = None, *,
-               later: bool = False) -> tuple[dict[str, Any], list[str]]:
+               later: bool = False) -> tuple[ChatTools, list[str]]:
     """tools and tool_choice, in chat's terms, and the path each chat tool was sent under; chat's
     tools.parse checks the schemas and names. ``mcp``: the MCP servers' tools offered now
     (connector.McpTool); ``later``: a pass after MCP calls, where a forced choice (any, or a named
     tool) is auto: it was the first pass's."""
-    out: dict[str, Any] = {}
+    out = ChatTools()
     own = _offered(req, mcp is not None) or []
     taken = {f["function"]["name"]: path for path, f in own}
     for t in mcp or ():
@@ -106,7 +115,7 @@ def chat_tools(req: CountTokensRequest, mcp: list[Any] | None = None, *,
                        "configuration).", f"{taken[t.name]}.name")
     offered = own + [(f"{t.source.where}.tools.{t.name}", t.function()) for t in mcp or ()]
     if offered:
-        out["tools"] = [f for _, f in offered]
+        out.tools = [f for _, f in offered]
     paths = [path for path, _ in offered]
     choice = req.tool_choice
     if choice is None or (later and not offered):
@@ -116,9 +125,9 @@ def chat_tools(req: CountTokensRequest, mcp: list[Any] | None = None, *,
     if choice.type == "tool":
         if not choice.name:
             raise _bad("tool_choice of type 'tool' needs the name of the tool.", "tool_choice.name")
-        out["tool_choice"] = {"type": "function", "function": {"name": choice.name}}
+        out.tool_choice = {"type": "function", "function": {"name": choice.name}}
     else:
-        out["tool_choice"] = {"auto": "auto", "any": "required", "none": "none"}[choice.type]
-    if choice.disable_parallel_tool_use and out.get("tools"):
-        out["parallel_tool_calls"] = False
+        out.tool_choice = {"auto": "auto", "any": "required", "none": "none"}[choice.type]
+    if choice.disable_parallel_tool_use and out.tools:
+        out.parallel_tool_calls = False
     return out, paths

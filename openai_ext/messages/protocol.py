@@ -4,10 +4,10 @@ Shapes and ranges follow Anthropic's API reference (temperature 0-1, max_tokens 
 required), so a malformed request gets a 400 naming the field. Content blocks of a type this
 server cannot read (image, document, the server tools' blocks ...) are parsed as ``OtherBlock``,
 so that translate.py can say what is refused and why, instead of a generic schema error.
-Unknown top-level fields are kept (``extra="allow"``) for translate.py: the host's own samplers
-pass on, anything else gets a 400 naming it. ``context_management`` and ``thread`` are read by
-context.py and threads.py (with ``parse``, so that an error names the field inside them);
-context-management edits of a type not served here are parsed as ``OtherEdit``, for context.py
+The requests are ``ApiModel``s: an unknown top-level field gets a 400 naming it, except the host's
+own samplers and the web UI's fields, which translate.py passes on to chat. ``context_management``
+and ``thread`` are read by context.py and threads.py (with ``parse``, so that an error names the
+field inside them); context-management edits of a type not served here are parsed as ``OtherEdit``, for context.py
 to say why they are refused. ``mcp_servers`` and the ``mcp_toolset`` entries of ``tools`` are
 read by connector.py the same way (unknown keys there are a 400: a misspelt token or tool list
 would change what runs); the MCP connector's ``mcp_tool_use`` and ``mcp_tool_result`` blocks come
@@ -31,7 +31,10 @@ from pydantic import (
     ValidationError,
 )
 
+from ..core.api_model import ApiModel
 from ..core.errors import from_validation_errors
+from ..hosts.base import HOST_SAMPLERS
+from ..text.webui_fields import ALL as WEB_UI_FIELDS
 
 
 class _Open(BaseModel):
@@ -302,8 +305,14 @@ def parse(type_: Any, value: Any, name: str) -> Any:
         raise from_validation_errors(errors) from None
 
 
-class CountTokensRequest(_Open):
+class CountTokensRequest(ApiModel):
     """POST /v1/messages/count_tokens: what shapes the prompt, nothing that samples."""
+    passes = frozenset({*HOST_SAMPLERS, *WEB_UI_FIELDS})   # mean here what they mean in chat
+    hinted = tuple(HOST_SAMPLERS)
+    # fields of POST /v1/messages that count_tokens does not take
+    elsewhere = {"mcp_servers": "count_tokens does not list MCP servers' tools: count without mcp_servers (their "
+                                "tools are left out of the count), or read usage.input_tokens of a /v1/messages "
+                                "response."}
     model: StrictStr
     messages: Annotated[list[InputMessage], Field(min_length=1)]
     system: Union[StrictStr, list[TextBlock], None] = None

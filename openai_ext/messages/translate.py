@@ -30,11 +30,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..core import rules
-from ..core.errors import InvalidRequestError, PathNames, from_validation_errors, refuse_unknown, renamed
+from ..core.errors import InvalidRequestError, PathNames, from_validation_errors, renamed
 from ..core.rules import Rule
-from ..hosts.base import HOST_SAMPLERS
 from ..text.protocol import ChatCompletionRequest
-from ..text.webui_fields import ALL as WEB_UI_FIELDS
 from . import assistant, images
 from .assistant import unreadable as _unreadable
 from .images import Part
@@ -97,34 +95,35 @@ class Translation:
     tools: list[str] = field(default_factory=list)   # the path each chat tool was sent under
 
 
-def to_chat(req: CountTokensRequest, *, allow_unknown: bool = False, mcp: list[Any] | None = None,
+def to_chat(req: CountTokensRequest, *, mcp: list[Any] | None = None,
             later: bool = False) -> Translation:
     """The chat request that renders and samples as ``req`` asks (a MessagesRequest, or a
     CountTokensRequest, which only shapes the prompt). ``mcp``: the MCP servers' tools offered
     (connector.McpTool); ``later``: a pass after MCP calls (offered.chat_tools)."""
-    _check_fields(req, allow_unknown)
+    _check_fields(req)
     names: dict[str, tuple[str, str]] = {}
     messages, prefill = _history(req, names)
-    body: dict[str, Any] = {"model": req.model, "messages": messages}
-    if isinstance(req, MessagesRequest):
-        body.update(max_tokens=req.max_tokens, temperature=req.temperature, top_p=req.top_p, stream=req.stream)
-        if req.top_k is not None:
-            body["top_k"] = req.top_k     # a host sampler: params.plan checks the host has it
-        if req.metadata is not None and req.metadata.user_id is not None:
-            body["user"] = req.metadata.user_id
-        _check_thinking(req)
-        if req.thinking is not None:
-            # the model's reasoning switch, where its chat template has one (extension mode)
-            body["enable_thinking"] = req.thinking.type != "disabled"
-    # host samplers and the web UI's own fields mean here what they mean in chat
-    body.update({k: v for k, v in (req.model_extra or {}).items() if k in HOST_SAMPLERS or k in WEB_UI_FIELDS})
+    sampling = req if isinstance(req, MessagesRequest) else None   # a token count samples nothing
+    if sampling is not None:
+        _check_thinking(sampling)
+    thinking = sampling.thinking if sampling is not None else None
     offered, paths = chat_tools(req, mcp, later=later)
-    body.update(offered)
-    if req.output_config is not None and req.output_config.format is not None:
-        body["response_format"] = {"type": "json_schema",
-                                   "json_schema": {"name": "output", "schema": req.output_config.format.schema_}}
+    fmt = req.output_config.format if req.output_config is not None else None
     try:
-        chat = ChatCompletionRequest.model_validate(body)
+        chat = ChatCompletionRequest(
+            model=req.model, messages=messages,
+            max_tokens=None if sampling is None else sampling.max_tokens,
+            temperature=None if sampling is None else sampling.temperature,
+            top_p=None if sampling is None else sampling.top_p,
+            stream=None if sampling is None else sampling.stream,
+            user=sampling.metadata.user_id if sampling is not None and sampling.metadata is not None else None,
+            tools=offered.tools, tool_choice=offered.tool_choice, parallel_tool_calls=offered.parallel_tool_calls,
+            response_format=None if fmt is None else {"type": "json_schema",
+                                                      "json_schema": {"name": "output", "schema": fmt.schema_}},
+            # host samplers (top_k is one: params.plan checks the host has it) and the web UI's own
+            # fields mean here what they mean in chat; enable_thinking is the model's reasoning
+            # switch, where its chat template has one (extension mode)
+            **_host_fields(req, sampling, thinking))
     except ValidationError as e:   # ranges are checked on the Messages model already; a safety net
         raise from_validation_errors([dict(x) for x in e.errors()]) from None
     stops = list(req.stop_sequences or []) if isinstance(req, MessagesRequest) else []
@@ -136,18 +135,21 @@ def to_chat(req: CountTokensRequest, *, allow_unknown: bool = False, mcp: list[A
                        paths)
 
 
-# fields of POST /v1/messages that count_tokens does not take
-ELSEWHERE = {"mcp_servers": "count_tokens does not list MCP servers' tools: count without mcp_servers (their tools "
-                            "are left out of the count), or read usage.input_tokens of a /v1/messages response."}
+def _host_fields(req: CountTokensRequest, sampling: MessagesRequest | None, thinking: Any) -> dict[str, Any]:
+    """The extra fields chat reads as host samplers and the web UI's fields."""
+    out = {k: v for k, v in (req.model_extra or {}).items() if k in type(req).passes}
+    if sampling is not None and sampling.top_k is not None:
+        out["top_k"] = sampling.top_k
+    if thinking is not None:
+        out["enable_thinking"] = thinking.type != "disabled"
+    return out
 
 
-def _check_fields(req: CountTokensRequest, allow_unknown: bool) -> None:
-    # (mcp_servers is read by connector.py, before the translation)
+def _check_fields(req: CountTokensRequest) -> None:
+    # (mcp_servers is read by connector.py, before the translation; unknown fields were refused
+    # by the request model)
     if getattr(req, "container", None) is not None:
         raise _bad("There is no code execution container on this server; remove container.", "container")
-    # host samplers and the web UI's fields go on to the chat request, as in chat
-    refuse_unknown([k for k in (req.model_extra or {}) if k not in HOST_SAMPLERS and k not in WEB_UI_FIELDS],
-                   known=[*type(req).model_fields, *HOST_SAMPLERS], allow=allow_unknown, elsewhere=ELSEWHERE)
 
 
 def _check_thinking(req: MessagesRequest) -> None:

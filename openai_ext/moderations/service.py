@@ -10,11 +10,11 @@ import anyio
 import numpy as np
 from fastapi import Request
 from fastapi.responses import Response
-from pydantic import BaseModel, ConfigDict
 
+from ..core.api_model import ApiModel
 from ..core.catalog import card
 from ..core.config import Settings
-from ..core.errors import InvalidRequestError, refuse_unknown_fields
+from ..core.errors import InvalidRequestError
 from ..core.lazy import Lazy
 from ..core.packages import installed
 from ..core.streaming import until_disconnect
@@ -28,8 +28,7 @@ MODEL_ID = f"{DEFAULT_MODEL_ID}-moderation"
 RENDER_INLINE = 16       # responses with more results than this are rendered on a worker thread
 
 
-class ModerationRequest(BaseModel):
-    model_config = ConfigDict(extra="allow")   # kept to be named in the 400 (refuse_unknown_fields)
+class ModerationRequest(ApiModel):
 
     input: Any
     model: str | None = None     # any name is served by this classifier
@@ -100,7 +99,6 @@ class ModerationsService:
         return [card(MODEL_ID, self.started, "local")]
 
     async def create(self, body: ModerationRequest, request: Request) -> Response:
-        refuse_unknown_fields(body, self.settings.allow_unknown_fields)
         texts = parse_input(body.input)
         big = sum(len(t) for t in texts) > INLINE_CHARS
         # splitting long texts takes real time: off the event loop; too many pieces is a 400 before loading

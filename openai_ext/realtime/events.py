@@ -11,14 +11,10 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from ..core.api_model import ApiModel, allowed
 from ..core.bodies import NotJson, load_json
 from ..core.errors import InvalidRequestError, OpenAIError
 
-# The client events this server takes, as OpenAI's spec names them.
-CLIENT_EVENTS = ("session.update", "input_audio_buffer.append", "input_audio_buffer.commit",
-                 "input_audio_buffer.clear", "conversation.item.create", "conversation.item.retrieve",
-                 "conversation.item.delete", "conversation.item.truncate", "response.create", "response.cancel",
-                 "output_audio_buffer.clear")
 MAX_EVENT_ID = 512
 
 
@@ -44,9 +40,57 @@ class ClientEventError(InvalidRequestError):
         self.event_id = event_id
 
 
+class _Event(ApiModel):
+    """A client event's top-level fields (OpenAI's RealtimeClientEvent*), for their names only:
+    each handler reads and checks its values, naming the field in an error event."""
+    type: Any = None
+    event_id: Any = None
+
+
+class _SessionUpdate(_Event):
+    session: Any = None
+
+
+class _Append(_Event):
+    audio: Any = None
+
+
+class _ItemCreate(_Event):
+    previous_item_id: Any = None
+    item: Any = None
+
+
+class _ItemId(_Event):
+    item_id: Any = None
+
+
+class _Truncate(_ItemId):
+    content_index: Any = None
+    audio_end_ms: Any = None
+
+
+class _ResponseCreate(_Event):
+    response: Any = None
+
+
+class _ResponseCancel(_Event):
+    response_id: Any = None
+
+
+SHAPES: dict[str, type[ApiModel]] = {
+    "session.update": _SessionUpdate, "input_audio_buffer.append": _Append, "input_audio_buffer.commit": _Event,
+    "input_audio_buffer.clear": _Event, "conversation.item.create": _ItemCreate,
+    "conversation.item.retrieve": _ItemId, "conversation.item.delete": _ItemId,
+    "conversation.item.truncate": _Truncate, "response.create": _ResponseCreate,
+    "response.cancel": _ResponseCancel, "output_audio_buffer.clear": _Event,
+}
+CLIENT_EVENTS = tuple(SHAPES)   # the client events this server takes, as OpenAI's spec names them
+
+
 def parse(raw: str | bytes, limit: int) -> dict[str, Any]:
-    """One frame as a client event: a JSON object with a known ``type`` (checked here) and an
-    optional ``event_id``. ``limit``: the largest frame taken, in bytes."""
+    """One frame as a client event: a JSON object with a known ``type`` and an optional
+    ``event_id`` (checked here), and no field its type does not have (unless the
+    allow_unknown_fields setting is on). ``limit``: the largest frame taken, in bytes."""
     size = len(raw.encode() if isinstance(raw, str) else raw)
     if size > limit:
         raise ClientEventError(f"This event is {size} bytes; the limit is {limit} (the realtime_max_frame_kb "
@@ -71,6 +115,10 @@ def parse(raw: str | bytes, limit: int) -> dict[str, Any]:
         raise ClientEventError(f"Unknown event type {kind!r}. This server takes: {', '.join(CLIENT_EVENTS)}.",
                                event_id=event_id, param="type", code="invalid_event_type" if kind else
                                "missing_required_parameter")
+    try:
+        SHAPES[kind].refuse_unknown_in(doc, allow=allowed())
+    except InvalidRequestError as e:
+        raise ClientEventError(e.message, event_id=event_id, param=e.param, code=e.code) from None
     return doc
 
 

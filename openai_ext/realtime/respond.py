@@ -180,16 +180,12 @@ class Response:
         source = self.input_items if self.input_items is not None else \
             (self.conversation.items if self.conversation is not None else [])
         tools, choice = items_mod.chat_tools(c.tools, c.tool_choice)
-        body: dict[str, Any] = {"model": text.host.model_id,
-                                "messages": items_mod.chat_messages(source, c.instructions), "stream": True}
-        if tools:
-            body.update(tools=tools, tool_choice=choice, parallel_tool_calls=False)
-        if c.max_output_tokens != "inf":
-            body["max_tokens"] = c.max_output_tokens
-        if c.temperature is not None:
-            body["temperature"] = c.temperature
         try:
-            return ChatCompletionRequest.model_validate(body)
+            return ChatCompletionRequest(
+                model=text.host.model_id, messages=items_mod.chat_messages(source, c.instructions), stream=True,
+                tools=tools or None, tool_choice=choice if tools else None,
+                parallel_tool_calls=False if tools else None,
+                max_tokens=None if c.max_output_tokens == "inf" else c.max_output_tokens, temperature=c.temperature)
         except ValidationError as e:   # a tool's schema, say: the error names the chat field
             raise from_validation_errors([dict(x) for x in e.errors()]) from None
 

@@ -14,7 +14,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.errors import InvalidRequestError, refuse_unknown
+from ..core.api_model import ApiModel
+from ..core.errors import InvalidRequestError
 from .audio import FORMATS, VadSettings
 from .events import ClientEventError
 from .events import field as get
@@ -145,35 +146,85 @@ def check_max_tokens(value: Any, param: str) -> int | str:
     raise ClientEventError(f"'{param}' must be an integer from 1 to {MAX_OUTPUT_TOKENS}, or \"inf\".", param=param)
 
 
-# The fields of OpenAI's session (RealtimeSessionCreateRequestGA), and the beta's temperature; a
-# field it knows and this server does not serve (tracing, include, prompt ...) is taken and left
-# unused, as a client of OpenAI's sends them; one it does not know is an error, as at OpenAI.
-FIELDS: dict[str, tuple[str, ...]] = {
-    "session": ("type", "model", "instructions", "output_modalities", "audio", "include", "max_output_tokens",
-                "parallel_tool_calls", "prompt", "reasoning", "tool_choice", "tools", "tracing", "truncation",
-                "temperature"),
-    "session.audio": ("input", "output"),
-    "session.audio.input": ("format", "noise_reduction", "transcription", "turn_detection"),
-    "session.audio.input.transcription": ("delay", "keywords", "language", "languages", "model", "prompt"),
-    "session.audio.input.turn_detection": ("type", "create_response", "idle_timeout_ms", "interrupt_response",
-                                           "prefix_padding_ms", "silence_duration_ms", "threshold", "eagerness"),
-    "session.audio.output": ("format", "speed", "voice"),
+# The shapes of OpenAI's session (RealtimeSessionCreateRequestGA, and the beta's temperature), for
+# their field names only: values are read and checked by hand below, so that an error is an error
+# event naming the field's path. A field it knows and this server does not serve (tracing,
+# include, prompt ...) is taken and left unused, as a client of OpenAI's sends them; one it does
+# not know is an error, as at OpenAI.
+class _Transcription(ApiModel):
+    delay: Any = None
+    keywords: Any = None
+    language: Any = None
+    languages: Any = None
+    model: Any = None
+    prompt: Any = None
+
+
+class _TurnDetection(ApiModel):
+    type: Any = None
+    create_response: Any = None
+    idle_timeout_ms: Any = None
+    interrupt_response: Any = None
+    prefix_padding_ms: Any = None
+    silence_duration_ms: Any = None
+    threshold: Any = None
+    eagerness: Any = None
+
+
+class _AudioInput(ApiModel):
+    format: Any = None
+    noise_reduction: Any = None
+    transcription: Any = None
+    turn_detection: Any = None
+
+
+class _AudioOutput(ApiModel):
+    format: Any = None
+    speed: Any = None
+    voice: Any = None
+
+
+class _Audio(ApiModel):
+    input: Any = None
+    output: Any = None
+
+
+class _Session(ApiModel):
+    type: Any = None
+    model: Any = None
+    instructions: Any = None
+    output_modalities: Any = None
+    audio: Any = None
+    include: Any = None
+    max_output_tokens: Any = None
+    parallel_tool_calls: Any = None
+    prompt: Any = None
+    reasoning: Any = None
+    tool_choice: Any = None
+    tools: Any = None
+    tracing: Any = None
+    truncation: Any = None
+    temperature: Any = None
+
+
+SHAPES: dict[str, type[ApiModel]] = {
+    "session": _Session, "session.audio": _Audio, "session.audio.input": _AudioInput,
+    "session.audio.input.transcription": _Transcription, "session.audio.input.turn_detection": _TurnDetection,
+    "session.audio.output": _AudioOutput,
 }
 
 
 def check_known(session: dict[str, Any], allow: bool) -> None:
-    """The one unknown-field check (core.errors.refuse_unknown), at every level of a session, as an
-    error event naming the field's path (``session.audio.output.voise``: "Did you mean 'voice'?")."""
+    """The one unknown-field check (ApiModel's), at every level of a session, as an error event
+    naming the field's path (``session.audio.output.voise``: "Did you mean 'voice'?")."""
     def walk(obj: Any, where: str) -> None:
-        known = FIELDS.get(where)
-        if known is None or not isinstance(obj, dict):
+        shape = SHAPES.get(where)
+        if shape is None or not isinstance(obj, dict):
             return
         try:
-            refuse_unknown([k for k in obj if k not in known], known=known, allow=allow)
+            shape.refuse_unknown_in(obj, allow=allow, where=where)
         except InvalidRequestError as e:
-            raise ClientEventError(e.message.replace(f"argument supplied: {e.param}", f"argument supplied: "
-                                                     f"{where}.{e.param}"), param=f"{where}.{e.param}",
-                                   code="unknown_parameter") from None
+            raise ClientEventError(e.message, param=e.param, code="unknown_parameter") from None
         for key, value in obj.items():
             walk(value, f"{where}.{key}")
 

@@ -13,26 +13,14 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..core.errors import ContextLengthExceeded, InvalidRequestError, PathNames, refuse_unknown, renamed
-from ..hosts.base import HOST_SAMPLERS
+from ..core.errors import ContextLengthExceeded, InvalidRequestError, PathNames, renamed
 from ..text import chat
 from ..text.generation import Job
 from ..text.protocol import ChatCompletionRequest
 from ..text.service import TextService
-from ..text.webui_fields import ALL as WEB_UI_FIELDS
 from . import compaction, file_search, images, mcp
 from . import tools as tools_
 from .protocol import CreateResponse, InputTokensRequest
-
-# Chat parameters a client may send here by mistake, with what /v1/responses takes instead.
-_INSTEAD = {"messages": "input", "max_tokens": "max_output_tokens", "max_completion_tokens": "max_output_tokens",
-            "response_format": "text.format", "logprobs": 'include: ["message.output_text.logprobs"]',
-            "functions": "tools", "function_call": "tool_choice", "reasoning_effort": "reasoning.effort",
-            "verbosity": "text.verbosity"}
-_NO_COUNTERPART = ("stop", "seed", "n", "logit_bias", "modalities", "audio",
-                   "prediction", "web_search_options", "best_of", "echo", "suffix")
-CHAT_ONLY = {**{k: f"It is a parameter of /v1/chat/completions; here, use {v}." for k, v in _INSTEAD.items()},
-             **{k: "It is a parameter of /v1/chat/completions, with no counterpart here." for k in _NO_COUNTERPART}}
 
 LOGPROBS = "message.output_text.logprobs"
 
@@ -122,16 +110,14 @@ def response_format(fmt: dict[str, Any] | None) -> dict[str, Any] | None:
     raise _bad("text.format.type", f"text.format type {kind!r} is not one of text, json_object, json_schema.")
 
 
-def host_extras(body: CreateResponse | InputTokensRequest, allow_unknown: bool) -> dict[str, Any]:
-    """Unknown fields: host samplers and the web UI's fields go on to params.plan(), as in chat;
-    a chat parameter gets a 400 saying what to send instead; anything else a 400 naming it."""
-    extra = body.model_extra or {}
-    refuse_unknown([k for k in extra if k not in HOST_SAMPLERS and k not in WEB_UI_FIELDS], allow=allow_unknown,
-                   known=[*type(body).model_fields, *HOST_SAMPLERS], elsewhere=CHAT_ONLY)
-    return {k: v for k, v in extra.items() if k in HOST_SAMPLERS or k in WEB_UI_FIELDS}
+def host_extras(body: CreateResponse | InputTokensRequest) -> dict[str, Any]:
+    """The extra fields chat takes (host samplers and the web UI's fields) go on to params.plan(),
+    as in chat; the request model refused any other (or the allow_unknown_fields setting let it
+    pass, and it is left out here)."""
+    return {k: v for k, v in (body.model_extra or {}).items() if k in type(body).passes}
 
 
-def to_chat(body: CreateResponse | InputTokensRequest, items: list[dict[str, Any]], *, allow_unknown: bool,
+def to_chat(body: CreateResponse | InputTokensRequest, items: list[dict[str, Any]], *,
             tools: tools_.ToolMap | None = None) -> ChatCompletionRequest:
     """The chat request for ``items`` (the history, then the new input) and the body's parameters;
     ``tools`` is ``tools.build(body.tools)``, when already built."""
@@ -140,31 +126,32 @@ def to_chat(body: CreateResponse | InputTokensRequest, items: list[dict[str, Any
     if not any(m["role"] != "system" for m in messages):
         raise _bad("input", "There is nothing to answer: send input (a string or items), or continue a "
                             "conversation or a previous response.")
-    kw: dict[str, Any] = {"messages": messages, "model": body.model}
-    if isinstance(body, CreateResponse):
-        kw.update(temperature=body.temperature, top_p=body.top_p, max_completion_tokens=body.max_output_tokens,
-                  presence_penalty=body.presence_penalty, frequency_penalty=body.frequency_penalty)
-        if LOGPROBS in (body.include or []) or body.top_logprobs is not None:
-            kw.update(logprobs=True, top_logprobs=body.top_logprobs or 0)
-        if body.reasoning is not None and body.reasoning.effort is not None:
-            kw["reasoning_effort"] = body.reasoning.effort   # reaches the chat template as in chat
-    fmt = body.text.format if body.text is not None else None
-    kw["response_format"] = response_format(fmt)
+    s = body if isinstance(body, CreateResponse) else None   # a token count samples nothing
+    logprobs = s is not None and (LOGPROBS in (s.include or []) or s.top_logprobs is not None)
     if body.tools:
-        kw["tools"] = tools.chat
-        kw["tool_choice"] = tools_.chat_tool_choice(body.tool_choice, tools)
-        kw["parallel_tool_calls"] = body.parallel_tool_calls
-        limit = getattr(body, "max_tool_calls", None)
-        if limit == 0:
-            kw["tool_choice"] = "none"
-        elif limit == 1:
-            kw["parallel_tool_calls"] = False
+        choice = tools_.chat_tool_choice(body.tool_choice, tools)
+        limit = None if s is None else s.max_tool_calls
+        parallel = False if limit == 1 else body.parallel_tool_calls
+        choice = "none" if limit == 0 else choice
     else:
-        choice = tools_.chat_tool_choice(body.tool_choice)
+        choice, parallel = tools_.chat_tool_choice(body.tool_choice), None
         if choice not in (None, "none", "auto"):
             raise _bad("tool_choice", "tool_choice names a tool, but there are no tools; send tools or remove "
                                       "tool_choice.")
-    return ChatCompletionRequest(**kw, **host_extras(body, allow_unknown))
+        choice = None
+    return ChatCompletionRequest(
+        messages=messages, model=body.model,
+        temperature=None if s is None else s.temperature, top_p=None if s is None else s.top_p,
+        max_completion_tokens=None if s is None else s.max_output_tokens,
+        presence_penalty=None if s is None else s.presence_penalty,
+        frequency_penalty=None if s is None else s.frequency_penalty,
+        logprobs=True if logprobs else None,
+        top_logprobs=((s.top_logprobs if s is not None else None) or 0) if logprobs else None,
+        # reaches the chat template as in chat
+        reasoning_effort=s.reasoning.effort if s is not None and s.reasoning is not None else None,
+        response_format=response_format(body.text.format if body.text is not None else None),
+        tools=tools.chat if body.tools else None, tool_choice=choice, parallel_tool_calls=parallel,
+        **host_extras(body))
 
 
 def translate(err: InvalidRequestError, paths: list[str] | None = None) -> InvalidRequestError:
@@ -195,7 +182,7 @@ def starts(items: list[dict[str, Any]]) -> list[int]:
 
 
 def prepare(text: TextService, body: CreateResponse | InputTokensRequest, history: list[dict[str, Any]],
-            items: list[dict[str, Any]], *, allow_unknown: bool, tools: tools_.ToolMap | None = None) -> Job:
+            items: list[dict[str, Any]], *, tools: tools_.ToolMap | None = None) -> Job:
     """chat.prepare() on the request; with truncation auto, the oldest items (history first) are
     dropped until the prompt fits. The cut is found by bisection, so a long history costs a few
     tries (each refused cheaply, before tokenizing, when far too long), not one per item."""
@@ -204,7 +191,7 @@ def prepare(text: TextService, body: CreateResponse | InputTokensRequest, histor
 
     def attempt(start: int) -> Job:
         # to_chat's errors name our fields already
-        req = to_chat(body, context[start:], allow_unknown=allow_unknown, tools=tools)
+        req = to_chat(body, context[start:], tools=tools)
         try:
             return chat.prepare(text, req, truncate=False)
         except ContextLengthExceeded:
@@ -234,11 +221,11 @@ def prepare(text: TextService, body: CreateResponse | InputTokensRequest, histor
 
 
 def again(text: TextService, body: CreateResponse, context: tuple[list[dict[str, Any]], list[dict[str, Any]]],
-          produced: list[dict[str, Any]], update: dict[str, Any], *, allow_unknown: bool,
+          produced: list[dict[str, Any]], update: dict[str, Any], *,
           tools: tools_.ToolMap) -> Job:
     """The job of a response's next pass, once its MCP calls ran: the context (history and input,
     or the compacted context), then what the response has produced so far; ``update``: the
     request's fields for this pass (tool_choice, the tokens left)."""
     history, items = context
-    return prepare(text, body.model_copy(update=update), history, [*items, *produced], allow_unknown=allow_unknown,
+    return prepare(text, body.model_copy(update=update), history, [*items, *produced],
                    tools=tools)

@@ -3,8 +3,9 @@
 Ranges follow OpenAI's spec (``max_output_tokens`` at least 16, ``top_logprobs`` 0-20 ...), so
 an out-of-range value gets a 400 naming the parameter. Input items are kept as plain objects here
 and read one by one in ``items.py``, where each error can name the item and the field that is
-wrong. Unknown top-level fields are kept (``extra="allow"``) for ``convert.py``: the host's samplers
-among them are mapped, as in chat, and anything else is refused with a 400 naming it.
+wrong. The requests are ``ApiModel``s: an unknown top-level field gets a 400 naming it (a chat
+parameter, what to send here instead), except the host's samplers and the web UI's fields, which
+``convert.py`` hands on to chat, as chat takes them.
 """
 
 from __future__ import annotations
@@ -13,9 +14,25 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictStr
 
+from ..core.api_model import ApiModel
+from ..hosts.base import HOST_SAMPLERS
+from ..text.webui_fields import ALL as WEB_UI_FIELDS
+
 
 class _Open(BaseModel):
+    """A part of a request: fields it does not declare are kept, and left unused."""
     model_config = ConfigDict(extra="allow")
+
+
+# Chat parameters a client may send here by mistake, with what /v1/responses takes instead.
+_INSTEAD = {"messages": "input", "max_tokens": "max_output_tokens", "max_completion_tokens": "max_output_tokens",
+            "response_format": "text.format", "logprobs": 'include: ["message.output_text.logprobs"]',
+            "functions": "tools", "function_call": "tool_choice", "reasoning_effort": "reasoning.effort",
+            "verbosity": "text.verbosity"}
+_NO_COUNTERPART = ("stop", "seed", "n", "logit_bias", "modalities", "audio",
+                   "prediction", "web_search_options", "best_of", "echo", "suffix")
+CHAT_ONLY = {**{k: f"It is a parameter of /v1/chat/completions; here, use {v}." for k, v in _INSTEAD.items()},
+             **{k: "It is a parameter of /v1/chat/completions, with no counterpart here." for k in _NO_COUNTERPART}}
 
 
 def check_metadata(value: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -60,8 +77,11 @@ IncludeName = Literal["file_search_call.results", "web_search_call.results", "we
                       "code_interpreter_call.outputs", "reasoning.encrypted_content", "message.output_text.logprobs"]
 
 
-class _Common(_Open):
+class _Common(ApiModel):
     """What a response request and a token count share: everything that shapes the prompt."""
+    passes = frozenset({*HOST_SAMPLERS, *WEB_UI_FIELDS})   # handed on to chat (convert.host_extras)
+    elsewhere = CHAT_ONLY
+    hinted = tuple(HOST_SAMPLERS)
     model: str | None = None
     input: Union[StrictStr, Items, None] = None
     instructions: str | None = None
@@ -115,7 +135,7 @@ class InputTokensRequest(_Common):
     personality: str | None = None
 
 
-class CompactRequest(_Open):
+class CompactRequest(ApiModel):
     """POST /v1/responses/compact (OpenAI's CompactResponseMethodPublicBody): model is required there,
     as in Open Responses' schema (any name is taken, as elsewhere)."""
     model: str
@@ -129,14 +149,14 @@ class CompactRequest(_Open):
     service_tier: str | None = None
 
 
-class CreateConversation(_Open):
+class CreateConversation(ApiModel):
     metadata: Metadata | None = None
     items: Annotated[Items, Field(max_length=20)] | None = None
 
 
-class UpdateConversation(_Open):
+class UpdateConversation(ApiModel):
     metadata: Metadata
 
 
-class AddItems(_Open):
+class AddItems(ApiModel):
     items: Annotated[Items, Field(min_length=1, max_length=20)]

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, Query, Request, WebSocket
 from starlette.requests import HTTPConnection
 
 from ..core.auth import caller_owner
-from ..core.errors import InvalidRequestError, NotImplementedByServer, refuse_unknown_fields
+from ..core.errors import InvalidRequestError, NotImplementedByServer
 from .conversations import Conversations
 from .history import check_conversation_id
 from .protocol import (
@@ -37,7 +37,6 @@ ConversationId = Annotated[str, Depends(_conversation_id)]
 def router(responses: ResponsesService) -> APIRouter:
     r = APIRouter()
     conversations = Conversations(responses)
-    settings = responses.settings
 
     def owner(request: HTTPConnection) -> str:
         return caller_owner(request)
@@ -92,7 +91,6 @@ def router(responses: ResponsesService) -> APIRouter:
     @r.post("/conversations")
     async def create_conversation(request: Request, body: CreateConversation | None = None):
         body = body or CreateConversation()
-        refuse_unknown_fields(body, settings.allow_unknown_fields)
         return await conversations.create(body, owner(request))
 
     @r.get("/conversations/{conversation_id}")
@@ -101,7 +99,6 @@ def router(responses: ResponsesService) -> APIRouter:
 
     @r.post("/conversations/{conversation_id}")
     async def update_conversation(conversation_id: ConversationId, body: UpdateConversation, request: Request):
-        refuse_unknown_fields(body, settings.allow_unknown_fields)
         return await conversations.update(conversation_id, body, owner(request))
 
     @r.delete("/conversations/{conversation_id}")
@@ -110,7 +107,6 @@ def router(responses: ResponsesService) -> APIRouter:
 
     @r.post("/conversations/{conversation_id}/items")
     async def add_conversation_items(conversation_id: ConversationId, body: AddItems, request: Request):
-        refuse_unknown_fields(body, settings.allow_unknown_fields)
         return await conversations.add_items(conversation_id, body, owner(request))
 
     @r.get("/conversations/{conversation_id}/items")

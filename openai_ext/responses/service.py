@@ -33,7 +33,7 @@ from fastapi.responses import JSONResponse
 
 from ..core.admission import Place
 from ..core.config import Settings, SettingsError
-from ..core.errors import InvalidRequestError, refuse_unknown_fields
+from ..core.errors import InvalidRequestError
 from ..core.streaming import event_stream, until_disconnect
 from ..text.images import no_vision
 from ..text.service import TextService, enter, serve
@@ -149,8 +149,7 @@ class ResponsesService:
         if manage is not None or forced:
             job, plan = self._compacting(text, body, history, new, tool_map, manage, forced=forced)
         else:
-            job = convert.prepare(text, body, history, new, allow_unknown=self.settings.allow_unknown_fields,
-                                  tools=tool_map)
+            job = convert.prepare(text, body, history, new, tools=tool_map)
         background = bool(body.background)
         state = render.ResponseState(id=items.new_id("resp"), model=job.model, background=background,
                                      echo=render.echo(body, store=store, conversation_id=cid),
@@ -160,8 +159,7 @@ class ResponsesService:
                     record=Record(owner, cid, new, store),
                     compaction=plan, answer=not forced, before=history)
         if plan is not None:
-            turn.rebuild = lambda compacted: convert.prepare(
-                text, body, [], compacted, allow_unknown=self.settings.allow_unknown_fields, tools=tool_map)
+            turn.rebuild = lambda compacted: convert.prepare(text, body, [], compacted, tools=tool_map)
         context = [*history, *new]
         mcp.check_servers(listing, context)
         limit = min(self.settings.mcp_max_calls, body.max_tool_calls or self.settings.mcp_max_calls)
@@ -172,7 +170,7 @@ class ResponsesService:
             turn.tool_choice, turn.max_output_tokens = body.tool_choice, body.max_output_tokens
             turn.again = lambda produced, update: convert.again(
                 text, body, (history, new) if turn.compacted is None else ([], turn.compacted), produced, update,
-                allow_unknown=self.settings.allow_unknown_fields, tools=tool_map)
+                tools=tool_map)
         if store or cid:
             turn.settle_work = self._settle
         return turn
@@ -184,11 +182,10 @@ class ResponsesService:
         input ends with a compaction_trigger). The job is made from what will be kept, so a
         context that cannot fit even so is a 400 now, not after the summary is written."""
         host = text.host
-        unknown = self.settings.allow_unknown_fields
         bound = compaction.limit(host.context_length(), body.max_output_tokens, manage)
         if not forced:
             try:
-                job = convert.prepare(text, body, history, new, allow_unknown=unknown, tools=tool_map)
+                job = convert.prepare(text, body, history, new, tools=tool_map)
                 if job.prompt_tokens <= bound:
                     return job, None
             except InvalidRequestError as e:
@@ -200,9 +197,9 @@ class ResponsesService:
                                       "previous response.", param="input")
         older, kept = compaction.split(host, context, bound // 2, users_only=False, starts=convert.starts(context))
         if not older and not forced:   # one run of items that cannot be split: nothing to summarise
-            return convert.prepare(text, body, history, new, allow_unknown=unknown, tools=tool_map), None
+            return convert.prepare(text, body, history, new, tools=tool_map), None
         placeholder = [{"type": compaction.SUMMARY_ITEM, "text": ""}, *kept]
-        job = convert.prepare(text, body, [], placeholder, allow_unknown=unknown, tools=tool_map)
+        job = convert.prepare(text, body, [], placeholder, tools=tool_map)
         return job, compaction.prepare(host, older, kept, body.model)
 
     def _settle(self, turn: Turn) -> None:
@@ -294,7 +291,6 @@ class ResponsesService:
         text = await self.text.lane(body.model, body.keep_alive)
         place = enter(text)
         try:
-            refuse_unknown_fields(body, self.settings.allow_unknown_fields)
             loaded = await self.load_async(body, owner)
             plan = await text.prepared(self._compaction_plan, text, body, loaded)
         except BaseException:
@@ -388,8 +384,7 @@ class ResponsesService:
 
         def count() -> int:
             new = self._items(text, body, loaded)
-            job = convert.prepare(text, body, loaded.history, new,
-                                  allow_unknown=self.settings.allow_unknown_fields)
+            job = convert.prepare(text, body, loaded.history, new)
             return job.prompt_tokens
 
         tokens = await text.tokenizer_work(count)

@@ -176,7 +176,6 @@ def prepare(text: TextService, req: ChatCompletionRequest, *, prefill: str = "",
     prompt = fit_prompt(host, prompt, requested=requested, truncate=truncate, param="messages")
     plan = params.plan(req, abilities=host.abilities, room=host.context_length() - len(prompt.tokens),
                        max_n=text.settings.max_n, toolset=toolset,
-                       allow_unknown=text.settings.allow_unknown_fields,
                        default_max_tokens=text.settings.default_max_tokens)
     _check_grammar(host, plan.settings.grammar, toolset,
                    sent=bool((req.model_extra or {}).get("grammar_string")))

@@ -58,8 +58,7 @@ def prepare(text: TextService, req: CompletionRequest) -> Job:
     prompts = [fit_prompt(host, p, requested=req.max_tokens, truncate=text.settings.truncate_prompt, param="prompt")
                for p in _prompts(host, req, text.settings.truncate_prompt, text.settings.max_prompts)]
     room = host.context_length() - max(len(p.tokens) for p in prompts)
-    plan = params.plan(req, abilities=host.abilities, room=room, max_n=text.settings.max_n,
-                       allow_unknown=text.settings.allow_unknown_fields)
+    plan = params.plan(req, abilities=host.abilities, room=room, max_n=text.settings.max_n)
     host.check_settings(plan.settings)
     if plan.echo and plan.logprobs is not None:
         host.check_prompt_scoring()

@@ -7,10 +7,11 @@ import time
 from typing import Any
 
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from ..core.api_model import ApiModel
 from ..core.catalog import Catalog
-from ..core.errors import NotFoundError, refuse_unknown_fields
+from ..core.errors import NotFoundError
 from ..embeddings.service import EmbeddingRequest, EmbeddingsService
 from . import chat, completions
 from .protocol import ChatCompletionRequest, CompletionRequest
@@ -22,8 +23,7 @@ def _engine(card: dict[str, Any]) -> dict[str, Any]:
             "ready": True, "permissions": None}
 
 
-class EditRequest(BaseModel):
-    model_config = ConfigDict(extra="allow")   # kept to be named in the 400 (refuse_unknown_fields)
+class EditRequest(ApiModel):
     model: str | None = None
     instruction: str = Field(min_length=1)
     input: str | None = ""
@@ -35,7 +35,6 @@ class EditRequest(BaseModel):
 async def _edit(text: TextService, body: EditRequest, request: Request):
     """The instruction and the input, rendered through the model's chat template as one user turn;
     the answer in the old edits shape."""
-    refuse_unknown_fields(body, text.settings.allow_unknown_fields)
     content = body.instruction if not body.input else f"{body.instruction}\n\n{body.input}"
     req = ChatCompletionRequest(messages=[{"role": "user", "content": content}], model=body.model, n=body.n,
                                 temperature=body.temperature, top_p=body.top_p)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core import rules
-from ..core.errors import InvalidRequestError, refuse_unknown
+from ..core.errors import InvalidRequestError
 from ..core.rules import Rule
 from ..hosts.base import HOST_SAMPLERS, HostAbilities
 from ..hosts.request import GenerationSettings
@@ -94,11 +94,6 @@ RULES: tuple[Rule, ...] = (
 )
 
 # For an unknown field: the parameters of each endpoint, and where a field of the other one belongs.
-_NAMES = {e: [r.name for r in RULES if r.endpoint in (BOTH, e)] for e in (CHAT, COMPLETIONS)}
-_ELSEWHERE = {e: {r.name: f"It is a parameter of /v1/{'completions' if e == CHAT else 'chat/completions'}."
-                  for r in RULES if r.endpoint not in (BOTH, e)} for e in (CHAT, COMPLETIONS)}
-
-
 @dataclass
 class Plan:
     """The host settings for one request, plus what the server does around the host."""
@@ -135,18 +130,18 @@ def check_prompts(count: int, max_prompts: int) -> None:
 
 
 def plan(req: CompletionRequest | ChatCompletionRequest, *, abilities: HostAbilities, room: int,
-         max_n: int, toolset: ToolSet | None = None, allow_unknown: bool = False,
-         default_max_tokens: int = 0) -> Plan:
+         max_n: int, toolset: ToolSet | None = None, default_max_tokens: int = 0) -> Plan:
     """Maps one request onto host settings.
 
     ``room`` is how many tokens the context has left after the prompt; ``max_n`` is the largest
     ``n`` the server allows; ``toolset`` is the request's tools, already read by tools.parse();
-    ``allow_unknown`` (the allow_unknown_fields setting) ignores unknown fields instead of
-    refusing them; ``default_max_tokens`` (the setting), above 0, caps a chat reply that names
+    ``default_max_tokens`` (the setting), above 0, caps a chat reply that names
     no max_tokens.
     """
     chat = isinstance(req, ChatCompletionRequest)
-    sent = req.model_fields_set
+    # the fields sent with a value: null is as good as left out (a family's request, built with
+    # keyword arguments, names every field it maps, None where its own request had none)
+    sent = {name for name in req.model_fields_set if getattr(req, name, None) is not None}
     # --- length -------------------------------------------------------------------------
     wanted = req.max_tokens
     if isinstance(req, ChatCompletionRequest) and req.max_completion_tokens is not None:
@@ -203,7 +198,7 @@ def plan(req: CompletionRequest | ChatCompletionRequest, *, abilities: HostAbili
     ignored = rules.ignored(RULES, sent)
     if chat and "reasoning_effort" in sent and not abilities.web_ui:
         ignored.append("reasoning_effort")   # only the web UI's templates take it
-    samplers = _host_samplers(req, abilities, ignored, allow_unknown=allow_unknown)
+    samplers = _host_samplers(req, abilities, ignored)
     if ignored:
         log.debug("ignored request fields: %s", ", ".join(sorted(ignored)))
 
@@ -275,13 +270,11 @@ def _logprobs(req: CompletionRequest | ChatCompletionRequest, abilities: HostAbi
     return logprobs
 
 
-def _host_samplers(req: CompletionRequest | ChatCompletionRequest, abilities: HostAbilities, ignored: list[str], *,
-                   allow_unknown: bool) -> dict[str, Any]:
+def _host_samplers(req: CompletionRequest | ChatCompletionRequest, abilities: HostAbilities,
+                   ignored: list[str]) -> dict[str, Any]:
     """The host's own samplers among the request's extra fields, checked and coerced; the web
-    UI's fields are left to webui_fields, fields that are only ignored join ``ignored``, and any
-    other name is refused (refuse_unknown), unless allow_unknown."""
-    chat = isinstance(req, ChatCompletionRequest)
-    endpoint = CHAT if chat else COMPLETIONS
+    UI's fields are left to webui_fields, and any other extra field joins ``ignored``: the request
+    model (an ApiModel) let it pass because the allow_unknown_fields setting is on."""
     samplers: dict[str, Any] = {}
     for name, value in (req.model_extra or {}).items():
         if name in HOST_SAMPLERS:
@@ -294,15 +287,11 @@ def _host_samplers(req: CompletionRequest | ChatCompletionRequest, abilities: Ho
                 samplers[name] = _token_bans(value, abilities)
         elif name in ignored:
             pass  # an OpenAI parameter that only has a rule, already listed
-        elif name in webui_fields.IGNORED or allow_unknown:
-            ignored.append(name)
-        elif name in webui_fields.ALL and (chat or webui_fields.ALIASES.get(name, name) not in webui_fields.TEMPLATE_FIELDS):
-            if chat or name in webui_fields.GENERATION_FIELDS:
-                continue   # read by webui_fields (prompt fields by chat.template_input)
-            ignored.append(name)   # enable_thinking and reasoning_effort of a completion
+        elif name in webui_fields.ALL and name in type(req).passes and (
+                isinstance(req, ChatCompletionRequest) or name in webui_fields.GENERATION_FIELDS):
+            continue   # read by webui_fields (prompt fields by chat.template_input)
         else:
-            refuse_unknown([name], allow=allow_unknown, elsewhere=_ELSEWHERE[endpoint],
-                           known=[*type(req).model_fields, *HOST_SAMPLERS, *_NAMES[endpoint]])
+            ignored.append(name)   # truncation_length, enable_thinking of a completion, or allowed unknown
     return samplers
 
 

@@ -3,9 +3,9 @@
 A field left out (or sent as null) stays ``None`` here; the defaults OpenAI documents are
 applied in ``params.py``, next to the rest of the mapping, so there is one place to read them.
 Ranges follow OpenAI's spec, so an out-of-range value gets a 400 naming the parameter.
-Unknown fields are kept (``extra="allow"``) for ``params.py`` to sort out: the host's samplers
-among them are mapped, the web UI's own fields ignored, and anything else refused with a 400
-that names it (unless the allow_unknown_fields setting is on).
+The requests are ``ApiModel``s: an unknown field is refused with a 400 that names it (unless the
+allow_unknown_fields setting is on), except the host's samplers and the web UI's own fields, which
+pass to ``params.py``: it maps the samplers the loaded host has and the web UI's fields.
 """
 
 from __future__ import annotations
@@ -13,6 +13,10 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, StrictStr, field_validator
+
+from ..core.api_model import ApiModel
+from ..hosts.base import HOST_SAMPLERS
+from . import webui_fields
 
 
 class _Open(BaseModel):
@@ -40,8 +44,9 @@ LogitBias = dict[str, Annotated[Number, Field(ge=-100, le=100)]]
 TokenIds = Annotated[list[StrictInt], Field(min_length=1)]
 
 
-class _Sampling(_Open):
+class _Sampling(ApiModel):
     """Parameters chat and completions share."""
+    hinted = tuple(HOST_SAMPLERS)
     model: str | None = None
     frequency_penalty: Number | None = Field(None, ge=-2, le=2)
     presence_penalty: Number | None = Field(None, ge=-2, le=2)
@@ -129,3 +134,20 @@ class ChatCompletionRequest(_Sampling):
     service_tier: str | None = None
     store: bool | None = None
     metadata: dict[str, Any] | None = None
+    # OpenAI's, taken and ignored (params.RULES says why)
+    prompt_cache_key: Any = None
+    prompt_cache_retention: Any = None
+    prompt_cache_options: Any = None
+    safety_identifier: Any = None
+    moderation: Any = None
+
+    passes = frozenset({*HOST_SAMPLERS, *webui_fields.ALL})
+
+
+# A completion takes the web UI's generation fields, not the ones that shape a chat prompt.
+_TEMPLATE = {*webui_fields.TEMPLATE_FIELDS, *webui_fields.ALIASES}
+CompletionRequest.passes = frozenset({*HOST_SAMPLERS, *(webui_fields.ALL - _TEMPLATE)})
+CompletionRequest.elsewhere = {name: "It is a parameter of /v1/chat/completions." for name in
+                               {*ChatCompletionRequest.model_fields, *_TEMPLATE} - set(CompletionRequest.model_fields)}
+ChatCompletionRequest.elsewhere = {name: "It is a parameter of /v1/completions." for name in
+                                   set(CompletionRequest.model_fields) - set(ChatCompletionRequest.model_fields)}

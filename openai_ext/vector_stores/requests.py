@@ -6,13 +6,9 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from ..core.api_model import ApiModel
 from ..responses.protocol import Metadata
 from .filters import Attributes, Filter
-
-
-class _Open(BaseModel):
-    # unknown fields are kept and refused by name (refuse_unknown_fields), unless the server allows them
-    model_config = ConfigDict(extra="allow")
 
 
 class Expiry(BaseModel):
@@ -59,7 +55,7 @@ def chunking_dict(value: ChunkingStrategy | None) -> dict[str, Any] | None:
     return None if value is None else value.model_dump(exclude_none=True)
 
 
-class CreateVectorStore(_Open):
+class CreateVectorStore(ApiModel):
     file_ids: Annotated[list[str], Field(max_length=500)] | None = None
     name: str | None = None
     description: str | None = None
@@ -68,19 +64,19 @@ class CreateVectorStore(_Open):
     metadata: Metadata | None = None
 
 
-class ModifyVectorStore(_Open):
+class ModifyVectorStore(ApiModel):
     name: str | None = None
     expires_after: Expiry | None = None
     metadata: Metadata | None = None
 
 
-class CreateVectorStoreFile(_Open):
+class CreateVectorStoreFile(ApiModel):
     file_id: str
     chunking_strategy: Chunking | None = None
     attributes: Attributes = None
 
 
-class CreateFileBatch(_Open):
+class CreateFileBatch(ApiModel):
     file_ids: Annotated[list[str], Field(min_length=1, max_length=2000)] | None = None
     files: Annotated[list[CreateVectorStoreFile], Field(min_length=1, max_length=2000)] | None = None
     chunking_strategy: Chunking | None = None
@@ -93,7 +89,7 @@ class CreateFileBatch(_Open):
         return self
 
 
-class UpdateAttributes(_Open):
+class UpdateAttributes(ApiModel):
     attributes: Attributes
 
 
@@ -103,7 +99,7 @@ class RankingOptions(BaseModel):
     score_threshold: Annotated[float, Field(ge=0, le=1)] = 0.0
 
 
-class SearchRequest(_Open):
+class SearchRequest(ApiModel):
     query: Union[str, Annotated[list[str], Field(min_length=1, max_length=10)]]
     rewrite_query: bool = False
     max_num_results: Annotated[int, Field(ge=1, le=50)] = 10

@@ -3,6 +3,8 @@ ignored when the allow_unknown_fields setting says so."""
 
 from __future__ import annotations
 
+import typing
+
 import httpx
 import openai
 import pytest
@@ -48,9 +50,13 @@ def test_web_ui_fields_and_host_samplers_are_not_unknown(scripted):
 @pytest.mark.slow  # starts its own server
 def test_the_setting_ignores_unknown_fields(scripted_host, make_server):
     server = make_server(scripted_host, allow_unknown_fields=True)
-    for path in ("chat/completions", "moderations"):
+    for path in ("chat/completions", "moderations", "completions", "responses", "edits"):
         r = httpx.post(f"{server.url}/{path}", json={**BODIES[path], "frobnicate": 1}, timeout=60)
         assert r.status_code == 200, r.text
+    # a request read on the prepare thread sees the setting too
+    r = httpx.post(f"{server.url}/internal/logits", json={"prompt": "Once", "use_samplers": True, "frobnicate": 1},
+                   timeout=60)
+    assert r.status_code == 200, r.text
     reply = openai_client(server).chat.completions.create(model="x", messages=CHAT["messages"], max_tokens=2,
                                                           extra_body={"frobnicate": 1})
     assert reply.choices[0].finish_reason in ("length", "stop")
@@ -69,3 +75,35 @@ def test_one_check_for_every_family():
     with pytest.raises(InvalidRequestError) as e:
         refuse_unknown(["stop"], known=["stream"], elsewhere={"stop": "It is a parameter of /v1/chat/completions."})
     assert "supplied: stop. It is a parameter of /v1/chat/completions." in e.value.message
+
+
+def _routes(routes):
+    for route in routes:
+        inner = getattr(route, "original_router", None)   # FastAPI 0.165 includes routers lazily
+        yield from _routes(inner.routes) if inner is not None else (route,)
+
+
+def _body_models(app):
+    """The pydantic models FastAPI reads each route's JSON body into."""
+    from fastapi.routing import APIRoute
+    from pydantic import BaseModel
+    for route in _routes(app.routes):
+        if isinstance(route, APIRoute) and route.body_field is not None:
+            kind = route.body_field.field_info.annotation
+            for k in (kind, *typing.get_args(kind)):
+                if isinstance(k, type) and issubclass(k, BaseModel):
+                    yield route.path, k
+
+
+def test_every_route_body_is_an_api_model_that_refuses_unknown_fields(scripted):
+    """One base model (core.api_model.ApiModel) refuses unknown fields by inheritance: no family's
+    route takes a body whose check it could forget."""
+    from openai_ext.core.api_model import ApiModel
+    models = dict(_body_models(scripted.app))
+    assert len(models) >= 20, models   # chat, completions, Responses, Messages, vector stores, batches ...
+    assert {path for path, m in models.items() if not issubclass(m, ApiModel)} == set()
+    # a nested ApiModel's unknown field is named at its place in the body
+    r = httpx.post(f"{scripted.url}/vector_stores/vs_x/file_batches", timeout=60,
+                   json={"files": [{"file_id": "file-1"}, {"file_id": "file-2", "colour": "red"}]})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == "files[1].colour" and r.json()["error"]["code"] == "unknown_parameter"

@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from pydantic import ValidationError
 from support import ROOT
 
-from openai_ext.core.errors import InvalidRequestError
+from openai_ext.core.errors import InvalidRequestError, from_validation_errors
 from openai_ext.messages import render, translate
 from openai_ext.messages.protocol import CountTokensRequest, MessagesRequest
 from openai_ext.messages.stream import Blocks
@@ -19,9 +20,16 @@ WEATHER = {"name": "get_weather", "description": "Weather",
            "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
 
 
+def validated(model, body):
+    """``body`` read as the route reads it: a refused one is the 400 the client gets (core.handlers)."""
+    try:
+        return model.model_validate(body)
+    except ValidationError as e:
+        raise from_validation_errors(list(e.errors())) from None
+
+
 def chat_of(**kw):
-    req = MessagesRequest.model_validate({"model": "m", "max_tokens": 10, **kw})
-    return translate.to_chat(req)
+    return translate.to_chat(validated(MessagesRequest, {"model": "m", "max_tokens": 10, **kw}))
 
 
 def test_a_conversation_with_tools_becomes_chat_turns():
@@ -109,10 +117,9 @@ def test_refusals_name_the_parameter(kw, param):
 def test_count_tokens_requests_take_no_sampling_fields():
     req = CountTokensRequest.model_validate({"model": "m", "messages": [{"role": "user", "content": "x"}]})
     assert translate.to_chat(req).chat.max_tokens is None
-    bad = CountTokensRequest.model_validate({"model": "m", "messages": [{"role": "user", "content": "x"}],
-                                             "max_tokens": 5})
     with pytest.raises(InvalidRequestError):
-        translate.to_chat(bad)
+        translate.to_chat(validated(CountTokensRequest, {"model": "m", "messages": [{"role": "user", "content": "x"}],
+                                                         "max_tokens": 5}))
 
 
 CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris {x}"}}\n</tool_call>'

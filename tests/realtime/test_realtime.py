@@ -278,6 +278,11 @@ def test_bad_events_get_error_events_and_the_session_goes_on(rt):
             error = raw_events(ws, "error")[-1]["error"]
             assert error["code"] == "unknown_parameter" and error["param"] == param, error
             assert f"Did you mean '{hint}'?" in error["message"] and error["event_id"] == "e8"
+        # an event's own fields too (core.api_model: the same check as every request body's)
+        ws.send(json.dumps({"type": "response.cancel", "response_idd": "resp_1", "event_id": "e9"}))
+        error = raw_events(ws, "error")[-1]["error"]
+        assert error["code"] == "unknown_parameter" and error["param"] == "response_idd", error
+        assert "Did you mean 'response_id'?" in error["message"] and error["event_id"] == "e9"
         ws.send(json.dumps({"type": "session.update", "session": {"type": "realtime", "tracing": "auto",
                                                                   "include": [], "model": "gpt-realtime"}}))
         raw_events(ws, "session.updated")

@@ -97,14 +97,14 @@ def test_truncation_auto_finds_the_cut_in_few_tries(monkeypatch):
 
     monkeypatch.setattr(convert.chat, "prepare", prepare)
     body = CreateResponse(model="m", input="x", truncation="auto")
-    got = convert.prepare(None, body, history, new, allow_unknown=False)
+    got = convert.prepare(None, body, history, new)
     assert len(got) == fits and got[-1].content == "last" and got[0].role == "user"   # 20 turns and the new one
     assert len(calls) <= 16, calls
     # disabled: one try, and the error names input
     body = CreateResponse(model="m", input="x", truncation="disabled")
     calls.clear()
     try:
-        convert.prepare(None, body, history, new, allow_unknown=False)
+        convert.prepare(None, body, history, new)
     except InvalidRequestError as e:
         assert e.param == "input" and e.code == "context_length_exceeded" and len(calls) == 1
     else:

@@ -6,9 +6,11 @@ import dataclasses
 import json
 
 import pytest
+from pydantic import ValidationError
 from support import DATA, ROOT
 
-from openai_ext.core.errors import InvalidRequestError
+from openai_ext.core.api_model import unknown_fields
+from openai_ext.core.errors import InvalidRequestError, from_validation_errors
 from openai_ext.text.params import (
     HOST_SAMPLERS,
     RULES,
@@ -198,19 +200,22 @@ def test_best_of_needs_logprobs_from_the_host():
         plan(comp(best_of=3), abilities=BARE, room=10, max_n=4)
 
 
-@pytest.mark.parametrize("req, param, hint", [
-    (chat(frobnicate=True), "frobnicate", None),
-    (chat(max_token=5), "max_token", "Did you mean 'max_tokens'?"),
-    (comp(top_kk=5), "top_kk", "Did you mean 'top_k'?"),
-    (comp(messages=MSG), "messages", "It is a parameter of /v1/chat/completions."),
-    (chat(echo=True), "echo", "It is a parameter of /v1/completions."),
+@pytest.mark.parametrize("make, fields, param, hint", [
+    (chat, {"frobnicate": True}, "frobnicate", None),
+    (chat, {"max_token": 5}, "max_token", "Did you mean 'max_tokens'?"),
+    (comp, {"top_kk": 5}, "top_kk", "Did you mean 'top_k'?"),
+    (comp, {"messages": MSG}, "messages", "It is a parameter of /v1/chat/completions."),
+    (comp, {"mode": "chat"}, "mode", "It is a parameter of /v1/chat/completions."),
+    (chat, {"echo": True}, "echo", "It is a parameter of /v1/completions."),
 ])
-def test_unknown_fields_are_refused_by_name(req, param, hint):
-    with pytest.raises(InvalidRequestError) as e:
-        plan(req, abilities=FULL, room=10, max_n=1)
-    assert e.value.param == param and e.value.code == "unknown_parameter"
-    assert e.value.message.startswith(f"Unrecognized request argument supplied: {param}.")
-    assert hint is None or hint in e.value.message
+def test_unknown_fields_are_refused_by_name(make, fields, param, hint):
+    """The request model refuses them (core.api_model), before any plan is made."""
+    with pytest.raises(ValidationError) as v:
+        make(**fields)
+    e = from_validation_errors(list(v.value.errors()))   # the 400 the client gets
+    assert e.param == param and e.code == "unknown_parameter"
+    assert e.message.startswith(f"Unrecognized request argument supplied: {param}.")
+    assert hint is None or hint in e.message
 
 
 def test_web_ui_fields_map_on_the_web_ui_and_the_setting_allows_unknown_fields():
@@ -224,7 +229,9 @@ def test_web_ui_fields_map_on_the_web_ui_and_the_setting_allows_unknown_fields()
     with pytest.raises(InvalidRequestError) as e:   # a host without the web UI has no presets
         plan(chat(preset="simple-1"), abilities=FULL, room=10, max_n=1)
     assert e.value.param == "preset"
-    p = plan(chat(frobnicate=True), abilities=FULL, room=10, max_n=1, allow_unknown=True)
+    with unknown_fields(True):   # the allow_unknown_fields setting, as a request of such a server has it
+        req = chat(frobnicate=True)
+    p = plan(req, abilities=FULL, room=10, max_n=1)
     assert p.ignored == ["frobnicate"] and p.settings == plan(chat(), abilities=FULL, room=10, max_n=1).settings
 
 
