@@ -226,6 +226,9 @@ def test_web_ui_fields_map_on_the_web_ui_and_the_setting_allows_unknown_fields()
     # the preset's samplers, unless the request names them
     assert (p.settings.temperature, p.settings.top_p) == (None, None)
     assert plan(chat(preset="simple-1", temperature=0.5), abilities=web_ui, room=10, max_n=1).settings.temperature == 0.5
+    # null is as good as left out: the preset decides (a family's chat request names every field it maps)
+    assert plan(chat(preset="simple-1", temperature=None), abilities=web_ui, room=10, max_n=1).settings.temperature \
+        is None
     with pytest.raises(InvalidRequestError) as e:   # a host without the web UI has no presets
         plan(chat(preset="simple-1"), abilities=FULL, room=10, max_n=1)
     assert e.value.param == "preset"
