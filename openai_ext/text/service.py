@@ -21,7 +21,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import hashlib
-from typing import Any, AsyncGenerator, Awaitable, Callable, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, AsyncGenerator, Awaitable, Callable, Protocol, TypeVar
 
 import anyio
 from fastapi import Request
@@ -34,6 +34,9 @@ from ..core.streaming import Framing, event_stream, until_disconnect
 from ..documents.inputs import Reader
 from ..hosts.base import Host
 from ..hosts.manager import ModelChangeFailed, NoModel
+
+if TYPE_CHECKING:
+    from .params import Plan
 
 T = TypeVar("T")
 
@@ -174,17 +177,27 @@ class TextService:
         self.worker.shutdown(wait=False, cancel_futures=True)
 
 
-class TextEndpoint(Protocol):
-    """What an endpoint module (chat, completions) offers: ``prepare`` validates a body into a
-    job, on a worker thread; ``complete`` and ``stream`` run it. An endpoint of another API may
-    has its stream's ``framing`` (None: OpenAI's; see core.streaming)."""
+class Planned(Protocol):
+    """A prepared text request: its plan says whether it streams."""
+    @property
+    def plan(self) -> Plan: ...
+
+
+Body = TypeVar("Body", contravariant=True)
+PlannedJob = TypeVar("PlannedJob", bound=Planned)
+
+
+class TextEndpoint(Protocol[Body, PlannedJob]):
+    """What an endpoint module (chat, completions, Messages) offers: ``prepare`` validates a
+    ``Body`` into a job, on a worker thread; ``complete`` and ``stream`` run it. An endpoint of
+    another API has its stream's ``framing`` (None: OpenAI's; see core.streaming)."""
     framing: Framing | None
 
-    def prepare(self, text: TextService, body: Any) -> Any: ...
+    def prepare(self, text: TextService, body: Body, /) -> PlannedJob: ...
 
-    async def complete(self, text: TextService, job: Any, place: Place) -> Any: ...
+    async def complete(self, text: TextService, job: PlannedJob, place: Place, /) -> dict[str, Any]: ...
 
-    def stream(self, text: TextService, job: Any, place: Place) -> Any: ...
+    def stream(self, text: TextService, job: PlannedJob, place: Place, /) -> AsyncGenerator[dict[str, Any], None]: ...
 
 
 def enter(text: TextService) -> Place:
@@ -227,7 +240,7 @@ async def serve(text: TextService, request: Request, place: Place, *, events: As
         place.release()
 
 
-async def generate(text: TextService, request: Request, endpoint: TextEndpoint, body: Any) -> Any:
+async def generate(text: TextService, request: Request, endpoint: TextEndpoint[Body, PlannedJob], body: Body) -> Any:
     """Runs one text request from its validated body to its response."""
     job, place = await admit(text, endpoint.prepare, text, body)
     return await serve(text, request, place, events=endpoint.stream(text, job, place) if job.plan.stream else None,
