@@ -126,6 +126,31 @@ def parse(form: Form | JsonForm, task: str) -> Job:
             raise InvalidRequestError(f"'{name}' needs speaker diarization, which this server does not do. "
                                       "Leave it out.", param=name)
 
+    _languages(form, job)
+    job.prompt = form.text("prompt") or None
+    keywords = [k.strip() for k in form.many("keywords") or [] if k.strip()]
+    job.hotwords = ", ".join(keywords) or None
+
+    temperature = form.text("temperature")
+    if temperature not in (None, ""):
+        job.temperature = _number(temperature, "temperature", 0.0, 1.0)
+
+    _granularities(form, job)
+    job.stream = form.flag("stream")
+    if job.stream and fmt not in ("json", "text"):
+        raise InvalidRequestError(f"stream=true sends transcript.text events, which carry no timestamps: use "
+                                  f"response_format json or text with it, or drop stream for {fmt}.",
+                                  param="stream")
+
+    _include(form, job)
+    job.vad = _chunking(form.object("chunking_strategy"))
+
+    if extra:   # (the allow_unknown_fields setting let them pass)
+        log.debug("ignoring unknown fields: %s", ", ".join(extra))
+    return job
+
+
+def _languages(form: Form | JsonForm, job: Job) -> None:
     language = form.text("language")
     languages = form.many("languages")
     if language and languages:
@@ -137,45 +162,29 @@ def parse(form: Form | JsonForm, task: str) -> Job:
         if len(job.candidates) == 1:
             job.language, job.candidates = job.candidates[0], ()
 
-    job.prompt = form.text("prompt") or None
-    keywords = [k.strip() for k in form.many("keywords") or [] if k.strip()]
-    job.hotwords = ", ".join(keywords) or None
 
-    temperature = form.text("temperature")
-    if temperature not in (None, ""):
-        job.temperature = _number(temperature, "temperature", 0.0, 1.0)
-
+def _granularities(form: Form | JsonForm, job: Job) -> None:
     granularities = form.many("timestamp_granularities")
     if granularities:
         unknown = [g for g in granularities if g not in GRANULARITIES]
         if unknown:
             raise InvalidRequestError(f"Invalid timestamp_granularities {unknown}. Use word and/or segment.",
                                       param="timestamp_granularities")
-        if fmt != "verbose_json":
+        if job.response_format != "verbose_json":
             raise InvalidRequestError("timestamp_granularities needs response_format=verbose_json.",
                                       param="timestamp_granularities")
         job.words, job.segments = "word" in granularities, "segment" in granularities
 
-    job.stream = form.flag("stream")
-    if job.stream and fmt not in ("json", "text"):
-        raise InvalidRequestError(f"stream=true sends transcript.text events, which carry no timestamps: use "
-                                  f"response_format json or text with it, or drop stream for {fmt}.",
-                                  param="stream")
 
+def _include(form: Form | JsonForm, job: Job) -> None:
     include = form.many("include") or []
     for item in include:
         if item != "logprobs":
             raise InvalidRequestError(f"Invalid include value {item!r}. The only one is logprobs.", param="include")
     if include:
-        if fmt != "json":
+        if job.response_format != "json":
             raise InvalidRequestError("include=logprobs works with response_format=json only.", param="include")
         job.logprobs = True
-
-    job.vad = _chunking(form.object("chunking_strategy"))
-
-    if extra:   # (the allow_unknown_fields setting let them pass)
-        log.debug("ignoring unknown fields: %s", ", ".join(extra))
-    return job
 
 
 def _chunking(value: dict[str, Any] | str | None) -> stt.Vad | None:
