@@ -142,23 +142,13 @@ def plan(req: CompletionRequest | ChatCompletionRequest, *, abilities: HostAbili
     # the fields sent with a value: null is as good as left out (a family's request, built with
     # keyword arguments, names every field it maps, None where its own request had none)
     sent = {name for name in req.model_fields_set if getattr(req, name, None) is not None}
-    # --- length -------------------------------------------------------------------------
-    wanted = req.max_tokens
-    if isinstance(req, ChatCompletionRequest) and req.max_completion_tokens is not None:
-        wanted = req.max_completion_tokens
-    if wanted is None:
-        wanted = (min(room, default_max_tokens) if default_max_tokens > 0 else room) if chat else 16
-    max_new_tokens = max(0, min(wanted, room))
+    max_new_tokens = _length(req, room, default_max_tokens)
 
     # --- sampling -----------------------------------------------------------------------
     extra = req.model_extra or {}
     web_ui = webui_fields.generation_settings(extra, abilities)
 
-    def sampler(name: str, value: float | None, default: float) -> float | None:
-        # A preset's samplers apply; only the ones the request names override them.
-        if "preset" in web_ui and name not in sent:
-            return None
-        return default if value is None else float(value)
+    temperature, top_p, presence, frequency = _openai_samplers(req, "preset" in web_ui, sent)
     grammar_string: str | None = web_ui.get("grammar_string")
     triggers: tuple[str, ...] = ()
 
@@ -178,20 +168,18 @@ def plan(req: CompletionRequest | ChatCompletionRequest, *, abilities: HostAbili
         # Candidates are ranked by their log-probabilities, so the host must compute them
         # even when the client did not ask to see them (plan.logprobs stays None then).
         host_logprobs = 0
-    include_usage = False
-    if req.stream_options is not None and req.stream_options.include_usage:
-        if not stream:
-            raise _reject("stream_options", "stream_options is only allowed with stream: true.")
-        include_usage = True
+    include_usage = req.stream_options is not None and bool(req.stream_options.include_usage)
+    if include_usage and not stream:
+        raise _reject("stream_options", "stream_options is only allowed with stream: true.")
 
     # --- chat-only switches, structured output and tools ---------------------------------
     if isinstance(req, ChatCompletionRequest):
         _check_chat_switches(req)
         constrained = _constraints(req, toolset, abilities)
-        if "grammar_string" in web_ui and constrained is not None:
-            raise _reject("grammar_string", "{param} cannot be combined with {format} or tools that constrain the "
-                                            "output; send one or the other.", format="response_format")
         if constrained is not None:
+            if "grammar_string" in web_ui:
+                raise _reject("grammar_string", "{param} cannot be combined with {format} or tools that constrain "
+                                                "the output; send one or the other.", format="response_format")
             grammar_string, triggers = constrained
 
     # --- the host's own samplers, sent as extra fields ----------------------------------
@@ -203,15 +191,39 @@ def plan(req: CompletionRequest | ChatCompletionRequest, *, abilities: HostAbili
         log.debug("ignored request fields: %s", ", ".join(sorted(ignored)))
 
     settings = GenerationSettings(
-        max_new_tokens=max_new_tokens, temperature=sampler("temperature", req.temperature, 1.0),
-        top_p=sampler("top_p", req.top_p, 1.0), presence_penalty=sampler("presence_penalty", req.presence_penalty, 0.0),
-        frequency_penalty=sampler("frequency_penalty", req.frequency_penalty, 0.0),
-        seed=None if req.seed is None else int(req.seed),
+        max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, presence_penalty=presence,
+        frequency_penalty=frequency, seed=None if req.seed is None else int(req.seed),
         logit_bias=bias, logprobs=host_logprobs, grammar=grammar_string, grammar_triggers=triggers,
         samplers=samplers, preset=web_ui.get("preset"), max_tokens_second=web_ui.get("max_tokens_second"))
     return Plan(settings=settings, n=n, best_of=best_of, stream=stream,
                 include_usage=include_usage, logprobs=logprobs, echo=bool(getattr(req, "echo", False)), stops=stops,
                 ignored=sorted(ignored))
+
+
+def _openai_samplers(req: CompletionRequest | ChatCompletionRequest, preset: bool,
+                     sent: set[str]) -> tuple[float | None, float | None, float | None, float | None]:
+    """temperature, top_p, presence and frequency penalty: OpenAI's defaults where the request
+    names none; with a web UI preset, None (the preset's) for those it does not name."""
+    def sampler(name: str, value: float | None, default: float) -> float | None:
+        if preset and name not in sent:
+            return None
+        return default if value is None else float(value)
+    return (sampler("temperature", req.temperature, 1.0), sampler("top_p", req.top_p, 1.0),
+            sampler("presence_penalty", req.presence_penalty, 0.0),
+            sampler("frequency_penalty", req.frequency_penalty, 0.0))
+
+
+def _length(req: CompletionRequest | ChatCompletionRequest, room: int, default_max_tokens: int) -> int:
+    """The tokens to generate: what the request asks, within the ``room`` the context has left.
+    A chat reply that names none gets the room (capped by the default_max_tokens setting), a
+    completion OpenAI's 16."""
+    wanted = req.max_tokens
+    if isinstance(req, ChatCompletionRequest) and req.max_completion_tokens is not None:
+        wanted = req.max_completion_tokens
+    if wanted is None:
+        chat = isinstance(req, ChatCompletionRequest)
+        wanted = (min(room, default_max_tokens) if default_max_tokens > 0 else room) if chat else 16
+    return max(0, min(wanted, room))
 
 
 def _choices(req: CompletionRequest | ChatCompletionRequest, abilities: HostAbilities, max_n: int) -> tuple[int, int]:
