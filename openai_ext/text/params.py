@@ -93,7 +93,7 @@ RULES: tuple[Rule, ...] = (
         ("top_k", "min_p", "typical_p", "repetition_penalty", "...")) + " (see HOST_SAMPLERS). 400 if the host lacks one."),
 )
 
-# For an unknown field: the parameters of each endpoint, and where a field of the other one belongs.
+
 @dataclass
 class Plan:
     """The host settings for one request, plus what the server does around the host."""
@@ -135,8 +135,7 @@ def plan(req: CompletionRequest | ChatCompletionRequest, *, abilities: HostAbili
 
     ``room`` is how many tokens the context has left after the prompt; ``max_n`` is the largest
     ``n`` the server allows; ``toolset`` is the request's tools, already read by tools.parse();
-    ``default_max_tokens`` (the setting), above 0, caps a chat reply that names
-    no max_tokens.
+    ``default_max_tokens`` (the setting), above 0, caps a chat reply that names no max_tokens.
     """
     chat = isinstance(req, ChatCompletionRequest)
     # the fields sent with a value: null is as good as left out (a family's request, built with
