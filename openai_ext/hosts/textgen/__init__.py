@@ -5,6 +5,11 @@ Everything goes through the host: its model and tokenizer, its context length
 its settings dict as the base of every request's state, and its chat prompt builder with the
 model's instruction template. Stop strings are the exception: the server applies them itself
 (see ``TextgenHost.generate``).
+
+Its samplers have no typed options model, unlike the other hosts': they are the web UI's own
+settings, keys of its state dict whose set depends on the loaded model's loader and on the web
+UI's version (``_samplers``). The values are checked against ``base.HOST_SAMPLERS``' types by
+params.plan and copied into that state by name (state.py); the web UI reads them itself.
 """
 
 from __future__ import annotations

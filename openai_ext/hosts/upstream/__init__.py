@@ -35,6 +35,7 @@ from ...core.errors import InvalidRequestError, OpenAIError, ServiceUnavailableE
 from ..base import ChatPrompt, Host, HostAbilities, Piece, Pieces, Prompt
 from ..request import NO_CHAT_OPTIONS, ChatOptions, GenerationSettings
 from . import calls as upstream_calls
+from . import options
 from .breaker import Breaker
 from .calls import Call, Calls
 from .dialects import Dialect, detect, error_of
@@ -45,22 +46,6 @@ log = logging.getLogger(__name__)
 CALL_TIMEOUT = 30.0   # seconds for a tokenizer or template call to answer
 CHECK_TIMEOUT = 3.0   # seconds for the model list to answer a check of the upstream's health
 HEAD_BYTES = 2048     # of a body that is not the stream asked for, read to quote it
-
-# Request fields the sampler names become on each kind of engine (the host samplers of a request).
-SAMPLERS: dict[str, dict[str, str]] = {
-    "llama.cpp": {"top_k": "top_k", "min_p": "min_p", "typical_p": "typical_p", "top_n_sigma": "top_n_sigma",
-                  "repetition_penalty": "repeat_penalty", "repetition_penalty_range": "repeat_last_n",
-                  "xtc_threshold": "xtc_threshold", "xtc_probability": "xtc_probability",
-                  "dry_multiplier": "dry_multiplier", "dry_base": "dry_base",
-                  "dry_allowed_length": "dry_allowed_length", "mirostat_mode": "mirostat",
-                  "mirostat_tau": "mirostat_tau", "mirostat_eta": "mirostat_eta", "ban_eos_token": "ignore_eos"},
-    "vllm": {"top_k": "top_k", "min_p": "min_p", "repetition_penalty": "repetition_penalty",
-             "ban_eos_token": "ignore_eos"},
-    "openai_ext": {"top_k": "top_k", "min_p": "min_p", "typical_p": "typical_p",
-                   "repetition_penalty": "repetition_penalty", "ban_eos_token": "ban_eos_token"},
-    "generic": {},
-}
-
 
 def redact(url: str) -> str:
     """A URL as it may be logged or shown: without credentials."""
@@ -179,8 +164,8 @@ class UpstreamHost(Host):
             return dialect
 
     def _abilities(self, dialect: Dialect | None) -> HostAbilities:
-        names = frozenset(SAMPLERS.get(dialect.name, {}) if dialect else ())
-        return HostAbilities(samplers=names, logprobs=dialect is not None and dialect.name != "generic",
+        return HostAbilities(samplers=options.takes(dialect.name if dialect else None),
+                             logprobs=dialect is not None and dialect.name != "generic",
                              prompt_logprobs=False, grammar=bool(dialect and dialect.grammar),
                              lazy_grammar=bool(dialect and dialect.lazy_grammar), parallel=self.parallel)
 
@@ -254,9 +239,7 @@ class UpstreamHost(Host):
             body["seed"] = s.seed
         if s.logprobs is not None:
             body["logprobs"] = max(1, s.logprobs)   # one at least, so every token comes with its own
-        for ours, theirs in SAMPLERS.get(dialect.name, {}).items():
-            if ours in s.samplers:
-                body[theirs] = s.samplers[ours]
+        body.update(options.engine_fields(dialect.name, s))
         if s.grammar and dialect.grammar:
             body.update(dialect.grammar_fields(s.grammar, list(s.grammar_triggers)))
         return body
