@@ -30,8 +30,8 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 from pydantic import ValidationError
 
 from ..audio.sentences import split_sentences
-from ..core.errors import ContextLengthExceeded, OpenAIError, from_validation_errors, internal_error
-from ..text import chat
+from ..core.errors import OpenAIError, from_validation_errors, internal_error
+from ..text import chat, fitting
 from ..text.generation import run_job
 from ..text.output import OutputParser
 from ..text.protocol import ChatCompletionRequest
@@ -357,22 +357,18 @@ def _prepare_within_context(text: Any, req: ChatCompletionRequest) -> Any:
     """chat.prepare, with the oldest turns left out while the conversation does not fit the
     model's context (OpenAI's truncation "auto"): a long spoken session goes on, forgetting its
     start, instead of failing every answer. The instructions stay; what is kept starts at a user
-    message, so no tool output is left without its call."""
-    while True:
-        try:
-            return chat.prepare(text, req)
-        except ContextLengthExceeded:
-            system = [m for m in req.messages[:1] if m.role == "system"]
-            rest = req.messages[len(system):]
-            drop = max(1, len(rest) // 4)
-            kept = rest[drop:]
-            while kept and kept[0].role != "user":
-                kept = kept[1:]
-            if not kept or len(kept) == len(rest):
-                raise
-            log.info("a realtime conversation was cut by %d of its oldest messages to fit the context",
-                     len(rest) - len(kept))
-            req = req.model_copy(update={"messages": system + kept})
+    message, so no tool output is left without its call. A quarter more of the turns kept is cut
+    (text.fitting's slack), so the next turns fit with the same beginning, read from the cache."""
+    system = [m for m in req.messages[:1] if m.role == "system"]
+    rest = req.messages[len(system):]
+    starts = [0, *(i for i, m in enumerate(rest) if i > 0 and m.role == "user")]
+
+    def attempt(start: int) -> tuple[int, Any]:
+        return start, chat.prepare(text, req.model_copy(update={"messages": system + rest[start:]}) if start else req)
+    cut, job = fitting.fit(starts, attempt, slack=0.25)
+    if cut:
+        log.info("a realtime conversation was cut by %d of its oldest messages to fit the context", cut)
+    return job
 
 
 def _single(e: BaseException) -> BaseException:

@@ -14,7 +14,7 @@ import re
 from typing import Any
 
 from ..core.errors import ContextLengthExceeded, InvalidRequestError, PathNames, renamed
-from ..text import chat
+from ..text import chat, fitting
 from ..text.generation import Job
 from ..text.protocol import ChatCompletionRequest
 from ..text.service import TextService
@@ -184,8 +184,8 @@ def starts(items: list[dict[str, Any]]) -> list[int]:
 def prepare(text: TextService, body: CreateResponse | InputTokensRequest, history: list[dict[str, Any]],
             items: list[dict[str, Any]], *, tools: tools_.ToolMap | None = None) -> Job:
     """chat.prepare() on the request; with truncation auto, the oldest items (history first) are
-    dropped until the prompt fits. The cut is found by bisection, so a long history costs a few
-    tries (each refused cheaply, before tokenizing, when far too long), not one per item."""
+    dropped until the prompt fits (text.fitting: a few tries, each refused cheaply, before
+    tokenizing, when far too long)."""
     context = compaction.expand([*history, *items])
     tools = tools if tools is not None else tools_.build(body.tools)
 
@@ -200,24 +200,9 @@ def prepare(text: TextService, body: CreateResponse | InputTokensRequest, histor
             raise translate(e, tools.paths) from None
 
     try:
-        return attempt(0)
-    except ContextLengthExceeded as first:
-        starts_ = starts(context)
-        if body.truncation != "auto" or len(starts_) == 1:
-            raise translate(first) from None
-        # the newest start that still fits is the answer; the last one must fit at all
-        lo, hi = 1, len(starts_) - 1   # starts_[0] fails; best is always the attempt at starts_[hi]
-        try:
-            best = attempt(starts_[hi])
-        except ContextLengthExceeded as e:
-            raise translate(e) from None
-        while lo < hi:
-            mid = (lo + hi) // 2
-            try:
-                best, hi = attempt(starts_[mid]), mid
-            except ContextLengthExceeded:
-                lo = mid + 1
-        return best
+        return fitting.fit(starts(context) if body.truncation == "auto" else [0], attempt)
+    except ContextLengthExceeded as e:
+        raise translate(e) from None
 
 
 def again(text: TextService, body: CreateResponse, context: tuple[list[dict[str, Any]], list[dict[str, Any]]],
