@@ -4,17 +4,18 @@ requires. Read over the items before a request and its new ones."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
 
 from ..core.errors import InvalidRequestError
 from . import compacted
+from .item_types import CompactionItem, Item
 
 
 def _bad(param: str, message: str) -> InvalidRequestError:
     return InvalidRequestError(message, param=param)
 
 
-def check_call_outputs(history: list[dict[str, Any]], items: list[dict[str, Any]], where: str = "input", *,
+def check_call_outputs(history: Sequence[Item], items: Sequence[Item], where: str = "input", *,
                        answered: bool = True) -> None:
     """Every function_call_output answers a function_call made before it, as OpenAI requires: in
     the history, earlier in ``items``, or kept by the latest compaction item before it (which
@@ -26,7 +27,7 @@ def check_call_outputs(history: list[dict[str, Any]], items: list[dict[str, Any]
     latest = next((it for it in reversed(history) if it["type"] == "compaction"), None)
     kept: dict[int, set[str]] = {}
 
-    def kept_calls(item: dict[str, Any]) -> set[str]:
+    def kept_calls(item: CompactionItem) -> set[str]:
         if id(item) not in kept:
             kept[id(item)] = {k["call_id"] for k in compacted.decode(item["encrypted_content"], where)[1]
                               if isinstance(k, dict) and k.get("type") == "function_call"
@@ -46,7 +47,7 @@ def check_call_outputs(history: list[dict[str, Any]], items: list[dict[str, Any]
                                                 "or conversation).")
 
 
-def check_answered(history: list[dict[str, Any]], items: list[dict[str, Any]], where: str = "input") -> None:
+def check_answered(history: Sequence[Item], items: Sequence[Item], where: str = "input") -> None:
     """Every function_call is answered by its function_call_output before the conversation goes
     on, as OpenAI requires ("No tool output found for function call ..."): before the next user,
     system or developer message, and, once the input answers some of the calls it ends with, all
@@ -65,15 +66,14 @@ def check_answered(history: list[dict[str, Any]], items: list[dict[str, Any]], w
 
     for k, it in enumerate([*history, *items]):
         i = k - len(history)       # the place in items (negative: the history's)
-        kind = it["type"]
-        if kind == "function_call" and it.get("status") != "incomplete":   # a call max tokens cut is no call
+        if it["type"] == "function_call" and it.get("status") != "incomplete":   # a call max tokens cut is no call
             pending[it["call_id"]] = k
-        elif kind == "function_call_output":
+        elif it["type"] == "function_call_output":
             pending.pop(it["call_id"], None)
             last_output = k if i >= 0 else last_output
-        elif kind == "compaction":
+        elif it["type"] == "compaction":
             pending.clear()
-        elif kind == "message" and it.get("role") != "assistant" and pending:
+        elif it["type"] == "message" and it.get("role") != "assistant" and pending:
             if i >= 0:
                 continued = i == 0 and min(pending.values()) < len(history)
                 raise refuse(f"{where}[{i}]", f"before {where}[{i}]" + (
@@ -83,7 +83,7 @@ def check_answered(history: list[dict[str, Any]], items: list[dict[str, Any]], w
         raise refuse(where, f"with the outputs {where} holds")
 
 
-def check_approvals(before: list[dict[str, Any]], new: list[dict[str, Any]]) -> None:
+def check_approvals(before: Sequence[Item], new: Sequence[Item]) -> None:
     """Every mcp_approval_response answers an mcp_approval_request of the context, once."""
     requests = {it["id"] for it in [*before, *new] if it["type"] == "mcp_approval_request"}
     answered: set[str] = set()

@@ -14,11 +14,13 @@ import base64
 import binascii
 import json
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..core.bodies import load_json
 from ..core.errors import InvalidRequestError
+from .item_types import Item, Items
 
 PREFIX = "oec1."               # this server's compaction content, version 1
 
@@ -51,7 +53,7 @@ class Budget:
     kept: int = MAX_KEPT_TOTAL
 
 
-def size(item: dict[str, Any]) -> int:
+def size(item: Item) -> int:
     """The bytes ``item`` takes in the content, unpacked (as ``encode`` writes it)."""
     return len(json.dumps(item, separators=(",", ":"))) + 1
 
@@ -61,7 +63,7 @@ class Kept(list):
     planned (the prepare thread), so that the item, made once the summary is written (on the
     event loop), costs only the summary's packing there."""
 
-    def __init__(self, items: list[dict[str, Any]]):
+    def __init__(self, items: Items):
         super().__init__(items)
         self._packer = zlib.compressobj()
         head = self._packer.compress(b'{"kept":' + json.dumps(items, separators=(",", ":")).encode() + b',"summary":')
@@ -70,7 +72,7 @@ class Kept(list):
         self._rest = head[whole:]
 
 
-def encode(summary: str, kept: list[dict[str, Any]]) -> str:
+def encode(summary: str, kept: Sequence[Item]) -> str:
     text = json.dumps(summary[:SUMMARY_CHARS]).encode() + b"}"
     if isinstance(kept, Kept):
         packer = kept._packer.copy()
@@ -114,7 +116,7 @@ def _unpack(content: Any, param: str, limit: int) -> bytes | None:
     return raw
 
 
-def decode(content: Any, param: str, budget: Budget | None = None) -> tuple[str, list[dict[str, Any]]]:
+def decode(content: Any, param: str, budget: Budget | None = None) -> tuple[str, list[Any]]:
     """The summary and the kept items of a compaction item, or a 400 naming it. ``budget``: what
     the request's compaction items may still unpack to (taken from as this one is read)."""
     limit = MAX_DECODED if budget is None else min(MAX_DECODED, budget.decoded)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from ..core.errors import InvalidRequestError
 from ..hosts.base import Host
@@ -34,9 +34,10 @@ from ..text.tools import Content
 from . import file_search, mcp
 from . import items as items_
 from .compacted import KEPT_BYTES, MAX_KEPT, Kept, decode, encode, size
+from .item_types import CompactionItem, Item, Items, SummaryItem
 
 MAX_PASSES = 8                 # summarising passes per compaction; older text beyond is left out
-SUMMARY_ITEM = "compaction_summary"   # the internal item a compaction item expands into
+SUMMARY_ITEM: Literal["compaction_summary"] = "compaction_summary"   # the item a compaction expands into
 
 INSTRUCTIONS = (
     "You are compacting a conversation so that it can go on in a smaller context. Write a concise summary "
@@ -46,20 +47,22 @@ INSTRUCTIONS = (
 
 
 # the item ------------------------------------------------------------------------------------
-def item(summary: str, kept: list[dict[str, Any]]) -> dict[str, Any]:
+def item(summary: str, kept: Items) -> CompactionItem:
     # status: Open Responses requires one on every item (its schema of this one has none; both specs let it by)
-    return {"id": items_.new_id("cmp"), "type": "compaction", "status": "completed",
-            "encrypted_content": encode(summary, kept)}
+    return CompactionItem(id=items_.new_id("cmp"), type="compaction", status="completed",
+                          encrypted_content=encode(summary, kept))
 
 
-def expand(context: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def expand(context: Items) -> Items:
     """The context as the model sees it: from its latest compaction item on, that item standing
     for everything before it."""
     last = next((i for i in range(len(context) - 1, -1, -1) if context[i]["type"] == "compaction"), None)
     if last is None:
         return context
-    summary, kept = decode(context[last]["encrypted_content"], "input")
-    head = [{"type": SUMMARY_ITEM, "text": summary}] if summary else []
+    latest = context[last]
+    assert latest["type"] == "compaction"
+    summary, kept = decode(latest["encrypted_content"], "input")   # (checked when it came in: items.py)
+    head: Items = [SummaryItem(type=SUMMARY_ITEM, text=summary)] if summary else []
     return [*head, *kept, *context[last + 1:]]
 
 
@@ -107,21 +110,21 @@ def limit(ctx: int, max_output_tokens: int | None, manage: Managed | None) -> in
 
 
 # what is summarised, what is kept ------------------------------------------------------------
-def line(it: dict[str, Any]) -> str:
+def line(it: Item) -> str:
     """One item as a line of the transcript the summary is written from."""
-    kind = it["type"]
-    if kind == SUMMARY_ITEM:
+    if it["type"] == "compaction_summary":
         return f"(Summary of what came before: {it['text']})"
-    if kind == "message":
+    if it["type"] == "message":
         return f"{it['role'].capitalize()}: {items_.text_of(it)}"
-    if kind == "function_call":
+    if it["type"] == "function_call":
         return f"Assistant called {it['name']}({it['arguments']}) [call {it['call_id']}]"
-    if kind == "function_call_output":
+    if it["type"] == "function_call_output":
         return f"Result of call {it['call_id']}: {items_.text_of(it)}"
-    if kind == "mcp_call" and it.get("status") in ("completed", "failed"):
-        result = it["output"] if it.get("error") is None else mcp.error_text(it["error"])
+    if it["type"] == "mcp_call" and it.get("status") in ("completed", "failed"):
+        error = it.get("error")
+        result = it.get("output") if error is None else mcp.error_text(error)
         return f"Assistant called {it['server_label']}.{it['name']}({it['arguments']}), which returned: {result}"
-    if kind == "file_search_call" and it.get("status") in ("completed", "failed"):
+    if it["type"] == "file_search_call" and it.get("status") in ("completed", "failed"):
         return f"Assistant searched the files for {it.get('queries')}, and found: {file_search.for_model(it)}"
     return ""   # reasoning is not shown to the model, so it is not summarised either
 
@@ -135,7 +138,7 @@ def summary_tokens(ctx: int) -> int:
 class Plan:
     """One compaction, decided on the prepare thread and run in the request's turn."""
     chunks: list[str]                    # the transcript, in parts that each fit one pass
-    kept: list[dict[str, Any]]           # items carried word for word
+    kept: Items                          # items carried word for word
     model: str | None
     omitted: int = 0                     # older items beyond MAX_PASSES, left out
     longest: int = 1024                  # the summary's tokens at most: less than what it stands for
@@ -156,7 +159,7 @@ def _tokens(host: Host, text: str, limit: int) -> tuple[str, int]:
     return text, len(host.tokenize(text, add_bos=False))
 
 
-def prepare(host: Host, older: list[dict[str, Any]], kept: list[dict[str, Any]], model: str | None,
+def prepare(host: Host, older: Items, kept: Items, model: str | None,
          instructions: str | None = None) -> Plan:
     """The compaction of ``older``: its transcript in parts, and a summary that is shorter than
     what it summarises (a third of it at most), whatever the model would write."""
@@ -165,7 +168,7 @@ def prepare(host: Host, older: list[dict[str, Any]], kept: list[dict[str, Any]],
     return Plan(chunks, Kept(kept), model, omitted, longest)
 
 
-def chunk(host: Host, older: list[dict[str, Any]], instructions: str | None) -> tuple[list[str], int, int]:
+def chunk(host: Host, older: Items, instructions: str | None) -> tuple[list[str], int, int]:
     """The transcript of ``older`` in parts that each fit one pass beside the instructions and the
     previous pass's summary, newest parts kept when there are more than MAX_PASSES; with the
     number of items left out, and the tokens of what is kept."""
@@ -190,14 +193,14 @@ def chunk(host: Host, older: list[dict[str, Any]], instructions: str | None) -> 
     return chunks, len(lines) - taken, total
 
 
-def split(host: Host, context: list[dict[str, Any]], budget: int, *, users_only: bool,
-          starts: list[int]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def split(host: Host, context: Items, budget: int, *, users_only: bool,
+          starts: list[int]) -> tuple[Items, Items]:
     """(older, kept): kept is what fits ``budget`` tokens, word for word, and what a compaction
     item holds (compacted.KEPT_BYTES of JSON, MAX_KEPT items). For a response (``users_only``
     false) it is the newest items from a point where the context may start (``starts``), never
     an output without its call; at least the last such run is kept, as the answer needs it. For
     /compact it is the newest user messages, as OpenAI keeps user messages."""
-    def cost(its: list[dict[str, Any]]) -> int:
+    def cost(its: Items) -> int:
         return sum(len(host.tokenize(line(it)[: budget * 6], add_bos=False)) + 4 for it in its)
 
     if users_only:
@@ -240,7 +243,7 @@ def split(host: Host, context: list[dict[str, Any]], budget: int, *, users_only:
     return older, kept
 
 
-def _whole(context: list[dict[str, Any]]) -> set[int]:
+def _whole(context: Items) -> set[int]:
     """The indices from which the rest of the context holds the call of every output in it."""
     unanswered: set[str] = set()   # outputs from here on whose call is not from here on
     out = set()
@@ -255,7 +258,7 @@ def _whole(context: list[dict[str, Any]]) -> set[int]:
     return out
 
 
-def _orphans(kept: list[dict[str, Any]]) -> set[int]:
+def _orphans(kept: Items) -> set[int]:
     """The indices of the outputs in ``kept`` whose call is not before them in it."""
     calls: set[str] = set()
     out = set()
@@ -300,7 +303,7 @@ async def summarize(text: TextService, plan: Plan) -> str:
 
 
 
-def standalone(host: Host, history: list[dict[str, Any]], new: list[dict[str, Any]], model: str | None,
+def standalone(host: Host, history: Items, new: Items, model: str | None,
                instructions: str | None) -> Plan:
     """The plan of POST /v1/responses/compact: the user messages that fit a quarter of the context kept."""
     if new and new[-1]["type"] == "compaction_trigger":

@@ -15,6 +15,7 @@ from typing import Any, Callable
 from ..core.errors import InvalidRequestError
 from . import answers, items
 from .history import not_found
+from .item_types import Items
 from .protocol import AddItems, CreateConversation, UpdateConversation
 from .service import ResponsesService
 
@@ -28,7 +29,7 @@ class Conversations:
         self.responses.require_store()
         return await self.responses.io(fn, *args)
 
-    def _parse(self, raw: list[dict[str, Any]], who: str | None, before: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def _parse(self, raw: list[dict[str, Any]], who: str | None, before: Items) -> Items:
         new = items.parse(raw, where="items", resolve=lambda item_id: self.store.item(item_id, who))
         if new and new[-1]["type"] == "compaction_trigger":
             raise InvalidRequestError(f"items[{len(new) - 1}] is a compaction_trigger, which only a response's input "
@@ -70,7 +71,7 @@ class Conversations:
     async def add_items(self, cid: str, body: AddItems, owner: str) -> dict[str, Any]:
         who = self.responses.visible_to(owner)
 
-        def work() -> list[dict[str, Any]] | None:
+        def work() -> Items | None:
             before = self.store.conversation_items(cid, who)
             if before is None:
                 return None

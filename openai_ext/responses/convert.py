@@ -11,6 +11,7 @@ copied. The paths its errors name are renamed to those the client sent (``messag
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from ..core.errors import ContextLengthExceeded, InvalidRequestError, PathNames, renamed
@@ -20,6 +21,7 @@ from ..text.protocol import ChatCompletionRequest
 from ..text.service import TextService
 from . import compaction, file_search, images, mcp
 from . import tools as tools_
+from .item_types import Item, Items
 from .protocol import CreateResponse, InputTokensRequest
 
 LOGPROBS = "message.output_text.logprobs"
@@ -40,7 +42,7 @@ def _bad(param: str, message: str) -> InvalidRequestError:
     return InvalidRequestError(message, param=param)
 
 
-def chat_messages(instructions: str | None, items: list[dict[str, Any]],
+def chat_messages(instructions: str | None, items: Sequence[Item],
                   tools: tools_.ToolMap | None = None) -> list[dict[str, Any]]:
     """Items as chat turns: the model's calls join the assistant turn they belong to (a
     namespaced call under the name the model sees it by), and function outputs become tool
@@ -64,8 +66,7 @@ def chat_messages(instructions: str | None, items: list[dict[str, Any]],
         out.append({"role": "tool", "tool_call_id": call_id, "content": result})
 
     for it in items:
-        kind = it["type"]
-        if kind == compaction.SUMMARY_ITEM:
+        if it["type"] == "compaction_summary":
             # What a compaction item stands for joins the system message, which every chat
             # template places first, rather than a turn the model might answer.
             note = f"Summary of the conversation so far:\n{it['text']}"
@@ -73,20 +74,21 @@ def chat_messages(instructions: str | None, items: list[dict[str, Any]],
                 out[0]["content"] = f"{out[0]['content']}\n\n{note}"
             else:
                 out.insert(0, {"role": "system", "content": note})
-        elif kind == "message":
+        elif it["type"] == "message":
             out.append({"role": it["role"], "content": images.chat_content(it["content"])})
-        elif kind == "function_call":
+        elif it["type"] == "function_call":
             call(it["call_id"], tools.name_of(it.get("namespace"), it["name"]), it["arguments"])
-        elif kind == "function_call_output":
+        elif it["type"] == "function_call_output":
             out.append({"role": "tool", "tool_call_id": it["call_id"], "content": images.chat_content(it["output"])})
-        elif kind == "mcp_call" and it.get("status") in ("completed", "failed"):
-            result = it["output"] if it.get("error") is None else mcp.error_text(it["error"])
+        elif it["type"] == "mcp_call" and it.get("status") in ("completed", "failed"):
+            error = it.get("error")
+            result = it.get("output") if error is None else mcp.error_text(error)
             called(it["id"], tools.name_of(it["server_label"], it["name"]), it["arguments"], result or "")
-        elif kind == "mcp_approval_request" and it["id"] in declined:
+        elif it["type"] == "mcp_approval_request" and it["id"] in declined:
             reason = declined[it["id"]]
             called(it["id"], tools.name_of(it["server_label"], it["name"]), it["arguments"],
                    mcp.DECLINED + (f" Reason: {reason}" if reason else ""))
-        elif kind == "file_search_call" and it.get("status") in ("completed", "failed"):
+        elif it["type"] == "file_search_call" and it.get("status") in ("completed", "failed"):
             called(it["id"], tools.search or file_search.NAME, file_search.arguments_of(it), file_search.for_model(it))
         # mcp_list_tools: its tools are offered as tools; an approval request is shown once run
         # (as its mcp_call) or declined; an approval response by what it decided
@@ -117,7 +119,7 @@ def host_extras(body: CreateResponse | InputTokensRequest) -> dict[str, Any]:
     return {k: v for k, v in (body.model_extra or {}).items() if k in type(body).passes}
 
 
-def to_chat(body: CreateResponse | InputTokensRequest, items: list[dict[str, Any]], *,
+def to_chat(body: CreateResponse | InputTokensRequest, items: Sequence[Item], *,
             tools: tools_.ToolMap | None = None) -> ChatCompletionRequest:
     """The chat request for ``items`` (the history, then the new input) and the body's parameters;
     ``tools`` is ``tools.build(body.tools)``, when already built."""
@@ -169,7 +171,7 @@ def translate(err: InvalidRequestError, paths: list[str] | None = None) -> Inval
     return renamed(err, name, WORDS)
 
 
-def starts(items: list[dict[str, Any]]) -> list[int]:
+def starts(items: Sequence[Item]) -> list[int]:
     """Where the context may start, oldest first: dropping an item drops with it what only made
     sense after it (outputs of its calls, reasoning), so some indices are skipped."""
     out, i = [0], 0
@@ -181,8 +183,8 @@ def starts(items: list[dict[str, Any]]) -> list[int]:
     return out
 
 
-def prepare(text: TextService, body: CreateResponse | InputTokensRequest, history: list[dict[str, Any]],
-            items: list[dict[str, Any]], *, tools: tools_.ToolMap | None = None) -> Job:
+def prepare(text: TextService, body: CreateResponse | InputTokensRequest, history: Items,
+            items: Items, *, tools: tools_.ToolMap | None = None) -> Job:
     """chat.prepare() on the request; with truncation auto, the oldest items (history first) are
     dropped until the prompt fits (text.fitting: a few tries, each refused cheaply, before
     tokenizing, when far too long)."""
@@ -205,8 +207,8 @@ def prepare(text: TextService, body: CreateResponse | InputTokensRequest, histor
         raise translate(e) from None
 
 
-def again(text: TextService, body: CreateResponse, context: tuple[list[dict[str, Any]], list[dict[str, Any]]],
-          produced: list[dict[str, Any]], update: dict[str, Any], *,
+def again(text: TextService, body: CreateResponse, context: tuple[Items, Items],
+          produced: Items, update: dict[str, Any], *,
           tools: tools_.ToolMap) -> Job:
     """The job of a response's next pass, once its MCP calls ran: the context (history and input,
     or the compacted context), then what the response has produced so far; ``update``: the

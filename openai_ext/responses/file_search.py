@@ -31,6 +31,7 @@ from pydantic import ValidationError
 from ..core.admission import Place
 from ..core.errors import InvalidRequestError, OpenAIError, from_validation_errors
 from ..vector_stores.requests import FileSearchTool
+from .item_types import FileSearchCallItem
 from .items import new_id, text_of
 
 log = logging.getLogger(__name__)
@@ -83,13 +84,14 @@ class Search:
     ran: int = 0
     found: dict[str, dict[str, Any]] = field(default_factory=dict)   # file id -> a result of this response's
 
-    def shown(self, item: dict[str, Any]) -> dict[str, Any]:
+    def shown(self, item: FileSearchCallItem) -> FileSearchCallItem:
         """The item as the Response shows it (results only when included)."""
         return item if self.show_results or item.get("results") is None else {**item, "results": None}
 
 
-def call_item() -> dict[str, Any]:
-    return {"id": new_id("fs"), "type": "file_search_call", "status": "in_progress", "queries": [], "results": None}
+def call_item() -> FileSearchCallItem:
+    return FileSearchCallItem(id=new_id("fs"), type="file_search_call", status="in_progress", queries=[],
+                              results=None)
 
 
 def queries_of(arguments: str, question: str = "") -> list[str]:
@@ -107,7 +109,7 @@ def queries_of(arguments: str, question: str = "") -> list[str]:
     return out
 
 
-async def run_calls(turn: Any, calls: list[tuple[int, dict[str, Any]]], place: Place) -> Any:
+async def run_calls(turn: Any, calls: list[tuple[int, FileSearchCallItem]], place: Place) -> Any:
     """Runs the searches the model asked for, each item's progress and end as events. While a
     search runs, the response's generation slot serves others (``place.aside``)."""
     search: Search = turn.search
@@ -125,20 +127,21 @@ async def run_calls(turn: Any, calls: list[tuple[int, dict[str, Any]]], place: P
                     results = await search.searcher.search_tool(search.tool, item["queries"], search.owner)
             except OpenAIError as e:   # (a store removed or expired since the request began): the model is told
                 log.warning("file_search %s failed: %s", item["id"], e.message)
-                item.update(status="failed", results=[])
-                yield turn.event("response.output_item.done", output_index=index, item=search.shown(dict(item)))
+                item["status"], item["results"] = "failed", []
+                yield turn.event("response.output_item.done", output_index=index, item=search.shown(item.copy()))
                 continue
-            item["results"] = [{"file_id": r["file_id"], "filename": r["filename"], "score": r["score"],
-                                "attributes": r["attributes"], "text": "\n".join(c["text"] for c in r["content"])}
-                               for r in results]
-            for r in item["results"]:
+            shown = [{"file_id": r["file_id"], "filename": r["filename"], "score": r["score"],
+                      "attributes": r["attributes"], "text": "\n".join(c["text"] for c in r["content"])}
+                     for r in results]
+            item["results"] = shown
+            for r in shown:
                 search.found.setdefault(r["file_id"], r)
             item["status"] = "completed"
             yield turn.event("response.file_search_call.completed", **where)
-        yield turn.event("response.output_item.done", output_index=index, item=search.shown(dict(item)))
+        yield turn.event("response.output_item.done", output_index=index, item=search.shown(item.copy()))
 
 
-def for_model(item: dict[str, Any]) -> str:
+def for_model(item: FileSearchCallItem) -> str:
     """A file_search_call's results as the model reads them."""
     results = item.get("results")
     if results is None:
@@ -155,7 +158,7 @@ def for_model(item: dict[str, Any]) -> str:
     return "\n\n".join(out)
 
 
-def arguments_of(item: dict[str, Any]) -> str:
+def arguments_of(item: FileSearchCallItem) -> str:
     queries = item.get("queries") or []
     return json.dumps({"query": queries[0] if queries else ""})
 

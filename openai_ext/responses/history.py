@@ -10,6 +10,7 @@ from typing import Any, Callable, Union
 
 from ..core.config import Settings
 from ..core.errors import InvalidRequestError, NotFoundError
+from .item_types import Item, Items
 from .protocol import CompactRequest, CreateResponse, InputTokensRequest
 from .store import Store
 
@@ -38,9 +39,9 @@ def check_conversation_id(cid: str, param: str) -> None:
 class Loaded:
     """What a request reads from the store before it is prepared: the items before its input (a
     previous response's or a conversation's), the conversation's id, and the items it refers to."""
-    history: list[dict[str, Any]] = field(default_factory=list)
+    history: Items = field(default_factory=list)
     conversation: str | None = None
-    references: dict[str, dict[str, Any]] = field(default_factory=dict)
+    references: dict[str, Item] = field(default_factory=dict)
     files: dict[tuple[int, str, int], str] = field(default_factory=dict)   # input_file parts' texts
 
 
@@ -66,10 +67,10 @@ def check_chain(body: Body) -> None:
 
 
 # A WebSocket connection's memory of its own responses: id -> the items a continuation sees.
-Recent = Callable[[str], "list[dict[str, Any]] | None"]
+Recent = Callable[[str], "Items | None"]
 
 
-def from_recent(body: Body, recent: Recent | None) -> tuple[Body, list[dict[str, Any]] | None]:
+def from_recent(body: Body, recent: Recent | None) -> tuple[Body, Items | None]:
     """The chain of a previous_response_id held in ``recent``, and the body to load the rest for
     (without that id: it is not read from the store, nor need it have been stored)."""
     pid = body.previous_response_id

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..core.errors import InvalidRequestError
 from ..text import images as chat_images
+from .item_types import Item
 
 DETAILS = ("auto", "low", "high", "original")
 STORED_CHARS = 1_500_000   # about 1.1 MB of image
@@ -60,9 +61,10 @@ def _bounded(image: Any) -> str:
     return url
 
 
-def held(item: dict[str, Any]) -> bool:
+def held(item: Item) -> bool:
     """Whether a stored item shows the model an image."""
-    content = item.get("content") if item.get("type") == "message" else item.get("output")
+    content = item["content"] if item["type"] == "message" else \
+        item["output"] if item["type"] == "function_call_output" else None
     return isinstance(content, list) and any(p.get("type") == "input_image" for p in content)
 
 

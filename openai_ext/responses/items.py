@@ -16,7 +16,8 @@ compaction item keeps are read the same way, with the same checks, and named ins
 from __future__ import annotations
 
 import uuid
-from typing import Any, Callable, Literal, Union
+from collections.abc import Sequence
+from typing import Any, Callable, Literal, Union, cast
 
 from pydantic import BaseModel, ConfigDict, StrictStr, ValidationError
 
@@ -24,6 +25,18 @@ from ..core.errors import InvalidRequestError, NotFoundError, from_validation_er
 from ..core.lists import cursor_page
 from ..text.images import no_vision
 from . import answers, compacted, images
+from .item_types import (
+    CompactionItem,
+    CompactionTriggerItem,
+    FileSearchCallItem,
+    FunctionCallItem,
+    FunctionCallOutputItem,
+    Item,
+    Items,
+    MessageItem,
+    Part,
+    ReasoningItem,
+)
 
 # The items of the mcp tool (mcp.py), sent back as they were made
 MCP_ITEMS = ("mcp_list_tools", "mcp_call", "mcp_approval_request", "mcp_approval_response")
@@ -147,7 +160,7 @@ _MODELS: dict[str, type[_Item]] = {"message": _Message, "function_call": _Functi
                                    "mcp_approval_response": _McpApprovalResponse}
 
 # Finds a stored item by id for an item_reference (None: there is none the caller may see).
-Resolver = Callable[[str], "dict[str, Any] | None"]
+Resolver = Callable[[str], "Item | None"]
 
 
 def _bad(param: str, message: str) -> InvalidRequestError:
@@ -231,14 +244,14 @@ def _text_part(part: Any, where: str, role: str, vision: Vision = (None, False))
     raise _bad(f"{where}.type", f"Invalid content part type {kind!r} at {where}; send {allowed}.")
 
 
-def _message(m: _Message, where: str, vision: Vision) -> dict[str, Any]:
+def _message(m: _Message, where: str, vision: Vision) -> MessageItem:
     if isinstance(m.content, str):
         raw_parts: list[Any] = [{"type": "output_text" if m.role == "assistant" else "input_text", "text": m.content}]
     else:
         raw_parts = m.content
     parts = [_text_part(p, f"{where}.content[{j}]", m.role, vision) for j, p in enumerate(raw_parts)]
-    return {"id": m.id or new_id("msg"), "type": "message", "role": m.role, "status": m.status or "completed",
-            "content": parts}
+    return MessageItem(id=m.id or new_id("msg"), type="message", role=m.role, status=m.status or "completed",
+                       content=parts)
 
 
 def _output_value(out: Union[str, list[dict[str, Any]]], where: str,
@@ -248,21 +261,15 @@ def _output_value(out: Union[str, list[dict[str, Any]]], where: str,
     return [_text_part(p, f"{where}.output[{j}]", "tool", vision) for j, p in enumerate(out)]
 
 
-def _named(parsed: _Item, fields: tuple[str, ...]) -> dict[str, str]:
-    """The function's namespace (and an output's function name), kept when sent: a namespaced
-    call is shown to the model under its namespace's name for it (tools.py)."""
-    return {f: getattr(parsed, f) for f in fields if getattr(parsed, f) is not None}
-
-
 def parse(raw: Union[str, list[Any], None], *, where: str = "input", resolve: Resolver | None = None,
-          vision: Vision = (None, False)) -> list[dict[str, Any]]:
+          vision: Vision = (None, False)) -> Items:
     """The request's items in their stored shape, ids given where the client sent none. ``vision``:
     whether the model they are shown to reads images (a 400 naming the part when it does not)."""
     if raw is None:
         return []
     if isinstance(raw, str):
-        return [{"id": new_id("msg"), "type": "message", "role": "user", "status": "completed",
-                 "content": [{"type": "input_text", "text": raw}]}]
+        return [MessageItem(id=new_id("msg"), type="message", role="user", status="completed",
+                            content=[{"type": "input_text", "text": raw}])]
     return _items(raw, (where,), resolve, vision, compacted.Budget())
 
 
@@ -271,33 +278,42 @@ KEPT_ITEMS = ("message", "function_call", "function_call_output", "reasoning", *
 
 
 def _items(raw: list[Any], loc: tuple[Any, ...], resolve: Resolver | None, vision: Vision,
-           budget: compacted.Budget) -> list[dict[str, Any]]:
+           budget: compacted.Budget) -> Items:
     """``raw``'s items, at ``loc`` in the request (an input, or the items a compaction keeps)."""
-    out = []
+    out: Items = []
     for i, item in enumerate(raw):
         here = _path((*loc, i))
         kind = _kind(item, here)
         parsed = _validate(_MODELS[kind], item, (*loc, i))
+        # (a function's namespace, and an output's function name, are kept when sent: a namespaced
+        # call is shown to the model under its namespace's name for it, tools.py)
         if kind == "message":
             out.append(_message(parsed, here, vision))
         elif kind == "function_call":
-            out.append({"id": parsed.id or new_id("fc"), "type": "function_call", "call_id": parsed.call_id,
-                        "name": parsed.name, "arguments": parsed.arguments, "status": parsed.status or "completed",
-                        **_named(parsed, ("namespace",))})
+            call = FunctionCallItem(id=parsed.id or new_id("fc"), type="function_call", call_id=parsed.call_id,
+                                    name=parsed.name, arguments=parsed.arguments, status=parsed.status or "completed")
+            if parsed.namespace is not None:
+                call["namespace"] = parsed.namespace
+            out.append(call)
         elif kind == "function_call_output":
-            out.append({"id": parsed.id or new_id("fco"), "type": "function_call_output", "call_id": parsed.call_id,
-                        "output": _output_value(parsed.output, here, vision), "status": parsed.status or "completed",
-                        **_named(parsed, ("name", "namespace"))})
+            answer = FunctionCallOutputItem(id=parsed.id or new_id("fco"), type="function_call_output",
+                                            call_id=parsed.call_id, output=_output_value(parsed.output, here, vision),
+                                            status=parsed.status or "completed")
+            if parsed.name is not None:
+                answer["name"] = parsed.name
+            if parsed.namespace is not None:
+                answer["namespace"] = parsed.namespace
+            out.append(answer)
         elif kind == "reasoning":
-            entry = {"id": parsed.id or new_id("rs"), "type": "reasoning", "summary": parsed.summary}
+            thought = ReasoningItem(id=parsed.id or new_id("rs"), type="reasoning", summary=parsed.summary)
             if parsed.content is not None:
-                entry["content"] = parsed.content
+                thought["content"] = parsed.content
             if parsed.encrypted_content is not None:
-                entry["encrypted_content"] = parsed.encrypted_content
-            out.append(entry)
+                thought["encrypted_content"] = parsed.encrypted_content
+            out.append(thought)
         elif kind == "compaction":
             content = _compaction(parsed.encrypted_content, (*loc, i, "encrypted_content"), vision, budget)
-            out.append({"id": parsed.id or new_id("cmp"), "type": "compaction", "encrypted_content": content})
+            out.append(CompactionItem(id=parsed.id or new_id("cmp"), type="compaction", encrypted_content=content))
         elif kind in MCP_ITEMS:
             entry = parsed.model_dump()
             entry["id"] = parsed.id or new_id({"mcp_list_tools": "mcpl", "mcp_call": "mcp",
@@ -305,15 +321,15 @@ def _items(raw: list[Any], loc: tuple[Any, ...], resolve: Resolver | None, visio
             status = entry.pop("status")
             if kind == "mcp_call":
                 entry["status"] = status or "completed"
-            out.append(entry)
+            out.append(cast(Item, entry))   # the shape of its model, _MODELS[kind]
         elif kind == "file_search_call":
             entry = parsed.model_dump()
             entry.update(id=parsed.id or new_id("fs"), status=parsed.status or "completed")
-            out.append(entry)
+            out.append(cast(FileSearchCallItem, entry))
         elif kind == "compaction_trigger":
             if i != len(raw) - 1:
                 raise _bad(f"{here}.type", f"{here} is a compaction_trigger, which must be the last input item.")
-            out.append({"type": "compaction_trigger"})
+            out.append(CompactionTriggerItem(type="compaction_trigger"))
         else:
             found = resolve(parsed.id) if resolve is not None else None
             if found is None:
@@ -342,17 +358,24 @@ def _compaction(content: str, loc: tuple[Any, ...], vision: Vision, budget: comp
     return content if stored == kept else compacted.encode(summary, stored)
 
 
-def text_of(item: dict[str, Any]) -> str:
+def text_of(item: Item) -> str:
     """A message's (or a function output's) text: its parts joined as chat joins text parts (an
     image as ``[image]``)."""
-    content = item.get("content") if item["type"] == "message" else item.get("output")
+    if item["type"] == "message":
+        content: str | list[Part] | None = item["content"]
+    elif item["type"] == "function_call_output":
+        content = item["output"]
+    elif item["type"] == "mcp_call":
+        content = item.get("output")
+    else:
+        return ""
     if isinstance(content, str):
         return content
-    return "\n".join("[image]" if p.get("type") == "input_image" else p.get("text", p.get("refusal", ""))
+    return "\n".join("[image]" if p.get("type") == "input_image" else str(p.get("text", p.get("refusal", "")))
                      for p in content or [])
 
 
-def page(items: list[dict[str, Any]], *, after: str | None, limit: int, order: str) -> dict[str, Any]:
+def page(items: Sequence[Item], *, after: str | None, limit: int, order: str) -> dict[str, Any]:
     """OpenAI's cursor pagination over a list of items (oldest first): ``after`` is the id of the
     last item of the previous page, in the order asked for."""
     ordered = items if order == "asc" else items[::-1]

@@ -25,6 +25,7 @@ them, nothing stores them, and the debug log hides them.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +34,7 @@ from ..core.config import Settings
 from ..core.errors import InvalidRequestError, OpenAIError
 from ..mcp import client
 from ..mcp.policy import Policy
+from .item_types import Item, Items, McpApprovalRequestItem, McpCallItem, McpListToolsItem
 from .items import new_id
 
 _LABEL_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
@@ -182,7 +184,7 @@ class Listing:
     """The tools of each server of a request, and the mcp_list_tools items made for it."""
     servers: dict[str, Declared] = field(default_factory=dict)
     tools: dict[str, list[dict[str, Any]]] = field(default_factory=dict)   # label -> all its listed tools
-    new: list[dict[str, Any]] = field(default_factory=list)               # items to put first in the output
+    new: list[McpListToolsItem] = field(default_factory=list)             # items to put first in the output
 
     def offered(self, label: str) -> list[dict[str, Any]]:
         server = self.servers[label]
@@ -222,7 +224,7 @@ async def list_servers(settings: Settings, tools: list[Any] | None, context: lis
 
 # --- running calls ------------------------------------------------------------------------------
 
-async def run_call(settings: Settings, server: Declared, item: dict[str, Any]) -> None:
+async def run_call(settings: Settings, server: Declared, item: McpCallItem) -> None:
     """Runs an mcp_call item's call, and records its output, or its error (a failed call is the
     item's, not the response's: the model is told, and goes on)."""
     try:
@@ -230,33 +232,35 @@ async def run_call(settings: Settings, server: Declared, item: dict[str, Any]) -
         if not isinstance(arguments, dict):
             raise ValueError("not an object")
     except ValueError:
-        item.update(status="failed", error={"type": "mcp_protocol_error", "code": -32602,
-                                            "message": "The arguments are not a JSON object."})
+        item["status"], item["error"] = "failed", {"type": "mcp_protocol_error", "code": -32602,
+                                                   "message": "The arguments are not a JSON object."}
         return
     try:
         item["output"] = await client.call_tool(server.server, item["name"], arguments, client.Limits.of(settings))
         item["status"] = "completed"
     except client.McpFailure as e:
-        item.update(status="failed", error=e.error)
+        item["status"], item["error"] = "failed", e.error
 
 
-def call_item(label: str, name: str, arguments: str, approval_request_id: str | None = None) -> dict[str, Any]:
-    return {"id": new_id("mcp"), "type": "mcp_call", "server_label": label, "name": name, "arguments": arguments,
-            "output": None, "error": None, "status": "in_progress", "approval_request_id": approval_request_id}
+def call_item(label: str, name: str, arguments: str, approval_request_id: str | None = None) -> McpCallItem:
+    return McpCallItem(id=new_id("mcp"), type="mcp_call", server_label=label, name=name, arguments=arguments,
+                       output=None, error=None, status="in_progress", approval_request_id=approval_request_id)
 
 
-def approval_request(label: str, name: str, arguments: str) -> dict[str, Any]:
-    return {"id": new_id("mcpr"), "type": "mcp_approval_request", "server_label": label, "name": name,
-            "arguments": arguments}
+def approval_request(label: str, name: str, arguments: str) -> McpApprovalRequestItem:
+    return McpApprovalRequestItem(id=new_id("mcpr"), type="mcp_approval_request", server_label=label, name=name,
+                                  arguments=arguments)
 
 
-def refused_call(item: dict[str, Any], limit: int) -> None:
-    item.update(status="failed", error={"type": "http_error", "code": 429, "message": (
-        f"Not run: this server runs at most {limit} MCP calls per response (mcp_max_calls, max_tool_calls).")})
+def refused_call(item: McpCallItem, limit: int) -> None:
+    item["status"], item["error"] = "failed", {"type": "http_error", "code": 429, "message": (
+        f"Not run: this server runs at most {limit} MCP calls per response (mcp_max_calls, max_tool_calls).")}
 
 
-def error_text(error: dict[str, Any]) -> str:
-    """An mcp_call's error as the model reads it."""
+def error_text(error: dict[str, Any] | str) -> str:
+    """An mcp_call's error as the model reads it (a client may send it back as a plain string)."""
+    if isinstance(error, str):
+        return f"Error: {error}"
     if error.get("type") == "mcp_tool_execution_error":
         return f"Error: {client.text_of(error.get('content'))}"
     return f"Error: {error.get('message', 'the call failed')}"
@@ -264,14 +268,14 @@ def error_text(error: dict[str, Any]) -> str:
 
 # --- approvals ----------------------------------------------------------------------------------
 
-def approved(context: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def approved(context: Sequence[Item]) -> list[McpApprovalRequestItem]:
     """The approval requests approved in ``context`` whose call has not run yet, oldest first."""
     ran = {it.get("approval_request_id") for it in context if it["type"] == "mcp_call"}
     yes = {it["approval_request_id"] for it in context if it["type"] == "mcp_approval_response" and it["approve"]}
     return [it for it in context if it["type"] == "mcp_approval_request" and it["id"] in yes and it["id"] not in ran]
 
 
-def declined(context: list[dict[str, Any]]) -> dict[str, str | None]:
+def declined(context: Sequence[Item]) -> dict[str, str | None]:
     """Approval request id -> the reason given, for the requests declined in ``context``."""
     return {it["approval_request_id"]: it.get("reason") for it in context
             if it["type"] == "mcp_approval_response" and not it["approve"]}
@@ -285,7 +289,7 @@ class Servers:
     context it began with (for approvals), and the calls run so far."""
     settings: Settings
     listing: Listing
-    context: list[dict[str, Any]]
+    context: Items
     limit: int                    # calls this response may run: mcp_max_calls, or max_tool_calls if lower
     ran: int = 0
 
@@ -307,7 +311,7 @@ def opening(turn: Any) -> list[dict[str, Any]]:
     return out
 
 
-def approved_calls(turn: Any) -> list[tuple[int, dict[str, Any]]]:
+def approved_calls(turn: Any) -> list[tuple[int, McpCallItem]]:
     """The calls approved since the response that asked (each an mcp_call item, opened)."""
     out = []
     for request in approved(turn.servers.context):
@@ -317,7 +321,7 @@ def approved_calls(turn: Any) -> list[tuple[int, dict[str, Any]]]:
     return out
 
 
-async def run_calls(turn: Any, calls: list[tuple[int, dict[str, Any]]], place: Place, *,
+async def run_calls(turn: Any, calls: list[tuple[int, McpCallItem]], place: Place, *,
                     opened: bool = True) -> Any:
     """Runs the calls (in the order made), each item's end as events. ``opened``: whether its
     output_item.added was sent (a call the model made streamed it; an approved call did not).
@@ -339,7 +343,7 @@ async def run_calls(turn: Any, calls: list[tuple[int, dict[str, Any]]], place: P
         yield turn.event("response.output_item.done", output_index=index, item=dict(item))
 
 
-def check_servers(listing: Listing | None, context: list[dict[str, Any]]) -> None:
+def check_servers(listing: Listing | None, context: Sequence[Item]) -> None:
     """An approved call runs on its server, which the request must name among its tools."""
     for request in approved(context):
         if listing is None or request["server_label"] not in listing.servers:

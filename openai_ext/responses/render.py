@@ -15,6 +15,7 @@ from typing import Any
 from ..core.errors import OpenAIError
 from ..hosts.base import TokenLogprob
 from . import tools
+from .item_types import FunctionCallItem, Items, MessageItem
 from .protocol import CreateResponse
 
 TERMINAL = ("completed", "incomplete", "failed", "cancelled")
@@ -54,14 +55,14 @@ def text_part(text: str = "", logprobs: list[dict[str, Any]] | None = None) -> d
     return {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs or []}
 
 
-def message_item(item_id: str, status: str, parts: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"id": item_id, "type": "message", "status": status, "role": "assistant", "content": parts}
+def message_item(item_id: str, status: str, parts: list[dict[str, Any]]) -> MessageItem:
+    return MessageItem(id=item_id, type="message", status=status, role="assistant", content=parts)
 
 
 def call_item(item_id: str, status: str, call_id: str, name: str, arguments: str,
-              namespace: str | None = None) -> dict[str, Any]:
-    item = {"id": item_id, "type": "function_call", "status": status, "call_id": call_id, "name": name,
-            "arguments": arguments}
+              namespace: str | None = None) -> FunctionCallItem:
+    item = FunctionCallItem(id=item_id, type="function_call", status=status, call_id=call_id, name=name,
+                            arguments=arguments)
     if namespace is not None:
         item["namespace"] = namespace
     return item
@@ -119,7 +120,7 @@ class ResponseState:
     background: bool = False
     created_at: int = field(default_factory=lambda: int(time.time()))
     status: str = "in_progress"
-    output: list[dict[str, Any]] = field(default_factory=list)
+    output: Items = field(default_factory=list)
     usage: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
     incomplete_reason: str | None = None
@@ -137,11 +138,11 @@ class ResponseState:
         if status == "completed":
             self.completed_at = int(time.time())
 
-    def _shown(self) -> list[dict[str, Any]]:
+    def _shown(self) -> Items:
         """The output as the client sees it (file_search_call results only when included)."""
         if self.search_results:
             return self.output
-        return [{**it, "results": None} if it.get("type") == "file_search_call" else it for it in self.output]
+        return [{**it, "results": None} if it["type"] == "file_search_call" else it for it in self.output]
 
     def snapshot(self) -> dict[str, Any]:
         body = {"id": self.id, "object": "response", "created_at": self.created_at, "status": self.status,

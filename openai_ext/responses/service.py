@@ -41,6 +41,7 @@ from . import answers, compaction, convert, file_search, framing, images, items,
 from .background import Background
 from .history import Loaded, Recent, from_recent, load, needs_store, not_found
 from .input_files import Reader, file_texts, inlined
+from .item_types import Items, SummaryItem
 from .protocol import CompactRequest, CreateResponse, InputTokensRequest
 from .store import Store
 from .store_health import StoreUnavailable
@@ -116,7 +117,7 @@ class ResponsesService:
         return loaded
 
     def _items(self, text: TextService, body: CreateResponse | InputTokensRequest | CompactRequest,
-               loaded: Loaded) -> list[dict]:
+               loaded: Loaded) -> Items:
         resolve = loaded.references.get if self.settings.responses_store else None
         abilities = text.host.abilities
         before = loaded.history
@@ -175,7 +176,7 @@ class ResponsesService:
             turn.settle_work = self._settle
         return turn
 
-    def _compacting(self, text: TextService, body: CreateResponse, history: list[dict], new: list[dict],
+    def _compacting(self, text: TextService, body: CreateResponse, history: Items, new: Items,
                     tool_map: tools.ToolMap, manage: compaction.Managed | None, *,
                     forced: bool) -> tuple[Any, compaction.Plan | None]:
         """The job, and the compaction to run first when the prompt passes the threshold (or the
@@ -198,7 +199,7 @@ class ResponsesService:
         older, kept = compaction.split(host, context, bound // 2, users_only=False, starts=convert.starts(context))
         if not older and not forced:   # one run of items that cannot be split: nothing to summarise
             return convert.prepare(text, body, history, new, tools=tool_map), None
-        placeholder = [{"type": compaction.SUMMARY_ITEM, "text": ""}, *kept]
+        placeholder: Items = [SummaryItem(type=compaction.SUMMARY_ITEM, text=""), *kept]
         job = convert.prepare(text, body, [], placeholder, tools=tool_map)
         return job, compaction.prepare(host, older, kept, body.model)
 

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol, TypeVar
 
 from . import store_upkeep as upkeep
+from .item_types import Items
 from .store_conversations import ConversationRows
 from .store_health import StoreHealth, StoreUnavailable
 from .store_responses import ResponseRows
@@ -201,8 +202,8 @@ class Store(ResponseRows, ConversationRows):
         with self._lock:
             self._running.discard(response_id)
 
-    def settle(self, body: dict[str, Any], conversation: tuple[str, list[dict[str, Any]]] | None,
-               lost: Callable[[StoreUnavailable], dict[str, Any]], output: list[dict[str, Any]] | None = None) -> None:
+    def settle(self, body: dict[str, Any], conversation: tuple[str, Items] | None,
+               lost: Callable[[StoreUnavailable], dict[str, Any]], output: Items | None = None) -> None:
         """Writes a response as it ended. When the write fails, the StoreUnavailable is raised, and
         ``lost(error)`` (the body the client is then shown: failed, naming the store) is owed to the
         store: written by the heartbeat as soon as the store answers again."""

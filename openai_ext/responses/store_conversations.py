@@ -6,13 +6,14 @@ import json
 import time
 from typing import Any, Callable, TypeVar
 
+from .item_types import Items
 from .store_upkeep import dump as _dump
 from .store_upkeep import visible as _visible
 
 T = TypeVar("T")
 
 
-def add_items(conn: Any, cid: str, items: list[dict[str, Any]]) -> None:
+def add_items(conn: Any, cid: str, items: Items) -> None:
     """Appends items to a conversation (in the caller's transaction)."""
     conn.executemany("INSERT INTO conversation_items (conversation_id, item_id, body) VALUES (?, ?, ?)",
                      [(cid, it["id"], _dump(it)) for it in items])
@@ -24,7 +25,7 @@ class ConversationRows:
     def _run(self, work: Callable[[Any], T], *, write: bool = False) -> T:
         raise NotImplementedError
 
-    def put_conversation(self, conv: dict[str, Any], owner: str, items: list[dict[str, Any]]) -> None:
+    def put_conversation(self, conv: dict[str, Any], owner: str, items: Items) -> None:
         def work(conn: Any) -> None:
             conn.execute("INSERT INTO conversations VALUES (?, ?, ?, ?, ?)",
                          (conv["id"], owner, conv["created_at"], time.time(), _dump(conv["metadata"])))
@@ -59,7 +60,7 @@ class ConversationRows:
             return True
         return self._run(work, write=True)
 
-    def add_conversation_items(self, cid: str, owner: str | None, items: list[dict[str, Any]]) -> bool:
+    def add_conversation_items(self, cid: str, owner: str | None, items: Items) -> bool:
         def work(conn: Any) -> bool:
             if self._conversation(conn, cid, owner) is None:
                 return False
@@ -68,8 +69,8 @@ class ConversationRows:
             return True
         return self._run(work, write=True)
 
-    def conversation_items(self, cid: str, owner: str | None) -> list[dict[str, Any]] | None:
-        def work(conn: Any) -> list[dict[str, Any]] | None:
+    def conversation_items(self, cid: str, owner: str | None) -> Items | None:
+        def work(conn: Any) -> Items | None:
             if self._conversation(conn, cid, owner) is None:
                 return None
             rows = conn.execute("SELECT body FROM conversation_items WHERE conversation_id = ? ORDER BY seq",

@@ -7,6 +7,7 @@ import json
 import time
 from typing import Any, Callable, Iterable, TypeVar
 
+from .item_types import Item, Items
 from .render import conform, conform_event
 from .store_conversations import add_items
 from .store_upkeep import RUNNING
@@ -24,7 +25,7 @@ class ResponseRows:
     def _run(self, work: Callable[[Any], T], *, write: bool = False) -> T:
         raise NotImplementedError
 
-    def put_response(self, body: dict[str, Any], owner: str, input_items: list[dict[str, Any]]) -> None:
+    def put_response(self, body: dict[str, Any], owner: str, input_items: Items) -> None:
         """A new response (queued or in progress) and its input items."""
         def work(conn: Any) -> None:
             now = time.time()
@@ -38,19 +39,19 @@ class ResponseRows:
         self._run(work, write=True)
 
     @staticmethod
-    def _put_items(conn: Any, response_id: str, role: str, items: Iterable[dict[str, Any]]) -> None:
+    def _put_items(conn: Any, response_id: str, role: str, items: Iterable[Item]) -> None:
         conn.executemany("INSERT INTO items (response_id, item_id, role, body) VALUES (?, ?, ?, ?)",
                          [(response_id, it["id"], role, _dump(it)) for it in items])
 
-    def save_response(self, body: dict[str, Any], *, conversation: tuple[str, list[dict[str, Any]]] | None = None,
-                      output: list[dict[str, Any]] | None = None) -> None:
+    def save_response(self, body: dict[str, Any], *, conversation: tuple[str, Items] | None = None,
+                      output: Items | None = None) -> None:
         """The response as it ended: its body, its output items (``output``: as a chain shows them
         to the model, where they hold more than the body shows the client), and the turn appended
         to its conversation."""
         self._run(lambda conn: self._save(conn, body, conversation, output=output), write=True)
 
-    def _save(self, conn: Any, body: dict[str, Any], conversation: tuple[str, list[dict[str, Any]]] | None, *,
-              if_running: bool = False, output: list[dict[str, Any]] | None = None) -> None:
+    def _save(self, conn: Any, body: dict[str, Any], conversation: tuple[str, Items] | None, *,
+              if_running: bool = False, output: Items | None = None) -> None:
         now = time.time()
         only = f" AND status IN {RUNNING}" if if_running else ""
         found = conn.execute(f"UPDATE responses SET status = ?, updated_at = ?, body = ? WHERE id = ?{only}",
@@ -89,8 +90,8 @@ class ResponseRows:
             return True
         return self._run(work, write=True)
 
-    def input_items(self, response_id: str, owner: str | None) -> list[dict[str, Any]] | None:
-        def work(conn: Any) -> list[dict[str, Any]] | None:
+    def input_items(self, response_id: str, owner: str | None) -> Items | None:
+        def work(conn: Any) -> Items | None:
             row = conn.execute("SELECT owner FROM responses WHERE id = ?", (response_id,)).fetchone()
             if not row or not _visible(row[0], owner):
                 return None
@@ -99,10 +100,10 @@ class ResponseRows:
             return [json.loads(r[0]) for r in rows]
         return self._run(work)
 
-    def history(self, response_id: str, owner: str | None) -> list[dict[str, Any]]:
+    def history(self, response_id: str, owner: str | None) -> Items:
         """Every item a continuation of ``response_id`` sees: the input and output items of it and
         of the responses it continued from, oldest first. A deleted link ends the chain."""
-        def work(conn: Any) -> list[dict[str, Any]]:
+        def work(conn: Any) -> Items:
             chain, seen, rid = [], set(), response_id
             while rid is not None and rid not in seen:
                 row = conn.execute("SELECT owner, previous_response_id FROM responses WHERE id = ?", (rid,)).fetchone()
@@ -120,7 +121,7 @@ class ResponseRows:
         return self._run(work)
 
     @staticmethod
-    def _item(conn: Any, item_id: str, owner: str | None) -> dict[str, Any] | None:
+    def _item(conn: Any, item_id: str, owner: str | None) -> Item | None:
         rows = conn.execute("SELECT r.owner, i.body FROM items i JOIN responses r ON r.id = i.response_id "
                             "WHERE i.item_id = ? ORDER BY i.seq DESC", (item_id,)).fetchall()
         rows += conn.execute("SELECT c.owner, i.body FROM conversation_items i JOIN conversations c "
@@ -128,13 +129,13 @@ class ResponseRows:
                              (item_id,)).fetchall()
         return next((json.loads(body) for row_owner, body in rows if _visible(row_owner, owner)), None)
 
-    def item(self, item_id: str, owner: str | None) -> dict[str, Any] | None:
+    def item(self, item_id: str, owner: str | None) -> Item | None:
         """A stored item by id (for item_reference): the newest one the caller may see."""
         return self._run(lambda conn: self._item(conn, item_id, owner))
 
-    def items(self, item_ids: list[str], owner: str | None) -> dict[str, dict[str, Any]]:
+    def items(self, item_ids: list[str], owner: str | None) -> dict[str, Item]:
         """The stored items of these ids that the caller may see (as ``item``), in one call."""
-        def work(conn: Any) -> dict[str, dict[str, Any]]:
+        def work(conn: Any) -> dict[str, Item]:
             found = {i: self._item(conn, i, owner) for i in dict.fromkeys(item_ids)}
             return {i: it for i, it in found.items() if it is not None}
         return self._run(work)

@@ -15,7 +15,7 @@ also validates the calls, so what a client sees here is what chat would send, in
 from __future__ import annotations
 
 import contextlib
-from typing import Any, AsyncGenerator
+from typing import Any, AsyncGenerator, Union
 
 from ..core.admission import Place
 from ..core.errors import OpenAIError
@@ -26,8 +26,19 @@ from ..text.output import OutputParser, Thinking
 from ..text.service import TextService
 from . import compaction as compaction_
 from . import file_search, mcp, render
+from .item_types import (
+    FileSearchCallItem,
+    FunctionCallItem,
+    McpApprovalRequestItem,
+    McpCallItem,
+    MessageItem,
+    ReasoningItem,
+)
 from .items import new_id
 from .turn import Turn
+
+# A call the model is making: a client's function, an MCP tool's (run here, or asked for approval), a search
+OpenCall = Union[FunctionCallItem, McpCallItem, McpApprovalRequestItem, FileSearchCallItem]
 
 
 class _Output:
@@ -39,16 +50,16 @@ class _Output:
         # The one parser: thinking, text and calls cut as for every family (calls streamed as
         # they are generated when a grammar guarantees them).
         self.output = OutputParser.for_job(turn.job)
-        self.message: dict[str, Any] | None = None      # the open message item
+        self.message: MessageItem | None = None         # the open message item
         self.message_index = -1
-        self.open_calls: dict[int, tuple[int, dict[str, Any]]] = {}   # call index -> (output index, item)
+        self.open_calls: dict[int, tuple[int, OpenCall]] = {}   # call index -> (output index, item)
         self.pending_lp: list[TokenLogprob] = []
         # A reasoning model's thinking becomes a reasoning item ahead of the answer. Items open
         # at their first text, so the order of the output is the order of generation.
-        self.reasoning: dict[str, Any] | None = None
+        self.reasoning: ReasoningItem | None = None
         self.reasoning_index = -1
         self.start = len(self.state.output)                         # this pass's items come after
-        self.to_run: list[tuple[int, dict[str, Any]]] = []          # MCP calls made, to run (output index, item)
+        self.to_run: list[tuple[int, McpCallItem | FileSearchCallItem]] = []   # calls to run here (output index, item)
         self.asked = False                                          # an MCP call awaits approval
         self.handed = False                                         # a client's function was called
         self.status = "completed"
@@ -71,8 +82,8 @@ class _Output:
     def _reason(self, text: str) -> list[dict[str, Any]]:
         out = []
         if self.reasoning is None:
-            item = self.reasoning = {"id": new_id("rs"), "type": "reasoning", "summary": [], "content": [],
-                                     "status": "in_progress"}
+            item = self.reasoning = ReasoningItem(id=new_id("rs"), type="reasoning", summary=[], content=[],
+                                                  status="in_progress")
             self.reasoning_index = len(self.state.output)
             self.state.output.append(item)
             where = {"item_id": item["id"], "output_index": self.reasoning_index}
@@ -159,6 +170,7 @@ class _Output:
         if e.id is not None:
             out = self._close_message("completed")
             server = turn.tools.mcp_of(e.name or "") if turn.tools else None
+            item: OpenCall
             if turn.search is not None and turn.tools is not None and e.name == turn.tools.search:
                 item = file_search.call_item()
             elif server is not None and turn.servers is not None:
@@ -320,9 +332,10 @@ async def _answer(text: TextService, turn: Turn, place: Place) -> AsyncGenerator
         if not out.to_run:
             return
         assert turn.again is not None   # (only a call this server runs is run: mcp, file_search)
-        for call in out.to_run:
-            run = file_search.run_calls if call[1]["type"] == "file_search_call" else mcp.run_calls
-            async with contextlib.aclosing(run(turn, [call], place)) as ran:
+        for index, call in out.to_run:
+            run = file_search.run_calls(turn, [(index, call)], place) if call["type"] == "file_search_call" else \
+                mcp.run_calls(turn, [(index, call)], place)
+            async with contextlib.aclosing(run) as ran:
                 async for e in ran:
                     yield e
         left = None if turn.max_output_tokens is None else turn.max_output_tokens - turn.spent[1]

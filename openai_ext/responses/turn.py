@@ -15,6 +15,7 @@ from ..text.generation import Job
 from ..text.service import TextService
 from . import compaction as compaction_
 from . import file_search, mcp, render
+from .item_types import Items
 from .tools import ToolMap
 
 
@@ -25,7 +26,7 @@ class Record:
     itself is stored."""
     owner: str
     conversation: str | None
-    input: list[dict[str, Any]]
+    input: Items
     store: bool
 
 
@@ -44,12 +45,12 @@ class Turn:
     record: Record | None = None                           # what settle_work stores, and for whom
     compaction: compaction_.Plan | None = None            # a compaction to run before the answer
     answer: bool = True                                    # false: the compaction alone (compaction_trigger)
-    rebuild: Callable[[list[dict[str, Any]]], Job] | None = None   # the job again, from the compacted context
-    before: list[dict[str, Any]] = field(default_factory=list)    # the items before its input (its chain's)
+    rebuild: Callable[[Items], Job] | None = None          # the job again, from the compacted context
+    before: Items = field(default_factory=list)            # the items before its input (its chain's)
     servers: mcp.Servers | None = None                     # its MCP servers, when it has mcp tools
     search: file_search.Search | None = None               # its file_search tool, when it has one
-    again: Callable[[list[dict[str, Any]], dict[str, Any]], Job] | None = None   # the next pass's job (mcp)
-    compacted: list[dict[str, Any]] | None = None          # the context once compacted (the compaction item)
+    again: Callable[[Items, dict[str, Any]], Job] | None = None   # the next pass's job (mcp)
+    compacted: Items | None = None                         # the context once compacted (the compaction item)
     spent: list[int] = field(default_factory=lambda: [0, 0])   # prompt and output tokens of its passes
     tool_choice: Any = None                                # as the request sent it (mcp: the next passes')
     max_output_tokens: int | None = None                   # the whole response's budget, all passes

@@ -48,6 +48,7 @@ from ..core.errors import (
     internal_error,
 )
 from . import render, stream
+from .item_types import Items
 from .protocol import CreateResponse
 from .service import ResponsesService
 from .turn import Turn
@@ -101,12 +102,12 @@ class _Recent:
     lanes are bounded): it lives as long as the connection, and is never stored."""
 
     def __init__(self) -> None:
-        self.last: dict[str | None, tuple[str, list[dict[str, Any]]]] = {}
+        self.last: dict[str | None, tuple[str, Items]] = {}
 
-    def chain(self, response_id: str) -> list[dict[str, Any]] | None:
+    def chain(self, response_id: str) -> Items | None:
         return next((items for rid, items in self.last.values() if rid == response_id), None)
 
-    def keep(self, lane: str | None, response_id: str, items: list[dict[str, Any]]) -> None:
+    def keep(self, lane: str | None, response_id: str, items: Items) -> None:
         self.last[lane] = (response_id, items)
 
     def evict(self, response_id: str) -> None:
