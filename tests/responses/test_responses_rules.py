@@ -144,3 +144,17 @@ def test_a_chat_error_on_a_namespaced_function_names_it_where_it_was_sent():
     err = convert.translate(e.value, paths)
     assert err.param == "tools[1].tools[0].parameters.properties"
     assert err.message.startswith("tools[1].tools[0].parameters.properties is not a valid JSON Schema: 5 is not")
+
+
+def test_an_mcp_call_sent_back_with_its_error_as_a_string_is_shown_to_the_model():
+    """OpenAI's McpToolCall.error is a string: a client's history may carry one (this server writes
+    an object); the model reads it either way, in the prompt and in a compaction's transcript."""
+    from openai_ext.responses import compaction
+    parsed = items.parse([
+        {"type": "mcp_call", "server_label": "docs", "name": "lookup", "arguments": "{}", "status": "failed",
+         "error": "the server timed out"},
+        {"type": "mcp_call", "server_label": "docs", "name": "lookup", "arguments": "{}", "status": "failed",
+         "error": {"type": "http_error", "code": 429, "message": "too many"}}])
+    turns = convert.chat_messages(None, parsed)
+    assert [t["content"] for t in turns if t["role"] == "tool"] == ["Error: the server timed out", "Error: too many"]
+    assert "which returned: Error: the server timed out" in compaction.line(parsed[0])
