@@ -290,20 +290,9 @@ def _items(raw: list[Any], loc: tuple[Any, ...], resolve: Resolver | None, visio
         if kind == "message":
             out.append(_message(parsed, here, vision))
         elif kind == "function_call":
-            call = FunctionCallItem(id=parsed.id or new_id("fc"), type="function_call", call_id=parsed.call_id,
-                                    name=parsed.name, arguments=parsed.arguments, status=parsed.status or "completed")
-            if parsed.namespace is not None:
-                call["namespace"] = parsed.namespace
-            out.append(call)
+            out.append(_function_call(parsed))
         elif kind == "function_call_output":
-            answer = FunctionCallOutputItem(id=parsed.id or new_id("fco"), type="function_call_output",
-                                            call_id=parsed.call_id, output=_output_value(parsed.output, here, vision),
-                                            status=parsed.status or "completed")
-            if parsed.name is not None:
-                answer["name"] = parsed.name
-            if parsed.namespace is not None:
-                answer["namespace"] = parsed.namespace
-            out.append(answer)
+            out.append(_function_call_output(parsed, here, vision))
         elif kind == "reasoning":
             thought = ReasoningItem(id=parsed.id or new_id("rs"), type="reasoning", summary=parsed.summary)
             if parsed.content is not None:
@@ -339,6 +328,25 @@ def _items(raw: list[Any], loc: tuple[Any, ...], resolve: Resolver | None, visio
                                 param=f"{here}.id")
             out.append(found)
     return out
+
+
+def _function_call(parsed: _FunctionCall) -> FunctionCallItem:
+    call = FunctionCallItem(id=parsed.id or new_id("fc"), type="function_call", call_id=parsed.call_id,
+                            name=parsed.name, arguments=parsed.arguments, status=parsed.status or "completed")
+    if parsed.namespace is not None:
+        call["namespace"] = parsed.namespace
+    return call
+
+
+def _function_call_output(parsed: _FunctionCallOutput, where: str, vision: Vision) -> FunctionCallOutputItem:
+    answer = FunctionCallOutputItem(id=parsed.id or new_id("fco"), type="function_call_output",
+                                    call_id=parsed.call_id, output=_output_value(parsed.output, where, vision),
+                                    status=parsed.status or "completed")
+    if parsed.name is not None:
+        answer["name"] = parsed.name
+    if parsed.namespace is not None:
+        answer["namespace"] = parsed.namespace
+    return answer
 
 
 def _compaction(content: str, loc: tuple[Any, ...], vision: Vision, budget: compacted.Budget) -> str:
