@@ -11,9 +11,12 @@ from __future__ import annotations
 import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Generator
+from typing import TYPE_CHECKING, Any, Generator
 
 from .request import NO_CHAT_OPTIONS, ChatOptions, GenerationSettings
+
+if TYPE_CHECKING:
+    from PIL.Image import Image
 
 
 @dataclass(slots=True)
@@ -92,7 +95,7 @@ class Prompt:
     tokens: list[int]
     stops: list[str] = field(default_factory=list)
     trim_start: bool = False
-    images: list[Any] = field(default_factory=list)   # PIL images, one per <__media__> placeholder
+    images: list[Image] = field(default_factory=list)   # PIL images, one per <__media__> placeholder
 
 
 @dataclass
@@ -125,7 +128,7 @@ class Host(ABC):
     def tokenize(self, text: str, *, add_bos: bool = True) -> list[int]:
         """Token ids as the model would see ``text`` as a prompt (``add_bos``) or as output."""
 
-    def prompt_tokens(self, text: str, images: list[Any]) -> list[int]:
+    def prompt_tokens(self, text: str, images: list[Image]) -> list[int]:
         """The prompt's token ids, each image counted as the tokens the model reads for it (a
         host with vision); by default, the text's."""
         return self.tokenize(text)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any, AsyncGenerator
+from typing import TYPE_CHECKING, Any, AsyncGenerator
 
 from ..core.admission import Place
 from ..core.errors import InvalidRequestError
@@ -19,11 +19,14 @@ from .output import Event, OutputParser, Thinking
 from .protocol import ChatCompletionRequest, ChatMessage
 from .service import TextService
 
+if TYPE_CHECKING:
+    from PIL.Image import Image
+
 # This endpoint streams in OpenAI's framing (text.service.TextEndpoint).
 framing: Framing | None = None
 
 
-def _text_of(message: ChatMessage, i: int, images: list[Any] | None, web_ui: bool) -> str:
+def _text_of(message: ChatMessage, i: int, images: list[Image] | None, web_ui: bool) -> str:
     """The message's text. Its image parts are decoded into ``images`` (a host with vision)
     and stand in the text as the web UI's placeholders; without vision they are refused."""
     content = message.content
@@ -57,7 +60,7 @@ def _text_of(message: ChatMessage, i: int, images: list[Any] | None, web_ui: boo
     return image_parts.with_placeholders(texts, seen)
 
 
-def normalize_messages(req: ChatCompletionRequest, images: list[Any] | None = None, *,
+def normalize_messages(req: ChatCompletionRequest, images: list[Image] | None = None, *,
                        web_ui: bool = False) -> list[dict[str, Any]]:
     """OpenAI messages as plain dicts the chat templates understand: string content, and the
     developer role (OpenAI's newer name for system) as system. The legacy function calling turns
@@ -123,7 +126,7 @@ class TemplateInput:
     (one per <__media__> placeholder of the rendered text)."""
     messages: list[dict[str, Any]]
     options: ChatOptions
-    images: list[Any]
+    images: list[Image]
 
     def render(self, host: Host) -> ChatPrompt:
         return host.chat_prompt(self.messages, self.options)
@@ -132,7 +135,7 @@ class TemplateInput:
 def template_input(host: Host, req: ChatCompletionRequest, toolset: tools.ToolSet | None) -> TemplateInput:
     """The messages and options the host's chat template renders for this request."""
     native = tools.template_is_native(host.chat_template)
-    images: list[Any] | None = [] if host.abilities.vision else None
+    images: list[Image] | None = [] if host.abilities.vision else None
     messages = normalize_messages(req, images, web_ui=host.abilities.web_ui)
     messages, tools_arg = tools.for_template(messages, toolset, native=native)
     # the web UI's chat modes, characters, templates and reasoning switches (extension mode)

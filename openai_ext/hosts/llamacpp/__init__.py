@@ -19,7 +19,7 @@ import os
 import re
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..base import ChatPrompt, Host, HostAbilities, Piece, Pieces, Prompt, TokenLogprob
 from ..request import NO_CHAT_OPTIONS, ChatOptions, GenerationSettings
@@ -32,6 +32,9 @@ from .speculate import ModelDraft, Pace, PromptLookup, Tally
 from .threads import Threads
 from .vision import Media, Vision
 from .work import END, OUTBOX, Generation, NextToken, Scoring, Work
+
+if TYPE_CHECKING:
+    from PIL.Image import Image
 
 log = logging.getLogger(__name__)
 
@@ -179,7 +182,7 @@ class LlamaCppHost(Host):
         pieces.append(text[start:])
         return pieces
 
-    def prompt_tokens(self, text: str, images: list[Any]) -> list[int]:
+    def prompt_tokens(self, text: str, images: list[Image]) -> list[int]:
         if images and self.vision is not None:
             return self.vision.tokens(text, images)
         return self.tokenize(text)

@@ -25,7 +25,10 @@ import multiprocessing
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from PIL.Image import Image
 
 MARKER = "<__media__>"
 
@@ -102,7 +105,7 @@ class Vision:
         # share the projector's context
         self.lock = threading.Lock()
 
-    def _chunks(self, text: str, images: list[Any]) -> tuple[Any, list[int]]:
+    def _chunks(self, text: str, images: list[Image]) -> tuple[Any, list[int]]:
         M = self.M
         bitmaps, ids = [], []
         try:
