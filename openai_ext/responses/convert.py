@@ -60,7 +60,7 @@ def chat_messages(instructions: str | None, items: Sequence[Item],
         else:
             out.append({"role": "assistant", "content": None, "tool_calls": [made]})
 
-    def called(call_id: str, name: str, arguments: str, result: Any) -> None:
+    def called(call_id: str, name: str, arguments: str, result: str) -> None:
         """A call this server ran (an MCP tool's), and its result."""
         call(call_id, name, arguments)
         out.append({"role": "tool", "tool_call_id": call_id, "content": result})

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -31,7 +32,7 @@ from pydantic import ValidationError
 from ..core.admission import Place
 from ..core.errors import InvalidRequestError, OpenAIError, from_validation_errors
 from ..vector_stores.requests import FileSearchTool
-from .item_types import FileSearchCallItem
+from .item_types import FileCitation, FileSearchCallItem, FileSearchResult, OutputTextPart
 from .items import new_id, text_of
 
 log = logging.getLogger(__name__)
@@ -82,7 +83,7 @@ class Search:
     show_results: bool
     question: str = ""            # the user's latest message, searched beside the model's queries
     ran: int = 0
-    found: dict[str, dict[str, Any]] = field(default_factory=dict)   # file id -> a result of this response's
+    found: dict[str, FileSearchResult] = field(default_factory=dict)   # file id -> a result of this response's
 
     def shown(self, item: FileSearchCallItem) -> FileSearchCallItem:
         """The item as the Response shows it (results only when included)."""
@@ -109,7 +110,8 @@ def queries_of(arguments: str, question: str = "") -> list[str]:
     return out
 
 
-async def run_calls(turn: Any, calls: list[tuple[int, FileSearchCallItem]], place: Place) -> Any:
+async def run_calls(turn: Any, calls: list[tuple[int, FileSearchCallItem]],
+                    place: Place) -> AsyncGenerator[dict[str, Any], None]:
     """Runs the searches the model asked for, each item's progress and end as events. While a
     search runs, the response's generation slot serves others (``place.aside``)."""
     search: Search = turn.search
@@ -130,8 +132,8 @@ async def run_calls(turn: Any, calls: list[tuple[int, FileSearchCallItem]], plac
                 item["status"], item["results"] = "failed", []
                 yield turn.event("response.output_item.done", output_index=index, item=search.shown(item.copy()))
                 continue
-            shown = [{"file_id": r["file_id"], "filename": r["filename"], "score": r["score"],
-                      "attributes": r["attributes"], "text": "\n".join(c["text"] for c in r["content"])}
+            shown = [FileSearchResult(file_id=r["file_id"], filename=r["filename"], score=r["score"],
+                                      attributes=r["attributes"], text="\n".join(c["text"] for c in r["content"]))
                      for r in results]
             item["results"] = shown
             for r in shown:
@@ -163,7 +165,7 @@ def arguments_of(item: FileSearchCallItem) -> str:
     return json.dumps({"query": queries[0] if queries else ""})
 
 
-def citations(text: str, found: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+def citations(text: str, found: dict[str, FileSearchResult]) -> list[FileCitation]:
     """A file_citation for each place the text names a file the searches found (``[name]``, or the
     name itself standing as a word), in the order they come. Names are matched in one pass, the
     longest first, so a name inside a longer one is not cited too; a name two files share cites
@@ -181,12 +183,12 @@ def citations(text: str, found: dict[str, dict[str, Any]]) -> list[dict[str, Any
              "filename": m.group(1) or m.group(2), "index": m.end()} for m in pattern.finditer(text)]
 
 
-def cite(turn: Any, part: dict[str, Any], where: dict[str, Any]) -> list[dict[str, Any]]:
+def cite(turn: Any, part: OutputTextPart, where: dict[str, Any]) -> list[dict[str, Any]]:
     """Annotates an output_text part that is done with the files it cites; their events."""
     search: Search | None = turn.search
     if search is None or not search.found:
         return []
-    part["annotations"] = citations(part["text"], search.found)
+    part["annotations"] = [*citations(part["text"], search.found)]
     return [turn.event("response.output_text.annotation.added", **where, content_index=0, annotation_index=n,
                        annotation=a) for n, a in enumerate(part["annotations"])]
 

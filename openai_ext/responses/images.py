@@ -17,7 +17,7 @@ from typing import Any
 
 from ..core.errors import InvalidRequestError
 from ..text import images as chat_images
-from .item_types import Item
+from .item_types import ContentPart, InputImagePart, Item
 
 DETAILS = ("auto", "low", "high", "original")
 STORED_CHARS = 1_500_000   # about 1.1 MB of image
@@ -28,7 +28,7 @@ def _bad(param: str, message: str) -> InvalidRequestError:
     return InvalidRequestError(message, param=param)
 
 
-def part(raw: dict[str, Any], where: str, *, vision: bool | None, web_ui: bool) -> dict[str, Any]:
+def part(raw: dict[str, Any], where: str, *, vision: bool | None, web_ui: bool) -> InputImagePart:
     """An input_image part in its stored shape. ``vision``: whether the loaded model reads images
     (None: items stored for later, as a conversation's, are not shown to a model now)."""
     if vision is False:
@@ -68,12 +68,16 @@ def held(item: Item) -> bool:
     return isinstance(content, list) and any(p.get("type") == "input_image" for p in content)
 
 
-def chat_content(content: Any) -> Any:
+def _text(p: ContentPart) -> str:
+    return str(p.get("text", p.get("refusal", "")))
+
+
+def chat_content(content: str | list[ContentPart] | None) -> str | list[dict[str, Any]]:
     """An item's content as chat's: its text, or, where it holds images, chat's parts."""
     if isinstance(content, str):
         return content
     parts = content or []
     if not any(p.get("type") == "input_image" for p in parts):
-        return "\n".join(p.get("text", p.get("refusal", "")) for p in parts)
-    return [{"type": "image_url", "image_url": {"url": p["image_url"]}} if p.get("type") == "input_image"
-            else {"type": "text", "text": p.get("text", p.get("refusal", ""))} for p in parts]
+        return "\n".join(_text(p) for p in parts)
+    return [{"type": "image_url", "image_url": {"url": p["image_url"]}} if p["type"] == "input_image"
+            else {"type": "text", "text": _text(p)} for p in parts]

@@ -13,17 +13,107 @@ from typing import Any, Literal, Union
 
 from typing_extensions import NotRequired, TypedDict
 
-# A content part: input_text, output_text (with annotations and logprobs), refusal, input_image.
-Part = dict[str, Any]
 Status = Literal["in_progress", "completed", "incomplete"]
+
+
+# Content parts -----------------------------------------------------------------------------------
+class TopLogprob(TypedDict):
+    token: str
+    logprob: float
+    bytes: list[int]
+
+
+class Logprob(TypedDict):
+    token: str
+    logprob: float
+    bytes: list[int]
+    top_logprobs: list[TopLogprob]
+
+
+class FileCitation(TypedDict):
+    """What this server annotates: a file the answer cites (file_search.py); index: where the
+    citation ends."""
+    type: Literal["file_citation"]
+    file_id: str
+    filename: str
+    index: int
+
+
+class UrlCitation(TypedDict):
+    type: Literal["url_citation"]
+    url: str
+    title: str
+    start_index: int
+    end_index: int
+
+
+class ContainerFileCitation(TypedDict):
+    type: Literal["container_file_citation"]
+    container_id: str
+    file_id: str
+    filename: str
+    start_index: int
+    end_index: int
+
+
+class FilePath(TypedDict):
+    type: Literal["file_path"]
+    file_id: str
+    index: int
+
+
+# (a client's assistant messages sent back keep their annotations and logprobs as sent, unchecked)
+Annotation = Union[FileCitation, UrlCitation, ContainerFileCitation, FilePath]
+
+
+class InputTextPart(TypedDict):
+    type: Literal["input_text"]
+    text: str
+
+
+class OutputTextPart(TypedDict):
+    type: Literal["output_text"]
+    text: str
+    annotations: list[Annotation]
+    logprobs: list[Logprob]
+
+
+class RefusalPart(TypedDict):
+    type: Literal["refusal"]
+    refusal: str
+
+
+class InputImagePart(TypedDict):
+    """An image as it is stored (images.py): always a data URL, never a file_id."""
+    type: Literal["input_image"]
+    image_url: str
+    file_id: str | None
+    detail: str
+
+
+# A message's part (and a function output's: input_text and input_image)
+ContentPart = Union[InputTextPart, OutputTextPart, RefusalPart, InputImagePart]
+
+
+class SummaryTextPart(TypedDict):
+    type: Literal["summary_text"]
+    text: str
+
+
+class ReasoningTextPart(TypedDict):
+    type: Literal["reasoning_text"]
+    text: str
+
+
+# Items -------------------------------------------------------------------------------------------
 
 
 class MessageItem(TypedDict):
     id: str
     type: Literal["message"]
     role: Literal["user", "assistant", "system", "developer"]
-    status: str
-    content: list[Part]
+    status: Status
+    content: list[ContentPart]
     phase: NotRequired[str]
 
 
@@ -33,7 +123,7 @@ class FunctionCallItem(TypedDict):
     call_id: str
     name: str
     arguments: str
-    status: str
+    status: Status
     namespace: NotRequired[str]
 
 
@@ -41,8 +131,8 @@ class FunctionCallOutputItem(TypedDict):
     id: str
     type: Literal["function_call_output"]
     call_id: str
-    output: str | list[Part]
-    status: str
+    output: str | list[ContentPart]
+    status: Status
     name: NotRequired[str]
     namespace: NotRequired[str]
 
@@ -50,10 +140,10 @@ class FunctionCallOutputItem(TypedDict):
 class ReasoningItem(TypedDict):
     id: str
     type: Literal["reasoning"]
-    summary: list[Part]
-    content: NotRequired[list[Part]]
+    summary: list[SummaryTextPart]
+    content: NotRequired[list[ReasoningTextPart]]
     encrypted_content: NotRequired[str]
-    status: NotRequired[str]
+    status: NotRequired[Status]
 
 
 class CompactionItem(TypedDict):
@@ -61,7 +151,7 @@ class CompactionItem(TypedDict):
     type: Literal["compaction"]
     encrypted_content: str
     created_by: NotRequired[str]
-    status: NotRequired[str]
+    status: NotRequired[Status]
 
 
 class CompactionTriggerItem(TypedDict):
@@ -71,12 +161,41 @@ class CompactionTriggerItem(TypedDict):
     id: NotRequired[str]
 
 
+class McpTool(TypedDict):
+    """A tool an MCP server lists (mcp/client.py makes them; a client's sent back are kept as sent)."""
+    name: str
+    input_schema: dict[str, Any]
+    description: NotRequired[str | None]
+    annotations: NotRequired[dict[str, Any] | None]
+
+
 class McpListToolsItem(TypedDict):
     id: str
     type: Literal["mcp_list_tools"]
     server_label: str
-    tools: list[dict[str, Any]]
+    tools: list[McpTool]
     error: NotRequired[str | None]
+
+
+class McpProtocolError(TypedDict):
+    type: Literal["mcp_protocol_error"]
+    code: int
+    message: str
+
+
+class McpToolExecutionError(TypedDict):
+    type: Literal["mcp_tool_execution_error"]
+    content: Any
+
+
+class HttpError(TypedDict):
+    type: Literal["http_error"]
+    code: int
+    message: str
+
+
+# An mcp_call's error (OpenAI's MCPToolCallError); a client may send it back as a plain string
+McpError = Union[McpProtocolError, McpToolExecutionError, HttpError]
 
 
 class McpCallItem(TypedDict):
@@ -85,9 +204,9 @@ class McpCallItem(TypedDict):
     server_label: str
     name: str
     arguments: str
-    status: NotRequired[str]
+    status: NotRequired[Literal["in_progress", "completed", "incomplete", "calling", "failed"]]
     output: NotRequired[str | None]
-    error: NotRequired[dict[str, Any] | str | None]
+    error: NotRequired[McpError | str | None]
     approval_request_id: NotRequired[str | None]
 
 
@@ -107,12 +226,21 @@ class McpApprovalResponseItem(TypedDict):
     reason: NotRequired[str | None]
 
 
+class FileSearchResult(TypedDict):
+    """A passage a search found (file_search.py); the Response shows them only when included."""
+    file_id: str
+    filename: str
+    score: float
+    attributes: dict[str, str | float | bool] | None
+    text: str
+
+
 class FileSearchCallItem(TypedDict):
     id: str
     type: Literal["file_search_call"]
-    status: str
+    status: Literal["in_progress", "searching", "completed", "incomplete", "failed"]
     queries: list[str]
-    results: NotRequired[list[dict[str, Any]] | None]
+    results: NotRequired[list[FileSearchResult] | None]
 
 
 class SummaryItem(TypedDict):

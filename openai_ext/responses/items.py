@@ -28,13 +28,13 @@ from . import answers, compacted, images
 from .item_types import (
     CompactionItem,
     CompactionTriggerItem,
+    ContentPart,
     FileSearchCallItem,
     FunctionCallItem,
     FunctionCallOutputItem,
     Item,
     Items,
     MessageItem,
-    Part,
     ReasoningItem,
 )
 
@@ -212,7 +212,7 @@ def _path(loc: tuple[Any, ...]) -> str:
 Vision = tuple["bool | None", bool]
 
 
-def _text_part(part: Any, where: str, role: str, vision: Vision = (None, False)) -> dict[str, Any]:
+def _text_part(part: Any, where: str, role: str, vision: Vision = (None, False)) -> ContentPart:
     """One content part, in its stored shape."""
     kind = part.get("type") if isinstance(part, dict) else None
     assistant = role == "assistant"
@@ -255,7 +255,7 @@ def _message(m: _Message, where: str, vision: Vision) -> MessageItem:
 
 
 def _output_value(out: Union[str, list[dict[str, Any]]], where: str,
-                  vision: Vision) -> Union[str, list[dict[str, Any]]]:
+                  vision: Vision) -> Union[str, list[ContentPart]]:
     if isinstance(out, str):
         return out
     return [_text_part(p, f"{where}.output[{j}]", "tool", vision) for j, p in enumerate(out)]
@@ -370,7 +370,7 @@ def text_of(item: Item) -> str:
     """A message's (or a function output's) text: its parts joined as chat joins text parts (an
     image as ``[image]``)."""
     if item["type"] == "message":
-        content: str | list[Part] | None = item["content"]
+        content: str | list[ContentPart] | None = item["content"]
     elif item["type"] == "function_call_output":
         content = item["output"]
     elif item["type"] == "mcp_call":

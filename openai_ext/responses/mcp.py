@@ -25,16 +25,16 @@ them, nothing stores them, and the debug log hides them.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from ..core.admission import Place
 from ..core.config import Settings
 from ..core.errors import InvalidRequestError, OpenAIError
 from ..mcp import client
 from ..mcp.policy import Policy
-from .item_types import Item, Items, McpApprovalRequestItem, McpCallItem, McpListToolsItem
+from .item_types import Item, Items, McpApprovalRequestItem, McpCallItem, McpError, McpListToolsItem, McpTool
 from .items import new_id
 
 _LABEL_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
@@ -70,7 +70,7 @@ def _names_filter(value: Any, where: str) -> tuple[set[str] | None, bool | None]
     raise _bad(where, f"{where} must be a list of tool names, or an object with tool_names and read_only.")
 
 
-def _matches(tool: dict[str, Any], names: set[str] | None, read_only: bool | None) -> bool:
+def _matches(tool: McpTool, names: set[str] | None, read_only: bool | None) -> bool:
     if names is not None and tool["name"] not in names:
         return False
     if read_only is not None:
@@ -98,17 +98,18 @@ class Declared:
     def server(self) -> client.Server:
         return client.Server(self.label, self.url, self.headers)
 
-    def offers(self, tool: dict[str, Any]) -> bool:
+    def offers(self, tool: McpTool) -> bool:
         return _matches(tool, *self.allowed)
 
-    def needs_approval(self, name: str, tools: list[dict[str, Any]]) -> bool:
+    def needs_approval(self, name: str, tools: list[McpTool]) -> bool:
         """OpenAI's rule: approval is required unless ``never`` (or the never filter) says not;
         an ``always`` filter asks for it for the tools it matches, and not for the others."""
         if self.approval == "never":
             return False
         if self.approval == "always" or self.approval is None:
             return True
-        tool = next((t for t in tools if t["name"] == name), {"name": name})
+        # (a tool not listed is matched by its name alone)
+        tool = next((t for t in tools if t["name"] == name), McpTool(name=name, input_schema={}))
         never = self.approval.get("never")
         if never is not None and _matches(tool, *_names_filter(never, "")):
             return False
@@ -183,10 +184,10 @@ def _listed_in(context: list[Any], label: str) -> dict[str, Any] | None:
 class Listing:
     """The tools of each server of a request, and the mcp_list_tools items made for it."""
     servers: dict[str, Declared] = field(default_factory=dict)
-    tools: dict[str, list[dict[str, Any]]] = field(default_factory=dict)   # label -> all its listed tools
+    tools: dict[str, list[McpTool]] = field(default_factory=dict)   # label -> all its listed tools
     new: list[McpListToolsItem] = field(default_factory=list)             # items to put first in the output
 
-    def offered(self, label: str) -> list[dict[str, Any]]:
+    def offered(self, label: str) -> list[McpTool]:
         server = self.servers[label]
         return [t for t in self.tools.get(label, []) if server.offers(t)]
 
@@ -207,7 +208,9 @@ async def list_servers(settings: Settings, tools: list[Any] | None, context: lis
         out.servers[d.label] = d
         known = _listed_in(context, d.label)
         if known is not None:
-            out.tools[d.label] = [t for t in known["tools"] if isinstance(t, dict) and isinstance(t.get("name"), str)]
+            # (a client's, sent back: only their names are checked)
+            out.tools[d.label] = cast("list[McpTool]", [t for t in known["tools"]
+                                                         if isinstance(t, dict) and isinstance(t.get("name"), str)])
         else:
             unknown.append(d)
     for d, listed in zip(unknown, await client.list_many([d.server for d in unknown], client.Limits.of(settings)),
@@ -215,10 +218,10 @@ async def list_servers(settings: Settings, tools: list[Any] | None, context: lis
         if isinstance(listed, client.McpFailure):
             raise McpListFailed(f"Error retrieving tool list from MCP server: {d.label!r}. {listed.message}",
                                 param=f"{d.where}.server_url", code="mcp_list_tools_failed")
-        out.tools[d.label] = listed
+        out.tools[d.label] = cast("list[McpTool]", listed)   # (client.py lists them in this shape)
         # The item lists what the model may use; a tool outside allowed_tools is not shown.
         out.new.append({"id": new_id("mcpl"), "type": "mcp_list_tools", "server_label": d.label,
-                        "tools": [t for t in listed if d.offers(t)], "error": None})
+                        "tools": [t for t in out.tools[d.label] if d.offers(t)], "error": None})
     return out
 
 
@@ -239,7 +242,7 @@ async def run_call(settings: Settings, server: Declared, item: McpCallItem) -> N
         item["output"] = await client.call_tool(server.server, item["name"], arguments, client.Limits.of(settings))
         item["status"] = "completed"
     except client.McpFailure as e:
-        item["status"], item["error"] = "failed", e.error
+        item["status"], item["error"] = "failed", cast(McpError, e.error)   # (client.py's, in this shape)
 
 
 def call_item(label: str, name: str, arguments: str, approval_request_id: str | None = None) -> McpCallItem:
@@ -257,7 +260,7 @@ def refused_call(item: McpCallItem, limit: int) -> None:
         f"Not run: this server runs at most {limit} MCP calls per response (mcp_max_calls, max_tool_calls).")}
 
 
-def error_text(error: dict[str, Any] | str) -> str:
+def error_text(error: McpError | str) -> str:
     """An mcp_call's error as the model reads it (a client may send it back as a plain string)."""
     if isinstance(error, str):
         return f"Error: {error}"
@@ -322,7 +325,7 @@ def approved_calls(turn: Any) -> list[tuple[int, McpCallItem]]:
 
 
 async def run_calls(turn: Any, calls: list[tuple[int, McpCallItem]], place: Place, *,
-                    opened: bool = True) -> Any:
+                    opened: bool = True) -> AsyncGenerator[dict[str, Any], None]:
     """Runs the calls (in the order made), each item's end as events. ``opened``: whether its
     output_item.added was sent (a call the model made streamed it; an approved call did not).
     While a call runs, the response's generation slot serves others (``place.aside``)."""

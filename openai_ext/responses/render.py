@@ -15,7 +15,7 @@ from typing import Any
 from ..core.errors import OpenAIError
 from ..hosts.base import TokenLogprob
 from . import tools
-from .item_types import FunctionCallItem, Items, MessageItem
+from .item_types import ContentPart, FunctionCallItem, Items, Logprob, MessageItem, OutputTextPart, Status
 from .protocol import CreateResponse
 
 TERMINAL = ("completed", "incomplete", "failed", "cancelled")
@@ -30,7 +30,7 @@ def usage(input_tokens: int, output_tokens: int) -> dict[str, Any]:
             "total_tokens": input_tokens + output_tokens}
 
 
-def output_logprobs(entries: list[TokenLogprob]) -> list[dict[str, Any]]:
+def output_logprobs(entries: list[TokenLogprob]) -> list[Logprob]:
     """Log-probabilities on an output_text part and on its text deltas (with bytes: Open Responses requires them
     on deltas too, and OpenAI's spec lets them through)."""
     return [{"token": e.token, "logprob": e.logprob, "bytes": e.bytes or list(e.token.encode()),
@@ -51,15 +51,15 @@ def error_fields(error: OpenAIError) -> dict[str, Any]:
     return {"code": inner["code"], "message": error.message, "param": error.param, "error": inner}
 
 
-def text_part(text: str = "", logprobs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def text_part(text: str = "", logprobs: list[Logprob] | None = None) -> OutputTextPart:
     return {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs or []}
 
 
-def message_item(item_id: str, status: str, parts: list[dict[str, Any]]) -> MessageItem:
+def message_item(item_id: str, status: Status, parts: list[ContentPart]) -> MessageItem:
     return MessageItem(id=item_id, type="message", status=status, role="assistant", content=parts)
 
 
-def call_item(item_id: str, status: str, call_id: str, name: str, arguments: str,
+def call_item(item_id: str, status: Status, call_id: str, name: str, arguments: str,
               namespace: str | None = None) -> FunctionCallItem:
     item = FunctionCallItem(id=item_id, type="function_call", status=status, call_id=call_id, name=name,
                             arguments=arguments)

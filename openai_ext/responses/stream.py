@@ -32,10 +32,20 @@ from .item_types import (
     McpApprovalRequestItem,
     McpCallItem,
     MessageItem,
+    OutputTextPart,
     ReasoningItem,
+    Status,
 )
 from .items import new_id
 from .turn import Turn
+
+
+def _text_part(item: MessageItem) -> OutputTextPart:
+    """The one part of a message this builder makes: its output_text."""
+    part = item["content"][0]
+    assert part["type"] == "output_text"
+    return part
+
 
 # A call the model is making: a client's function, an MCP tool's (run here, or asked for approval), a search
 OpenCall = Union[FunctionCallItem, McpCallItem, McpApprovalRequestItem, FileSearchCallItem]
@@ -124,7 +134,7 @@ class _Output:
             out += self._open_message()
         lps, self.pending_lp = self.pending_lp, []
         assert self.message is not None   # (opened above)
-        part = self.message["content"][0]
+        part = _text_part(self.message)
         part["text"] += text
         entries = render.output_logprobs(lps)   # the delta's, and the part's (both specs let bytes ride on both)
         part["logprobs"].extend(entries)
@@ -144,19 +154,19 @@ class _Output:
         self.message = item
         return events
 
-    def _close_message(self, status: str) -> list[dict[str, Any]]:
+    def _close_message(self, status: Status) -> list[dict[str, Any]]:
         item, self.message = self.message, None
         if item is None:
             return []
         item["status"] = status
-        part = item["content"][0]
+        part = _text_part(item)
         where = {"item_id": item["id"], "output_index": self.message_index}
         return [*file_search.cite(self.turn, part, where),
                 self.turn.event("response.output_text.done", **where, content_index=0, text=part["text"],
                                 logprobs=list(part["logprobs"])),
                 self.turn.event("response.content_part.done", **where, content_index=0, part=dict(part)),
                 self.turn.event("response.output_item.done", output_index=self.message_index,
-                                item=render.message_item(item["id"], status, [dict(part)]))]
+                                item=render.message_item(item["id"], status, [part.copy()]))]
 
     # calls -----------------------------------------------------------------------------------
     def _allowed(self, index: int) -> bool:
@@ -249,7 +259,7 @@ class _Output:
     def finish(self, result: ChoiceResult) -> list[dict[str, Any]]:
         out = self.feed("", [], final=True)          # whatever was held back, or cut short
         cut = result.finish_reason == "length"
-        status = "incomplete" if cut else "completed"
+        status: Status = "incomplete" if cut else "completed"
         if self.output.stream is not None:
             out += self._close_calls(final=True)
         if cut:
