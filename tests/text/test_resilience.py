@@ -68,7 +68,7 @@ def producer_waits_for_room() -> bool:
 
 def test_fifty_streams_cut_at_random_points(live, llama_host, produced):
     rng = random.Random(50)
-    threads_before = threading.active_count()
+    threads_before = set(threading.enumerate())
     late = []
     for _ in range(50):
         body = {"model": "x", "messages": STORY, "max_tokens": 400, "stream": True, "temperature": 0.7}
@@ -83,7 +83,12 @@ def test_fifty_streams_cut_at_random_points(live, llama_host, produced):
     # each generation stopped within a token or two of its client leaving
     assert max(late) <= 2, late
     assert len(produced) < 50 * 400 / 2, "the cut streams were generated to the end"
-    assert threading.active_count() <= threads_before + 4, "threads leaked"
+    # No thread left behind: none still hands pieces to a stream that is gone, and no thread was
+    # added per stream. AnyIO's pooled workers aside: how many a loop starts follows the machine's
+    # load (each loop's pool is bounded, and an idle worker ends by itself).
+    assert not producer_waits_for_room(), "a cut stream's generation thread still waits to hand on a piece"
+    added = [t.name for t in threading.enumerate() if t not in threads_before and t.name != "AnyIO worker thread"]
+    assert len(added) <= 4, f"threads leaked: {added}"
     r = httpx.post(f"{live.url}/chat/completions", json={"messages": STORY, "max_tokens": 5}, timeout=60)
     assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 5
 
