@@ -40,6 +40,7 @@ class DecodeRequest(ApiModel):
 class LoadModelRequest(ApiModel):
     model_name: str = Field(min_length=1)
     args: dict[str, Any] | None = None
+    settings: dict[str, Any] | None = None   # the web UI's own field: taken, as before, and not applied
 
 
 class LoadLorasRequest(ApiModel):

@@ -60,6 +60,7 @@ class _Sampling(ApiModel):
     temperature: Number | None = Field(None, ge=0, le=2)
     top_p: Number | None = Field(None, ge=0, le=1)
     user: str | None = None
+    service_tier: str | None = None   # OpenAI's, taken and ignored on both endpoints (params.RULES)
     keep_alive: Union[Number, StrictStr, None] = None   # Ollama's: how long a catalog model stays loaded
 
 
@@ -131,7 +132,6 @@ class ChatCompletionRequest(_Sampling):
     web_search_options: dict[str, Any] | None = None
     reasoning_effort: str | None = None
     verbosity: str | None = None
-    service_tier: str | None = None
     store: bool | None = None
     metadata: dict[str, Any] | None = None
     # OpenAI's, taken and ignored (params.RULES says why)

@@ -107,3 +107,12 @@ def test_every_route_body_is_an_api_model_that_refuses_unknown_fields(scripted):
                    json={"files": [{"file_id": "file-1"}, {"file_id": "file-2", "colour": "red"}]})
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == "files[1].colour" and r.json()["error"]["code"] == "unknown_parameter"
+
+
+def test_fields_openai_and_the_web_ui_document_are_not_unknown(scripted):
+    """service_tier is taken (and ignored) on completions as on chat; the web UI's model-load
+    body may carry its settings."""
+    r = httpx.post(f"{scripted.url}/completions", json={**BODIES["completions"], "service_tier": "auto"}, timeout=60)
+    assert r.status_code == 200, r.text
+    from openai_ext.admin.routes import LoadModelRequest
+    assert LoadModelRequest.model_validate({"model_name": "m", "settings": {"ctx_size": 4096}}).settings
