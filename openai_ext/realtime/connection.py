@@ -22,6 +22,7 @@ import anyio
 from anyio.abc import TaskGroup
 from fastapi import WebSocket
 
+from ..core.api_model import allowed
 from ..core.errors import InvalidRequestError, OpenAIError, internal_error
 from . import session as session_mod
 from .audio import StreamingVad
@@ -118,7 +119,7 @@ class Session:
     async def _on_session_update(self, doc: dict[str, Any]) -> None:
         before = self.config.turn_detection
         self.config = session_mod.update(self.config, doc.get("session"), self.service.check_voice,
-                                         allow_unknown=self.service.settings.allow_unknown_fields)
+                                         allow_unknown=allowed())
         if self.config.turn_detection != before:
             self.vad = None     # made again with the new settings at the next append
             self.speech_item = None
