@@ -30,7 +30,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 from pydantic import ValidationError
 
 from ..audio.sentences import split_sentences
-from ..core.errors import OpenAIError, from_validation_errors, internal_error
+from ..core.errors import ContextLengthExceeded, OpenAIError, from_validation_errors, internal_error
 from ..text import chat, fitting
 from ..text.generation import run_job
 from ..text.output import OutputParser
@@ -357,15 +357,22 @@ def _prepare_within_context(text: Any, req: ChatCompletionRequest) -> Any:
     """chat.prepare, with the oldest turns left out while the conversation does not fit the
     model's context (OpenAI's truncation "auto"): a long spoken session goes on, forgetting its
     start, instead of failing every answer. The instructions stay; what is kept starts at a user
-    message, so no tool output is left without its call. A quarter more of the turns kept is cut
-    (text.fitting's slack), so the next turns fit with the same beginning, read from the cache."""
+    message, so no tool output is left without its call. Up to a quarter more of the turns kept is
+    cut (text.fitting's slack), so the next turns fit with the same beginning, read from the cache.
+    Tokens are cut (the truncate_prompt setting) only where even the newest turn does not fit."""
     system = [m for m in req.messages[:1] if m.role == "system"]
     rest = req.messages[len(system):]
     starts = [0, *(i for i, m in enumerate(rest) if i > 0 and m.role == "user")]
 
-    def attempt(start: int) -> tuple[int, Any]:
-        return start, chat.prepare(text, req.model_copy(update={"messages": system + rest[start:]}) if start else req)
-    cut, job = fitting.fit(starts, attempt, slack=0.25)
+    def attempt(start: int, truncate: bool = False) -> tuple[int, Any]:
+        kept = req.model_copy(update={"messages": system + rest[start:]}) if start else req
+        return start, chat.prepare(text, kept, truncate=truncate)
+    try:
+        cut, job = fitting.fit(starts, attempt, slack=0.25)
+    except ContextLengthExceeded:
+        if not text.settings.truncate_prompt:
+            raise
+        cut, job = attempt(starts[-1], True)
     if cut:
         log.info("a realtime conversation was cut by %d of its oldest messages to fit the context", cut)
     return job

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from openai_ext.hosts.base import HOST_SAMPLERS
+from openai_ext.core.errors import InvalidRequestError
+from openai_ext.hosts.base import HOST_SAMPLERS, Prompt
 from openai_ext.hosts.request import GenerationSettings
-from openai_ext.hosts.upstream import options
+from openai_ext.hosts.upstream import UpstreamHost, options
 from openai_ext.hosts.upstream.options import TAKES, Options
 
 VALUES = {"top_k": 20, "min_p": 0.05, "typical_p": 0.9, "top_n_sigma": 1.5, "repetition_penalty": 1.1,
@@ -26,6 +27,7 @@ def test_every_sampler_an_engine_takes_is_one_of_ours_with_our_type():
         assert names <= set(Options.model_fields), dialect
     for name, value in VALUES.items():
         assert isinstance(value, HOST_SAMPLERS[name]), name
+        assert Options.model_fields[name].annotation == HOST_SAMPLERS[name] | None, name
 
 
 @pytest.mark.parametrize("dialect, expected", [
@@ -49,3 +51,48 @@ def test_a_sampler_no_engine_takes_is_refused_and_an_unknown_engine_takes_none()
         Options.of(settings(tfs=0.9))   # the web UI's; params.plan answers 400 before it gets here
     assert options.takes(None) == frozenset() and options.takes("sglang-unknown") == frozenset()
     assert options.engine_fields("sglang-unknown", settings(top_k=3)) == {}
+
+
+# What each kind of engine answers to the routes the host asks to tell them apart (dialects.detect).
+ENGINES = {
+    "openai_ext": {"/v1/internal/model/info": {"model_name": "m", "n_ctx": 512}},
+    "llama.cpp": {"/props": {"default_generation_settings": {"n_ctx": 512}}},
+    "vllm": {"/v1/models": {"data": [{"id": "m", "max_model_len": 512}]}},
+    "generic": {},
+}
+# The samplers each kind of engine took before they were typed (the name map the options replace).
+BEFORE = {
+    "llama.cpp": {"top_k", "min_p", "typical_p", "top_n_sigma", "repetition_penalty", "repetition_penalty_range",
+                  "xtc_threshold", "xtc_probability", "dry_multiplier", "dry_base", "dry_allowed_length",
+                  "mirostat_mode", "mirostat_tau", "mirostat_eta", "ban_eos_token"},
+    "vllm": {"top_k", "min_p", "repetition_penalty", "ban_eos_token"},
+    "openai_ext": {"top_k", "min_p", "typical_p", "repetition_penalty", "ban_eos_token"},
+    "generic": set(),
+}
+
+
+@pytest.mark.parametrize("dialect", list(ENGINES))
+def test_the_body_an_upstream_of_each_kind_gets(dialect, monkeypatch):
+    """The whole /v1/completions body, from a scripted upstream (no network): the samplers named
+    become the engine's own fields, beside the OpenAI ones, and the host says it takes them."""
+    answers = {"/v1/models": {"data": [{"id": "m"}]}, **ENGINES[dialect]}
+
+    def call(self, method, path, body=None, *, timeout=0.0):
+        if path not in answers:
+            raise InvalidRequestError(f"{path} is not served here", status=404)
+        return answers[path]
+
+    monkeypatch.setattr(UpstreamHost, "_call", call)
+    host = UpstreamHost("http://upstream.invalid:9")
+    try:
+        assert host.describe()["engine"] == dialect
+        assert host.abilities.samplers == BEFORE[dialect]
+        named = {name: VALUES[name] for name in host.abilities.samplers}
+        body = host._body(Prompt("Hi", [1, 2]), GenerationSettings(max_new_tokens=4, temperature=0.5, seed=7,
+                                                                   samplers=named))
+        openai = {"model": "m", "prompt": "Hi" if dialect == "generic" else [1, 2], "max_tokens": 4,
+                  "temperature": 0.5, "top_p": 1.0, "stream": True, "seed": 7}
+        assert body == {**openai, **options.engine_fields(dialect, settings(**named))}
+        assert len(body) == len(openai) + len(named)
+    finally:
+        host.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -37,12 +38,35 @@ def test_starts_are_the_places_a_history_may_begin():
 
 @pytest.mark.parametrize("turns, first_fitting, slack, expected", [
     (9, 0, 0.25, 0),    # it fits whole: nothing is cut, slack or not
-    (9, 1, 0.25, 3),    # 8 turns left after the minimal cut: a quarter more (2) goes
+    (9, 1, 0.25, 2),    # 8 turns left after the minimal cut: up to a quarter more (2), rounded to a step of 2
+    (9, 3, 0.25, 3),    # 6 left: a quarter is 1.5, a step of 1: nothing more
+    (21, 1, 0.25, 4),   # 20 left: a quarter is 5, a step of 4: cut at 4
+    (21, 4, 0.25, 4),   # the minimal cut on a step already: nothing more
     (9, 8, 0.25, 8),    # one turn left: nothing more to cut
     (9, 4, 0.0, 4),
 ])
-def test_slack_cuts_a_share_more_so_the_next_turns_fit_as_they_are(turns, first_fitting, slack, expected):
+def test_slack_cuts_up_to_a_share_more_at_a_step(turns, first_fitting, slack, expected):
     assert fit(list(range(turns)), fits_from(first_fitting, []), slack=slack) == expected
+
+
+def test_with_slack_a_growing_conversation_keeps_its_cut_for_several_turns():
+    """Fitted again at every turn from the whole conversation (as Realtime is), the cut stays where
+    it is for a step of turns, so the prompt's beginning (and the cache of it) stays; the minimal
+    cut would move at every turn."""
+    room = 20   # turns the context holds
+    growing = range(room + 1, room + 41)
+    cuts = [fit(list(range(turns)), fits_from(turns - room, []), slack=0.25) for turns in growing]
+    assert all(turns - room <= cut < turns - room * 0.75 + 1 for cut, turns in zip(cuts, growing, strict=True))
+    moves = sum(a != b for a, b in itertools.pairwise(cuts))
+    assert moves <= 40 // 4, cuts
+
+
+def test_a_slack_cut_that_does_not_fit_keeps_the_minimal_one():
+    def attempt(start: int) -> int:
+        if start < 5 or start == 8:   # the slack cut (a prompt need not shrink with every turn left out)
+            raise ContextLengthExceeded("no", param="messages")
+        return start
+    assert fit(list(range(24)), attempt, slack=0.25) == 5
 
 
 def test_when_nothing_fits_the_newest_starts_error_is_raised():
