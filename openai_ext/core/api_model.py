@@ -87,7 +87,7 @@ class ApiModel(BaseModel):
         # body before the name: files[0].colour. from_validation_errors words it as OpenAI does.
         if self.model_extra and not _ALLOW.get():
             cls = type(self)
-            unknown = [n for n in sorted(self.model_extra) if n not in cls.passes]
+            unknown = [n for n in self.model_extra if n not in cls.passes]   # (in the body's order)
             if unknown:
                 raise PydanticCustomError("unknown_parameter", "Unrecognized request argument supplied: {name}",
                                           {"name": unknown[0], "hint": unknown_hint(unknown[0], cls.known(),

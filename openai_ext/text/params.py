@@ -283,11 +283,12 @@ def _logprobs(req: CompletionRequest | ChatCompletionRequest, abilities: HostAbi
 
 def _host_samplers(req: CompletionRequest | ChatCompletionRequest, abilities: HostAbilities,
                    ignored: list[str]) -> dict[str, Any]:
-    """The host's own samplers among the request's extra fields, checked and coerced; the web
-    UI's fields are left to webui_fields, and any other extra field joins ``ignored``: the request
-    model (an ApiModel) let it pass because the allow_unknown_fields setting is on."""
+    """The host's own samplers among the request's extra fields, checked and coerced; the web UI's
+    are left to webui_fields; any other joins ``ignored`` (the allow_unknown_fields setting is on)."""
     samplers: dict[str, Any] = {}
     for name, value in (req.model_extra or {}).items():
+        if value is None and (name in HOST_SAMPLERS or name in webui_fields.ALL):   # null: left out, as in plan
+            continue
         if name in HOST_SAMPLERS:
             if name not in abilities.samplers:
                 raise _reject(name, f"{name} is not a sampler of the loaded model's backend; remove it.")
@@ -385,10 +386,9 @@ def _token_bans(value: str, abilities: HostAbilities) -> str:
 
 
 def _coerce(name: str, value: Any, kind: type) -> Any:
-    ok = (isinstance(value, bool) if kind is bool else
-          isinstance(value, int) and not isinstance(value, bool) if kind is int else
-          isinstance(value, (int, float)) and not isinstance(value, bool) if kind is float else
-          isinstance(value, str))
+    ok = (isinstance(value, bool) if kind is bool else isinstance(value, int) and not isinstance(value, bool)
+          if kind is int else isinstance(value, (int, float)) and not isinstance(value, bool) if kind is float
+          else isinstance(value, str))
     if not ok:
         raise _reject(name, f"{name} must be {'a' if kind is not int else 'an'} {kind.__name__}.")
     return kind(value)

@@ -41,6 +41,12 @@ def test_a_misspelt_parameter_is_named_with_what_was_meant(sclient):
     assert e.value.body["param"] == "max_token" and "Did you mean 'max_tokens'?" in e.value.body["message"]
 
 
+def test_the_first_unknown_field_in_the_body_is_the_one_named(scripted):
+    for first, second in (("zeta", "alpha"), ("alpha", "zeta")):
+        r = httpx.post(f"{scripted.url}/chat/completions", json={**CHAT, first: 1, second: 2}, timeout=60)
+        assert r.status_code == 400 and r.json()["error"]["param"] == first, r.text
+
+
 def test_web_ui_fields_and_host_samplers_are_not_unknown(scripted):
     r = httpx.post(f"{scripted.url}/chat/completions", timeout=60,
                    json={**CHAT, "mode": "instruct", "top_k": 20, "repetition_penalty": 1.1})

@@ -11,6 +11,7 @@ from support import DATA, ROOT
 
 from openai_ext.core.api_model import unknown_fields
 from openai_ext.core.errors import InvalidRequestError, from_validation_errors
+from openai_ext.text import webui_fields
 from openai_ext.text.params import (
     HOST_SAMPLERS,
     RULES,
@@ -103,6 +104,18 @@ def test_host_samplers_as_extra_fields():
     with pytest.raises(InvalidRequestError) as e:
         plan(ChatCompletionRequest(messages=MSG, top_k=1.5), abilities=FULL, room=10, max_n=1)
     assert e.value.param == "top_k"
+
+
+def test_a_host_sampler_or_web_ui_field_sent_as_null_is_left_out():
+    """null is "not sent" for the host's samplers and the web UI's fields too, as for OpenAI's
+    parameters: the backend's (or the preset's) value stands, and a backend without that sampler
+    does not refuse it."""
+    web_ui = dataclasses.replace(FULL, web_ui=True)
+    for abilities in (FULL, BARE, web_ui):
+        p = plan(ChatCompletionRequest(messages=MSG, top_k=None, min_p=None, mode=None, preset=None,
+                                       enable_thinking=None), abilities=abilities, room=10, max_n=1)
+        assert p.settings.samplers == {} and p.settings.preset is None and p.ignored == []
+    assert webui_fields.template_settings({"mode": None, "enable_thinking": None}, web_ui, chat=True) == {}
 
 
 @pytest.mark.parametrize("bans, ok", [("1, 2,3", "1,2,3"), ("", ""), ("abc", None), ("5,-1", None),
