@@ -15,8 +15,9 @@ hits all alike), all greedy:
 The servers: this server (default settings, --parallel 8), this server with --speculation off,
 llama-server --parallel 8 -kvu --no-repack (no extra CPU buffer types, as this server on a CPU that
 reports AMX), and llama-server with n-gram speculation. Every server gets the same context.
+Without --llama-server, this server's two alone (ratios then against this server).
 
-    python bench/bench_speed.py --llama-server PATH [--rounds 2] [--n-ctx 32768] [--long-tokens 6000]
+    python bench/bench_speed.py [--llama-server PATH] [--rounds 2] [--n-ctx 32768] [--long-tokens 6000]
         [--only streams,fairness,editing] [--model PATH]
 """
 
@@ -76,7 +77,9 @@ async def fairness(base: str, model: str, long_tokens: int, round_: int) -> list
                                         [{"role": "user", "content": f"Say hello to guest {round_}-{i}."}], 8)
             ttfts.append(ttft)
             await asyncio.sleep(0.25)
-        await asyncio.gather(*longs)
+        for task in longs:   # (what they write after the short chats is not measured: they are cut)
+            task.cancel()
+        await asyncio.gather(*longs, return_exceptions=True)
     return ttfts
 
 
@@ -92,7 +95,7 @@ async def editing(base: str, model: str, max_tokens: int) -> tuple[float, int]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--llama-server", required=True, help="path of llama.cpp's llama-server")
+    ap.add_argument("--llama-server", help="path of llama.cpp's llama-server (without it: this server alone)")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--n-ctx", type=int, default=32768)
     ap.add_argument("--long-tokens", type=int, default=6000)
@@ -104,18 +107,21 @@ def main() -> None:
 
     model = args.model or str(default_gguf())
     only = set(args.only.split(","))
-    ports = {name: free_port() for name in ("this server", "this server, speculation off", "llama-server",
-                                            "llama-server, n-gram speculation")}
+    names = ["this server", "this server, speculation off"]
+    if args.llama_server:
+        names += ["llama-server", "llama-server, n-gram speculation"]
+    ports = {name: free_port() for name in names}
     common = ["--model", model, "--n-ctx", str(args.n_ctx), "--parallel", "8"]
     procs = {
         "this server": start_api(ports["this server"], *common),
         "this server, speculation off": start_api(ports["this server, speculation off"], *common,
                                                   "--speculation", "off"),
-        "llama-server": start_llama_server(args.llama_server, ports["llama-server"], model, args.n_ctx),
-        "llama-server, n-gram speculation": start_llama_server(
-            args.llama_server, ports["llama-server, n-gram speculation"], model, args.n_ctx,
-            "--spec-type", "ngram-simple", "--spec-draft-n-max", "16"),
     }
+    if args.llama_server:
+        procs["llama-server"] = start_llama_server(args.llama_server, ports["llama-server"], model, args.n_ctx)
+        procs["llama-server, n-gram speculation"] = start_llama_server(
+            args.llama_server, ports["llama-server, n-gram speculation"], model, args.n_ctx,
+            "--spec-type", "ngram-simple", "--spec-draft-n-max", "16")
     bases = {name: f"http://127.0.0.1:{port}/v1" for name, port in ports.items()}
     try:
         for name, proc in procs.items():
@@ -130,7 +136,7 @@ def main() -> None:
                 except httpx.TransportError:
                     pass
                 time.sleep(0.3)
-        plain = ["this server", "llama-server"]
+        plain = [name for name in ("this server", "llama-server") if name in procs]
         results: dict[tuple[str, str], list] = {}
         for r in range(args.rounds):
             for name in plain:   # (a first request each, so no one pays for a cold start)
@@ -160,11 +166,12 @@ def report(results: dict[tuple[str, str], list], args) -> None:
         if not rows:
             continue
         print(f"\nstreams, N={n}: tokens/s (median of rounds), p95 first token (all clients of all rounds)")
-        base = statistics.median(t for t, _ in rows["llama-server"])
+        against = "llama-server" if "llama-server" in rows else "this server"
+        base = statistics.median(t for t, _ in rows[against])
         for name, runs in rows.items():
             tps = statistics.median(t for t, _ in runs)
             ttfts = [x for _, ts in runs for x in ts]
-            print(f"  {name:34} {tps:7.1f} tokens/s ({tps / base:.2f}x llama-server)  p95 first token "
+            print(f"  {name:34} {tps:7.1f} tokens/s ({tps / base:.2f}x {against})  p95 first token "
                   f"{pct(ttfts, 0.95) * 1000:7.0f} ms")
     rows = {name: v for (w, name), v in results.items() if w == "fairness"}
     if rows:
@@ -176,11 +183,12 @@ def report(results: dict[tuple[str, str], list], args) -> None:
     if rows:
         print(f"\nediting: rewrite a {FILE_LINES}-line file (up to {args.edit_tokens} tokens): generated tokens/s")
         ours_off = statistics.median(t for t, _ in rows["this server, speculation off"])
-        ls = statistics.median(t for t, _ in rows["llama-server, n-gram speculation"])
+        other = "llama-server, n-gram speculation"
+        ls = statistics.median(t for t, _ in rows[other if other in rows else "this server"])
         for name, runs in rows.items():
             tps = statistics.median(t for t, _ in runs)
             print(f"  {name:34} {tps:7.1f} tokens/s ({tps / ours_off:.2f}x this server without speculation, "
-                  f"{tps / ls:.2f}x llama-server with n-gram speculation; {runs[0][1]} tokens)")
+                  f"{tps / ls:.2f}x {other if other in rows else 'this server'}; {runs[0][1]} tokens)")
 
 
 if __name__ == "__main__":

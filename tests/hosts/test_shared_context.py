@@ -93,7 +93,9 @@ def test_a_prompt_of_three_quarters_of_the_context_is_served_at_default_settings
 
     def watch():   # /health while the long request runs: the cells it holds are shown
         while not done.is_set():
-            seen.append(httpx.get(server.url.removesuffix("/v1") + "/health", timeout=10).json())
+            running = ("other", "done") not in log.first
+            seen.append({**httpx.get(server.url.removesuffix("/v1") + "/health", timeout=10).json(),
+                         "other running": running})
     done = threading.Event()
     watcher = in_thread(watch)
     client = openai_client(server, timeout=600)
@@ -107,7 +109,9 @@ def test_a_prompt_of_three_quarters_of_the_context_is_served_at_default_settings
     reply = raw.parse()
     assert abs(reply.usage.prompt_tokens - n_ctx * 3 // 4) <= 4 and reply.usage.completion_tokens == 16
     chunks = other.result()
-    assert log.index("long", "done") < log.index("other", "done")    # served while the stream ran
+    # served while the stream ran: past half the context's cells read with the stream still going
+    # (which ends first depends on how the steps share time between them, not asserted)
+    assert any(h["other running"] and h["kv_cells"]["used"] >= n_ctx // 2 for h in seen)
     assert sum(1 for c in chunks if c["choices"] and c["choices"][0]["delta"].get("content")) > 0
     cells = [h["kv_cells"] for h in seen]
     assert all(c["total"] == n_ctx for c in cells)

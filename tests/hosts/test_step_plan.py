@@ -10,7 +10,9 @@ import numpy as np
 from openai_ext.hosts.llamacpp.plan import (
     LEAST_READ,
     SHORT_PROMPT,
+    STEP_FIRST,
     STEP_GENERATING,
+    STEP_READING,
     StepCost,
     attended,
     nonnegative_fit,
@@ -175,6 +177,41 @@ def test_deep_into_a_long_prompt_a_step_reads_fewer_tokens_beside_a_stream():
     short = Seq(2, 3, 200)
     short.n_past, short.tokens = 8000, [1] * 8200
     assert shares(plan_step([stream, short], n_batch=512, prefill_chunk=128, free_cells=30000, cost=cost))[2][0] == 127
+
+
+def test_a_step_that_reads_a_newcomers_prompt_is_short_so_its_first_token_comes_soon():
+    """Four long prompts read, nothing generating: a step may take STEP_READING. A chat that
+    comes (a live short prompt) is read whole in the next step, and the long prompts' share of
+    that step shrinks so it takes STEP_FIRST: the chat's first token waits for it."""
+    cost = timed_cost(0.005, 0.001, 1e-6)
+    longs = [Seq(i, i + 1, 6000) for i in range(4)]
+    for seq in longs:
+        seq.n_past, seq.tokens = 2000, [1] * 8000
+
+    def step_time(parts):
+        return cost.predict(sum(p.count for p in parts), sum(attended(p.work.n_past, p.count) for p in parts))
+
+    alone = plan_step(longs, n_batch=512, prefill_chunk=128, free_cells=30000, cost=cost)
+    chat = Seq(4, 5, 30)
+    beside = plan_step([*longs, chat], n_batch=512, prefill_chunk=128, free_cells=30000, cost=cost)
+    assert shares(beside)[4] == (30, 0)   # the chat's whole prompt
+    assert STEP_FIRST < step_time(alone) <= STEP_READING + 1e-9
+    assert step_time(beside) <= STEP_FIRST + 1e-9
+    assert sum(n for slot, (n, _) in shares(beside).items() if slot < 4) < sum(n for n, _ in shares(alone).values())
+    # a batch's line (background work) is no newcomer: no one waits for its first token
+    line = Seq(4, 5, 30, background=True)
+    assert step_time(plan_step([*longs, line], n_batch=512, prefill_chunk=128, free_cells=30000, cost=cost)) \
+        > STEP_FIRST
+
+
+def test_deep_in_a_long_prompt_a_step_moves_it_by_the_least_share_not_by_a_fixed_chunk():
+    """Where a token deep in a prompt costs a good part of a step's time, the first long prompt
+    still moves on every step, by LEAST_READ tokens, not by a chunk that would take seconds."""
+    cost = timed_cost(0.005, 0.001, 2e-6)
+    deep = Seq(0, 1, 30000)
+    deep.n_past, deep.tokens = 20000, [1] * 50000
+    took = shares(plan_step([deep], n_batch=512, prefill_chunk=128, free_cells=60000, cost=cost))[0][0]
+    assert took == LEAST_READ   # (at 40 ms a token, the half second holds fewer)
 
 
 def test_a_draft_is_checked_as_far_as_it_pays_for_the_time_it_adds():

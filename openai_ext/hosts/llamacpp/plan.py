@@ -31,9 +31,12 @@ from .vision import image_at, to_image
 SHORT_PROMPT = 256
 # Prompt tokens a step reads at least while sequences generate.
 LEAST_READ = 16
-# Seconds a step is meant to take at most: while sequences generate, and while only prompts are read.
+# Seconds a step is meant to take at most: while sequences generate, while only prompts are read
+# (a newcomer waits for the step in flight to end, so this is half its wait at most), and while
+# a live client's short prompt is read to its end (its first token waits for this step).
 STEP_GENERATING = 0.5
-STEP_READING = 1.0
+STEP_READING = 0.5
+STEP_FIRST = 0.25
 
 
 class StepCost:
@@ -178,7 +181,8 @@ def _plan(active: list[Any], foreground: bool, *, n_batch: int, prefill_chunk: i
     if cost is not None and reading and not cost.ready():
         budget = min(budget, prefill_chunk)   # (no step timed yet: a chunk, as beside a stream)
     elif cost is not None and reading:
-        seconds = (STEP_GENERATING if generating else STEP_READING) - cost.predict(
+        newcomer = any(not w.background and w.end() - w.n_past <= SHORT_PROMPT for w in reading)
+        seconds = (STEP_FIRST if newcomer else STEP_GENERATING if generating else STEP_READING) - cost.predict(
             sum(1 + len(drafts.get(id(w), ())) for w in generating),
             sum(attended(w.n_past, 1 + len(drafts.get(id(w), ()))) for w in generating))
     first_long = next((w for w in reading if w.end() - w.n_past > SHORT_PROMPT), None)
@@ -188,9 +192,9 @@ def _plan(active: list[Any], foreground: bool, *, n_batch: int, prefill_chunk: i
         take = min(budget, w.end() - w.n_past, to_image(w))
         if cost is not None and seconds is not None and w.end() - w.n_past > SHORT_PROMPT:
             fits = cost.chunk(seconds, w.n_past)
-            if fits is not None:   # (the first long prompt always moves on, by half a chunk at least:
-                # a step has a fixed cost too, which smaller chunks would pay over and over)
-                take = min(take, max(fits, prefill_chunk // 2 if w is first_long else 0))
+            if fits is not None:   # (the first long prompt always moves on, by the least share: deep
+                # in a long prompt, 64 tokens took seconds on two cores, and a newcomer waits for them)
+                take = min(take, max(fits, LEAST_READ if w is first_long else 0))
         if take <= 0:
             break
         if cost is not None and seconds is not None:
