@@ -171,9 +171,11 @@ class NeverPays(StepCost):
 def test_on_one_sequence_drafts_are_checked_whole_whatever_the_step_times_say():
     """One sequence is the reproducible path: what a step checks must not depend on how long
     earlier steps took, so the pays-check (which follows the step times) leaves its drafts whole.
-    With several sequences the same times cut them."""
+    With several sequences the same times cut them, to the one-token probe that one draft in
+    PROBE_EVERY still gets (so a sequence learns its rate)."""
     from openai_ext.hosts.files import default_gguf
     from openai_ext.hosts.llamacpp import LlamaCppHost
+    from openai_ext.hosts.llamacpp.speculate import PROBE_EVERY
 
     settings = GREEDY.replace(max_new_tokens=60, samplers={"ban_eos_token": True})
     counts = {}
@@ -185,4 +187,4 @@ def test_on_one_sequence_drafts_are_checked_whole_whatever_the_step_times_say():
             counts[parallel] = drafts(host)[0]
         finally:
             host.close()
-    assert counts[1] > 0 and counts[2] == 0
+    assert counts[1] > 0 and 0 < counts[2] <= 60 // PROBE_EVERY + 1 and counts[2] < counts[1]

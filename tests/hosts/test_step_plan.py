@@ -18,7 +18,7 @@ from openai_ext.hosts.llamacpp.plan import (
     nonnegative_fit,
     plan_step,
 )
-from openai_ext.hosts.llamacpp.speculate import MAX_SKIP, PromptLookup, Tally
+from openai_ext.hosts.llamacpp.speculate import MAX_SKIP, PROBE_EVERY, PromptLookup, Tally
 
 
 class Seq:
@@ -33,6 +33,7 @@ class Seq:
         self.n_past = 10
         self.media = None
         self._draft, self._ready = draft or [], ready
+        self.pace = None
 
     def end(self) -> int:
         return len(self.tokens)
@@ -45,6 +46,9 @@ class Seq:
 
     def acceptance(self) -> float:
         return self.rate
+
+    def probe(self) -> bool:
+        return self.pace.probe() if self.pace is not None else False
 
 
 def shares(parts) -> dict[int, tuple[int, int]]:
@@ -231,6 +235,33 @@ def test_a_draft_is_checked_as_far_as_it_pays_for_the_time_it_adds():
     assert drafted(cpu, 0.5, whole=True) == 8
     # until steps are timed, a draft is checked whole
     assert drafted(StepCost(), 0.1) == 8
+
+
+def test_a_draft_that_does_not_pay_is_still_checked_a_token_deep_now_and_then():
+    """Cut to nothing for good, a sequence would never learn that its drafts are accepted (nor the
+    step's fit what a second token costs): one draft in PROBE_EVERY is checked a token deep."""
+    cpu = timed_cost(0.002, 0.006, 1e-7)
+    seq = Seq(0, 1, 1, draft=list(range(8)), acceptance=0.5)
+    seq.pace = PromptLookup(most=8)
+    kept = [len(plan_step([seq], n_batch=512, prefill_chunk=128, free_cells=8000, cost=cpu)[0].draft)
+            for _ in range(3 * PROBE_EVERY)]
+    assert kept == ([0] * (PROBE_EVERY - 1) + [1]) * 3
+    # a draft that pays is not counted against the probe
+    seq.rate = 0.99
+    assert len(plan_step([seq], n_batch=512, prefill_chunk=128, free_cells=8000, cost=cpu)[0].draft) == 8
+
+
+def test_a_sequence_starts_hopeful_so_its_first_drafts_are_checked():
+    """Before any draft is checked the rate is three in four: on a CPU where a drafted token costs
+    about half a one-token step, its first tokens pay; one in two would not."""
+    cost = timed_cost(0.02, 0.0, 8e-6)   # (as fitted on two cores: a step's fixed part, and its cells)
+    seq = Seq(0, 1, 1, draft=list(range(8)))
+    seq.n_past, seq.tokens = 2700, [1] * 2701
+    seq.rate = PromptLookup(most=8).acceptance()
+    assert seq.rate == 0.75
+    assert len(plan_step([seq], n_batch=512, prefill_chunk=128, free_cells=8000, cost=cost)[0].draft) >= 1
+    seq.rate = 0.5
+    assert plan_step([seq], n_batch=512, prefill_chunk=128, free_cells=8000, cost=cost)[0].draft == []
 
 
 def test_background_work_sits_out_the_steps_that_read_a_live_prompt():

@@ -227,6 +227,8 @@ def paying(work: Any, draft: list[int], generating: list[Any], cost: StepCost | 
         if rate ** i * per_output <= extra:
             break
         kept = i
+    if not kept and work.probe():
+        kept = 1   # (now and then all the same, so that the rate and the costs are learnt: Pace.probe)
     return draft[:kept]
 
 

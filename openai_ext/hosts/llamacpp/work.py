@@ -77,6 +77,11 @@ class Work:
         once a step); none by default."""
         return 0
 
+    def probe(self) -> bool:
+        """Whether a draft the step's costs would cut to nothing is checked a token deep this time
+        (llamacpp/speculate.py: Pace.probe); never by default."""
+        return False
+
     def produce(self, first: int, count: int, draft: list[int]) -> int:
         """The logits of this step's tokens are outputs first..first+count-1 (only the last one
         unless ``every_logit``), followed by one for each token of ``draft``, drafted after them.
@@ -154,6 +159,9 @@ class Generation(Work):
 
     def acceptance(self) -> float:
         return self.lookup.acceptance() if self.lookup is not None else 0.0
+
+    def probe(self) -> bool:
+        return self.lookup is not None and self.lookup.probe()
 
     def wants_draft(self) -> int:
         if not isinstance(self.lookup, ModelDraft) or self.forced or self.halted():
