@@ -138,8 +138,7 @@ def plan(req: CompletionRequest | ChatCompletionRequest, *, abilities: HostAbili
     ``default_max_tokens`` (the setting), above 0, caps a chat reply that names no max_tokens.
     """
     chat = isinstance(req, ChatCompletionRequest)
-    # the fields sent with a value: null is as good as left out (a family's request, built with
-    # keyword arguments, names every field it maps, None where its own request had none)
+    # the fields sent with a value: null is as good as left out (a family's request names each field it maps)
     sent = {name for name in req.model_fields_set if getattr(req, name, None) is not None}
     max_new_tokens = _length(req, room, default_max_tokens)
 
@@ -386,9 +385,10 @@ def _token_bans(value: str, abilities: HostAbilities) -> str:
 
 
 def _coerce(name: str, value: Any, kind: type) -> Any:
-    ok = (isinstance(value, bool) if kind is bool else isinstance(value, int) and not isinstance(value, bool)
-          if kind is int else isinstance(value, (int, float)) and not isinstance(value, bool) if kind is float
-          else isinstance(value, str))
+    ok = (isinstance(value, bool) if kind is bool else
+          isinstance(value, int) and not isinstance(value, bool) if kind is int else
+          isinstance(value, (int, float)) and not isinstance(value, bool) if kind is float else
+          isinstance(value, str))
     if not ok:
         raise _reject(name, f"{name} must be {'a' if kind is not int else 'an'} {kind.__name__}.")
     return kind(value)
