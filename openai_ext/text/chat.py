@@ -139,7 +139,7 @@ def template_input(host: Host, req: ChatCompletionRequest, toolset: tools.ToolSe
     messages = normalize_messages(req, images, web_ui=host.abilities.web_ui)
     messages, tools_arg = tools.for_template(messages, toolset, native=native)
     # the web UI's chat modes, characters, templates and reasoning switches (extension mode)
-    web_ui = webui_fields.template_settings(req.model_extra or {}, host.abilities, chat=True,
+    web_ui = webui_fields.template_settings(req.sent_extra(), host.abilities, chat=True,
                                             reasoning_effort=req.reasoning_effort)
     return TemplateInput(messages, ChatOptions(tools=tools_arg or None, **web_ui), images or [])
 
@@ -181,7 +181,7 @@ def prepare(text: TextService, req: ChatCompletionRequest, *, prefill: str = "",
                        max_n=text.settings.max_n, toolset=toolset,
                        default_max_tokens=text.settings.default_max_tokens)
     _check_grammar(host, plan.settings.grammar, toolset,
-                   sent=bool((req.model_extra or {}).get("grammar_string")))
+                   sent=bool(req.sent_extra().get("grammar_string")))
     host.check_settings(plan.settings)
     job = new_job("chatcmpl", [prompt], plan, host)
     job.tools = toolset if toolset is not None and toolset.calling else None

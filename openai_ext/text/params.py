@@ -138,12 +138,13 @@ def plan(req: CompletionRequest | ChatCompletionRequest, *, abilities: HostAbili
     ``default_max_tokens`` (the setting), above 0, caps a chat reply that names no max_tokens.
     """
     chat = isinstance(req, ChatCompletionRequest)
-    # the fields sent with a value: null is as good as left out (a family's request names each field it maps)
+    # the fields sent with a value: null is as good as left out (a family's request, built with
+    # keyword arguments, names every field it maps, None where its own request had none)
     sent = {name for name in req.model_fields_set if getattr(req, name, None) is not None}
     max_new_tokens = _length(req, room, default_max_tokens)
 
     # --- sampling -----------------------------------------------------------------------
-    extra = req.model_extra or {}
+    extra = req.sent_extra()
     web_ui = webui_fields.generation_settings(extra, abilities)
 
     temperature, top_p, presence, frequency = _openai_samplers(req, "preset" in web_ui, sent)
@@ -184,7 +185,7 @@ def plan(req: CompletionRequest | ChatCompletionRequest, *, abilities: HostAbili
     ignored = rules.ignored(RULES, sent)
     if chat and "reasoning_effort" in sent and not abilities.web_ui:
         ignored.append("reasoning_effort")   # only the web UI's templates take it
-    samplers = _host_samplers(req, abilities, ignored)
+    samplers = _host_samplers(req, extra, abilities, ignored)
     if ignored:
         log.debug("ignored request fields: %s", ", ".join(sorted(ignored)))
 
@@ -280,14 +281,13 @@ def _logprobs(req: CompletionRequest | ChatCompletionRequest, abilities: HostAbi
     return logprobs
 
 
-def _host_samplers(req: CompletionRequest | ChatCompletionRequest, abilities: HostAbilities,
+def _host_samplers(req: CompletionRequest | ChatCompletionRequest, extra: dict[str, Any], abilities: HostAbilities,
                    ignored: list[str]) -> dict[str, Any]:
-    """The host's own samplers among the request's extra fields, checked and coerced; the web UI's
-    are left to webui_fields; any other joins ``ignored`` (the allow_unknown_fields setting is on)."""
+    """The host's own samplers among the request's ``extra`` fields, checked and coerced; the web
+    UI's fields are left to webui_fields, and any other extra field joins ``ignored``: the request
+    model (an ApiModel) let it pass because the allow_unknown_fields setting is on."""
     samplers: dict[str, Any] = {}
-    for name, value in (req.model_extra or {}).items():
-        if value is None and (name in HOST_SAMPLERS or name in webui_fields.ALL):   # null: left out, as in plan
-            continue
+    for name, value in extra.items():
         if name in HOST_SAMPLERS:
             if name not in abilities.samplers:
                 raise _reject(name, f"{name} is not a sampler of the loaded model's backend; remove it.")

@@ -63,6 +63,12 @@ class _Sampling(ApiModel):
     service_tier: str | None = None   # OpenAI's, taken and ignored on both endpoints (params.RULES)
     keep_alive: Union[Number, StrictStr, None] = None   # Ollama's: how long a catalog model stays loaded
 
+    def sent_extra(self) -> dict[str, Any]:
+        """The extra fields (the host's samplers, the web UI's fields) sent with a value: null is
+        as good as left out, as for the declared fields (params.plan), so the host's or the web
+        UI preset's value stands."""
+        return {name: value for name, value in (self.model_extra or {}).items() if value is not None}
+
 
 class CompletionRequest(_Sampling):
     prompt: Union[StrictStr, list[StrictStr], TokenIds, Annotated[list[TokenIds], Field(min_length=1)]]

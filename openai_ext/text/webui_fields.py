@@ -64,8 +64,6 @@ def template_settings(extra: dict[str, Any], abilities: HostAbilities, *, chat: 
     out: dict[str, Any] = {}
     for name, value in extra.items():
         key = ALIASES.get(name, name)
-        if value is None:
-            continue   # null is left out, as params.plan takes it: the web UI's own setting stands
         if key in TEMPLATE_FIELDS:
             if not chat:
                 continue   # params.plan names it as a chat field

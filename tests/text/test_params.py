@@ -115,7 +115,7 @@ def test_a_host_sampler_or_web_ui_field_sent_as_null_is_left_out():
         p = plan(ChatCompletionRequest(messages=MSG, top_k=None, min_p=None, mode=None, preset=None,
                                        enable_thinking=None), abilities=abilities, room=10, max_n=1)
         assert p.settings.samplers == {} and p.settings.preset is None and p.ignored == []
-    assert webui_fields.template_settings({"mode": None, "enable_thinking": None}, web_ui, chat=True) == {}
+    assert webui_fields.template_settings(chat(mode=None, enable_thinking=None).sent_extra(), web_ui, chat=True) == {}
 
 
 @pytest.mark.parametrize("bans, ok", [("1, 2,3", "1,2,3"), ("", ""), ("abc", None), ("5,-1", None),
