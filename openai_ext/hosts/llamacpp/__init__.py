@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..base import ChatPrompt, Host, HostAbilities, Piece, Pieces, Prompt, TokenLogprob
 from ..request import NO_CHAT_OPTIONS, ChatOptions, GenerationSettings
-from . import probe
+from . import probe, values
 from .batch import Closed, Scheduler
 from .context import PREFILL_CHUNK, Runtime, uses_flash_attn
 from .draft import Drafter
@@ -64,9 +64,14 @@ class LlamaCppHost(Host):
         self.buffers = probe.choose(path, repack, n_threads=n_threads, n_gpu_layers=n_gpu_layers)
         log.info("%s", self.buffers.line())
         # The model and its context: what the works of the batch are handed, freed by close().
+
+        def choose_values(model: Any) -> str:
+            chosen = values.choose(path, model, n_gpu_layers=n_gpu_layers, n_threads=n_threads)
+            log.info("%s", chosen.line())
+            return chosen.kind
         self.runtime = rt = Runtime(path, extra_buffers=self.buffers.extra_buffers, n_gpu_layers=n_gpu_layers,
                                     n_ctx=n_ctx, parallel=parallel, n_threads=n_threads, flash_attn=flash_attn,
-                                    cache_type_v=cache_type_v)
+                                    cache_type_v=cache_type_v, choose_values=choose_values)
         L, v = rt.L, rt.vocab
         self.path = path
         self.model_id = alias or path.name.removesuffix(".gguf")
@@ -89,7 +94,7 @@ class LlamaCppHost(Host):
             if draft_model is not None and speculation != "off":
                 self.drafter = Drafter(Path(draft_model), rt, slots=parallel,
                                        extra_buffers=self.buffers.extra_buffers, n_gpu_layers=n_gpu_layers,
-                                       n_threads=n_threads, flash_attn=flash_attn, cache_type_v=cache_type_v)
+                                       n_threads=n_threads, flash_attn=flash_attn, cache_type_v=rt.cache_type_v)
                 self.speculation = "draft"
                 log.info("speculation: drafts from %s", Path(draft_model).name)
         except BaseException:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import ctypes
 import multiprocessing
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -70,17 +70,13 @@ def load_context(model: Any, *, n_ctx: int, parallel: int, n_threads: int | None
     return LlamaContext(model=model, params=cparams, verbose=False)
 
 
-def value_cache_type(setting: str, *, flash_attn: bool, n_gpu_layers: int) -> str:
-    """How the KV cells keep their values. llama.cpp's flash attention on the CPU sums f16 values
-    into an f16 accumulator, converting each element back and forth for every cell attended to;
-    values kept in q8_0 are summed in f32 instead. With the embedded model, one token 2,400 cells
-    deep took 78 ms with f16 values and 27 ms with q8_0 (16 tokens: 993 and 286 ms), and the
-    cache holds the values in half the memory; q8_0 keeps 8 bits per value with a scale per 32,
-    which moves a log-probability by hundredths. So "auto" is q8_0 where flash attention runs
-    on the CPU, and f16 elsewhere (a GPU's kernels have no such cost, and without flash attention
-    llama.cpp keeps values only in f16 or bf16)."""
+def value_cache_type(setting: str, *, flash_attn: bool, n_gpu_layers: int) -> str | None:
+    """How the KV cells keep their values, as far as the setting and the device decide it; None
+    where "auto" is left to a timing of this machine (flash attention on the CPU: llamacpp/values.py
+    says why). A GPU keeps f16 (its kernels sum either alike), and without flash attention
+    llama.cpp keeps values only in f16 or bf16."""
     if setting == "auto":
-        return "q8_0" if flash_attn and n_gpu_layers == 0 else "f16"
+        return None if flash_attn and n_gpu_layers == 0 else "f16"
     if setting == "q8_0" and not flash_attn:
         raise ValueError("cache_type_v q8_0 needs flash attention: set flash_attn on, or cache_type_v f16")
     return setting
@@ -109,12 +105,15 @@ class Runtime:
     ``bos``, ``add_bos``; ``eog``: for each token id, whether it ends a generation."""
 
     def __init__(self, path: Path, *, extra_buffers: bool, n_gpu_layers: int, n_ctx: int, parallel: int,
-                 n_threads: int | None, flash_attn: str, cache_type_v: str = "auto"):
+                 n_threads: int | None, flash_attn: str, cache_type_v: str = "auto",
+                 choose_values: Callable[[Any], str] | None = None):
         L = self.L = lazy_llama()
-        self.cache_type_v = value_cache_type(cache_type_v, flash_attn=uses_flash_attn(flash_attn, parallel),
-                                             n_gpu_layers=n_gpu_layers)
+        fixed = value_cache_type(cache_type_v, flash_attn=uses_flash_attn(flash_attn, parallel),
+                                 n_gpu_layers=n_gpu_layers)
         self.model = load_model(path, extra_buffers=extra_buffers, n_gpu_layers=n_gpu_layers)
         try:
+            # "auto" on the CPU: the host times both kinds with this model (llamacpp/values.py)
+            self.cache_type_v: str = fixed or (choose_values(self.model) if choose_values else "f16")
             self.context = load_context(self.model, n_ctx=n_ctx, parallel=parallel, n_threads=n_threads,
                                         flash_attn=flash_attn, cache_type_v=self.cache_type_v)
         except BaseException:

@@ -100,7 +100,7 @@ def _verdicts_file() -> Path:
     return cache_root() / "llama-cpu-probe.json"
 
 
-def _read_verdicts(file: Path) -> dict:
+def read_verdicts(file: Path) -> dict:
     try:
         data = json.loads(file.read_text(encoding="utf-8"))
         return data if isinstance(data, dict) else {}
@@ -108,17 +108,19 @@ def _read_verdicts(file: Path) -> dict:
         return {}
 
 
-def _remember(file: Path, key: str, choice: Choice) -> None:
-    """Best effort: a cache that cannot be written only means the test runs again next time."""
+def keep(file: Path, key: str, verdict: dict) -> None:
+    """Keeps ``verdict`` under ``key`` in ``file`` (this test's, and llamacpp/values.py's). Best
+    effort: a cache that cannot be written only means the test runs again next time."""
     try:
         file.parent.mkdir(parents=True, exist_ok=True)
-        data = _read_verdicts(file)
-        data[key] = {"extra_buffers": choice.extra_buffers, "reason": choice.reason, "at": int(time.time())}
+        data = read_verdicts(file)
+        data[key] = verdict
         tmp = file.with_name(f".{file.name}.{os.getpid()}")
         tmp.write_text(json.dumps(data, indent=1), encoding="utf-8")
         os.replace(tmp, file)
     except OSError as e:
-        log.warning("could not keep the CPU test's verdict in %s (%s); it runs again at the next start", file, e)
+        log.warning("could not keep the verdict of a test of this machine in %s (%s); it runs again at the next "
+                    "start", file, e)
 
 
 def choose(path: Path, mode: str = "auto", *, n_threads: int | None = None, n_gpu_layers: int = 0) -> Choice:
@@ -130,13 +132,13 @@ def choose(path: Path, mode: str = "auto", *, n_threads: int | None = None, n_gp
     if mode != "auto":
         raise ValueError(f"repack must be one of {', '.join(MODES)}, not {mode!r}")
     file, key = _verdicts_file(), probe_key(path, n_gpu_layers)
-    known = _read_verdicts(file).get(key)
+    known = read_verdicts(file).get(key)
     if isinstance(known, dict) and isinstance(known.get("extra_buffers"), bool):
         return Choice(known["extra_buffers"], f"{known.get('reason', '')} (kept from an earlier start; "
                                               f"force with --repack on|off)")
     choice = _probe(path, n_threads=n_threads, n_gpu_layers=n_gpu_layers)
     if choice.settled:
-        _remember(file, key, choice)
+        keep(file, key, {"extra_buffers": choice.extra_buffers, "reason": choice.reason, "at": int(time.time())})
     return choice
 
 
