@@ -13,8 +13,9 @@ hits all alike), all greedy:
              llama-server: its n-gram speculation, --spec-type ngram-simple).
 
 The servers: this server (default settings, --parallel 8), this server with --speculation off,
-llama-server --parallel 8 -kvu --no-repack (no extra CPU buffer types, as this server on a CPU that
-reports AMX), and llama-server with n-gram speculation. Every server gets the same context.
+llama-server --parallel 8 -kvu (with --no-repack where this server's CPU test turned the extra CPU
+buffer types off, as on a CPU that reports AMX), and llama-server with n-gram speculation. Every
+server gets the same context.
 Without --llama-server, this server's two alone (ratios then against this server).
 
     python bench/bench_speed.py [--llama-server PATH] [--rounds 2] [--n-ctx 32768] [--long-tokens 6000]
@@ -38,10 +39,10 @@ FILE_LINES = 300
 SHORT_CHATS = 8
 
 
-def start_llama_server(binary: str, port: int, model: str, n_ctx: int, *extra: str) -> subprocess.Popen:
+def start_llama_server(binary: str, port: int, model: str, n_ctx: int, repack: bool, *extra: str) -> subprocess.Popen:
     threads = str(len(os.sched_getaffinity(0)))
     return subprocess.Popen([binary, "-m", model, "--port", str(port), "-c", str(n_ctx), "--parallel", "8",
-                             "-kvu", "--no-repack", "--jinja", "-t", threads, "-tb", threads,
+                             "-kvu", *([] if repack else ["--no-repack"]), "--jinja", "-t", threads, "-tb", threads,
                              "--threads-http", "16", *extra],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -118,9 +119,18 @@ def main() -> None:
                                                   "--speculation", "off"),
     }
     if args.llama_server:
-        procs["llama-server"] = start_llama_server(args.llama_server, ports["llama-server"], model, args.n_ctx)
+        # llama-server gets the extra CPU buffer types (weight repacking) exactly where this server
+        # uses them: its own CPU test's verdict for this model
+        from pathlib import Path
+
+        from openai_ext.hosts.llamacpp import probe
+
+        repack = probe.choose(Path(model)).extra_buffers
+        print(f"extra CPU buffer types (repacking) for both: {'on' if repack else 'off'}")
+        procs["llama-server"] = start_llama_server(args.llama_server, ports["llama-server"], model, args.n_ctx,
+                                                   repack)
         procs["llama-server, n-gram speculation"] = start_llama_server(
-            args.llama_server, ports["llama-server, n-gram speculation"], model, args.n_ctx,
+            args.llama_server, ports["llama-server, n-gram speculation"], model, args.n_ctx, repack,
             "--spec-type", "ngram-simple", "--spec-draft-n-max", "16")
     bases = {name: f"http://127.0.0.1:{port}/v1" for name, port in ports.items()}
     try:
