@@ -47,6 +47,9 @@ class Seq:
     def acceptance(self) -> float:
         return self.rate
 
+    def chance(self, i: int) -> float:
+        return self.rate ** i
+
     def probe(self) -> bool:
         return self.pace.probe() if self.pace is not None else False
 
@@ -235,6 +238,72 @@ def test_a_draft_is_checked_as_far_as_it_pays_for_the_time_it_adds():
     assert drafted(cpu, 0.5, whole=True) == 8
     # until steps are timed, a draft is checked whole
     assert drafted(StepCost(), 0.1) == 8
+
+
+def test_a_copy_keeps_to_its_source_where_the_last_place_of_its_tokens_is_the_copy_itself():
+    """A file rewritten as it is: its lines share more than twelve tokens and differ at the end. The
+    longest run's last place is soon the line just copied, whose next line is another; the draft
+    keeps to the place the copy came from, so no draft after the first misses."""
+    common = list(range(1, 14))
+    source = [90, 91, 92] + [t for k in range(6) for t in (*common, 100 + k)]
+    tokens = [*source, 90, 91, 92]                    # the prompt, and the copy begun
+    lookup, results = PromptLookup(most=16), []
+    while len(tokens) < 2 * len(source):
+        draft = lookup.draft(tokens, 64)
+        written = len(tokens) - len(source)
+        truth = source[written:written + len(draft) + 1]
+        accepted = next((i for i, (d, t) in enumerate(zip(draft, truth)) if d != t), len(draft))
+        if draft:
+            lookup.checked(len(draft), accepted)
+            results.append((len(draft), accepted))
+        tokens += truth[:accepted + 1]
+    assert tokens[len(source):] == source
+    assert len(results) > 4 and all(a == d for d, a in results)
+
+
+def test_a_draft_whose_first_token_missed_keeps_its_length():
+    """A first token that misses says prompt lookup found the wrong place, not that the right
+    place's run is short: the next draft is as long as this one was."""
+    lookup = PromptLookup(most=16)
+    tokens = list(range(40)) + list(range(3))
+    lookup.checked(4, 4)
+    lookup.checked(8, 0)
+    while not (draft := lookup.draft(tokens, 64)):   # (the pause after a miss)
+        pass
+    assert len(draft) == 8
+
+
+def test_the_chance_of_a_drafted_token_separates_first_misses_from_the_runs_after():
+    """Drafts that miss at once now and then, and run on once their place is right (a file being
+    rewritten), keep their later tokens' chance high, where one rate for all to the i-th power
+    made the sixteenth token's chance nothing."""
+    lookup = PromptLookup(most=16)
+    assert lookup.chance(1) == 0.75 and lookup.chance(2) == 0.75 ** 2   # before any draft
+    for _ in range(4):
+        for _ in range(4):
+            lookup.checked(16, 16)
+        lookup.checked(16, 0)
+    one_rate = lookup.acceptance()
+    assert 0.7 < lookup.chance(1) < 0.8 and lookup.chance(16) > 0.7
+    assert one_rate ** 16 < 0.05
+    # a run that stops partway counts against the tokens after the first
+    other = PromptLookup(most=16)
+    for _ in range(8):
+        other.checked(16, 2)
+    assert other.chance(1) > 0.9 and other.chance(6) < 0.1
+
+
+def test_drafts_that_miss_only_at_their_first_token_are_checked_long_on_a_cpu():
+    cpu = timed_cost(0.002, 0.006, 1e-7)
+    seq = Seq(0, 1, 1, draft=list(range(16)))
+    seq.n_past, seq.tokens = 2700, [1] * 2701
+    lookup = PromptLookup(most=16)
+    for _ in range(4):
+        for _ in range(6):
+            lookup.checked(16, 16)
+        lookup.checked(16, 0)
+    seq.chance = lookup.chance
+    assert len(plan_step([seq], n_batch=512, prefill_chunk=128, free_cells=8000, cost=cpu)[0].draft) >= 8
 
 
 def test_a_draft_that_does_not_pay_is_still_checked_a_token_deep_now_and_then():

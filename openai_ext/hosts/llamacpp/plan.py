@@ -212,19 +212,19 @@ def _plan(active: list[Any], foreground: bool, *, n_batch: int, prefill_chunk: i
 
 def paying(work: Any, draft: list[int], generating: list[Any], cost: StepCost | None) -> list[int]:
     """The part of ``draft`` worth checking: a drafted token costs the step what a token costs at
-    its depth, and saves, where it is accepted, a step's time per token produced; the chance that
-    the i-th drafted token is accepted is taken as the sequence's acceptance so far to the i-th
-    power. On a CPU where the step's cost grows with each token (one token 2,400 cells deep took
-    27 ms, sixteen 286 ms), only a draft accepted nearly always pays; where a step's fixed cost
-    rules (a GPU), most drafts do. Until steps are timed the draft is kept whole."""
+    its depth, and saves, where it is accepted, a step's time per token produced, at the chance
+    the sequence's drafts so far give the i-th drafted token (speculate.Pace.chance). On a CPU
+    where the step's cost grows with each token (one token 2,400 cells deep took 27 ms, sixteen
+    286 ms), only a draft accepted nearly always pays; where a step's fixed cost rules (a GPU),
+    most drafts do. Until steps are timed the draft is kept whole."""
     if not draft or cost is None or not cost.ready():
         return draft
     n = len(generating)
     per_output = cost.predict(n, sum(attended(w.n_past, 1) for w in generating)) / n
-    rate, kept = work.acceptance(), 0
+    kept = 0
     for i in range(1, len(draft) + 1):
         extra = cost.predict(1, attended(work.n_past + i, 1)) - cost.predict(0, 0)
-        if rate ** i * per_output <= extra:
+        if work.chance(i) * per_output <= extra:
             break
         kept = i
     if not kept and work.probe():

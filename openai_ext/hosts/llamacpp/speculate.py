@@ -60,6 +60,10 @@ class Pace:
         self._length = min(START, most)                  # tokens the next draft may hold
         self.drafted = 0
         self.accepted = 0
+        # drafts checked and those whose first token was accepted; tokens checked after an accepted
+        # one and those accepted (see chance)
+        self._firsts, self._first_hits = 0, 0
+        self._nexts, self._next_hits = 0, 0
         self._unchecked = 0                              # drafts cut to nothing since the last probe
 
     def wanted(self) -> int:
@@ -74,6 +78,18 @@ class Pace:
         that pays is checked (llamacpp/plan.paying), and on a CPU where a drafted token costs
         half a step, a start of one in two would check no first draft (see ``probe``)."""
         return (self.accepted + 3) / (self.drafted + 4)
+
+    def chance(self, i: int) -> float:
+        """The chance that the ``i``-th token of the next draft is accepted: that its first is,
+        and each after it given the one before was. Where a draft misses it mostly misses at once
+        (prompt lookup found the wrong place: in a file of near-repeated lines, a line like
+        several), and once a place is right the copy runs on: a file being rewritten had its
+        first drafted token accepted 87 times in 100 and the ones after it 98 in 100, where one
+        rate for all (82 in 100) to the i-th power cut its drafts to two tokens. Both start at
+        three in four (see ``acceptance``)."""
+        first = (self._first_hits + 3) / (self._firsts + 4)
+        after = (self._next_hits + 3) / (self._nexts + 4)
+        return first * after ** (i - 1)
 
     def probe(self) -> bool:
         """Whether a draft its costs cut to nothing (llamacpp/plan.paying) is checked a token deep
@@ -93,9 +109,18 @@ class Pace:
         """What came of the last draft."""
         self.drafted += drafted
         self.accepted += accepted
+        if drafted:
+            self._firsts += 1
+            self._first_hits += accepted > 0
+            self._nexts += max(0, min(accepted + 1, drafted) - 1)
+            self._next_hits += max(0, accepted - 1)
         # the next draft as long as this one's accepted run and one more, twice as long when all of
-        # it was accepted
-        self._length = min(self.most, drafted * 2 if accepted == drafted else accepted + 1)
+        # it was accepted; a draft whose first token missed found the wrong place, which says
+        # nothing of how long the right place's run is, so the length stays
+        if accepted == drafted:
+            self._length = min(self.most, drafted * 2)
+        elif accepted:
+            self._length = min(self.most, accepted + 1)
         if accepted:
             self._skip = 0
         else:
@@ -124,6 +149,7 @@ class PromptLookup(Pace):
         # n-gram -> index of the token after its last place, for each length
         self._where: dict[int, dict[tuple[int, ...], int]] = {n: {} for n in NGRAMS}
         self._seen = 0                                   # tokens whose n-grams are indexed
+        self._behind: int | None = None                  # how far back the place last drafted from lies
 
     def draft(self, tokens: list[int], limit: int) -> list[int]:
         n = len(tokens)
@@ -137,15 +163,33 @@ class PromptLookup(Pace):
         length = self.wanted()
         if not length:
             return []
-        at = next((a for size, where in self._where.items() if n > size
-                   and (a := where.get(tuple(tokens[n - size:]))) is not None), None)
+        at = self._following(tokens)
+        if at is None:
+            at = next((a for size, where in self._where.items() if n > size
+                       and (a := where.get(tuple(tokens[n - size:]))) is not None), None)
         if at is None:
             return []
+        self._behind = n - at
         draft = tokens[at:at + min(limit, length)]
         for i, t in enumerate(draft):
             if t < 0:
                 return draft[:i]
         return draft
+
+
+    def _following(self, tokens: list[int]) -> int | None:
+        """Where the place the last draft came from goes on, while what was written since matches
+        it: a copy keeps to its source. The index knows each n-gram's last place only, and in a
+        file being rewritten that is soon the copy just written, whose next line is another one
+        (a 300-line file rewritten by Qwen2.5-Coder-0.5B: 955 of 959 drafted tokens accepted with the
+        source kept, 850 of 1,294 without)."""
+        if self._behind is None:
+            return None
+        n, at = len(tokens), len(tokens) - self._behind
+        keep = NGRAMS[-1]
+        if at < keep or at >= n or tokens[at - keep:at] != tokens[n - keep:]:
+            return None
+        return at
 
 
 class ModelDraft(Pace):

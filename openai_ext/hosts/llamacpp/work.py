@@ -72,6 +72,10 @@ class Work:
         """The share of its drafted tokens this sequence has had accepted (a guess before any)."""
         return 0.0
 
+    def chance(self, i: int) -> float:
+        """The chance that the ``i``-th token of its next draft is accepted (llamacpp/speculate.py)."""
+        return 0.0
+
     def wants_draft(self) -> int:
         """Tokens this generating sequence wants the draft model to guess before the step (asked
         once a step); none by default."""
@@ -159,6 +163,9 @@ class Generation(Work):
 
     def acceptance(self) -> float:
         return self.lookup.acceptance() if self.lookup is not None else 0.0
+
+    def chance(self, i: int) -> float:
+        return self.lookup.chance(i) if self.lookup is not None else 0.0
 
     def probe(self) -> bool:
         return self.lookup is not None and self.lookup.probe()
