@@ -44,9 +44,6 @@ class Seq:
     def draft(self, limit: int) -> list[int]:
         return self._draft[:limit]
 
-    def acceptance(self) -> float:
-        return self.rate
-
     def chance(self, i: int) -> float:
         return self.rate ** i
 
@@ -252,7 +249,8 @@ def test_a_copy_keeps_to_its_source_where_the_last_place_of_its_tokens_is_the_co
         draft = lookup.draft(tokens, 64)
         written = len(tokens) - len(source)
         truth = source[written:written + len(draft) + 1]
-        accepted = next((i for i, (d, t) in enumerate(zip(draft, truth)) if d != t), len(draft))
+        pairs = enumerate(zip(draft, truth, strict=False))   # (where the copy ends, truth is shorter)
+        accepted = next((i for i, (d, t) in pairs if d != t), min(len(draft), len(truth)))
         if draft:
             lookup.checked(len(draft), accepted)
             results.append((len(draft), accepted))

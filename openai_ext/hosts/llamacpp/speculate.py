@@ -84,8 +84,8 @@ class Pace:
         and each after it given the one before was. Where a draft misses it mostly misses at once
         (prompt lookup found the wrong place: in a file of near-repeated lines, a line like
         several), and once a place is right the copy runs on: a file being rewritten had its
-        first drafted token accepted 87 times in 100 and the ones after it 98 in 100, where one
-        rate for all (82 in 100) to the i-th power cut its drafts to two tokens. Both start at
+        first drafted token accepted about 87 times in 100 and the ones after it about 98, where
+        one rate for all (82 in 100) to the i-th power cut its drafts to two tokens. Both start at
         three in four (see ``acceptance``)."""
         first = (self._first_hits + 3) / (self._firsts + 4)
         after = (self._next_hits + 3) / (self._nexts + 4)
@@ -175,7 +175,6 @@ class PromptLookup(Pace):
             if t < 0:
                 return draft[:i]
         return draft
-
 
     def _following(self, tokens: list[int]) -> int | None:
         """Where the place the last draft came from goes on, while what was written since matches

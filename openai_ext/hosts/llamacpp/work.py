@@ -68,10 +68,6 @@ class Work:
         beside its next token (llamacpp/speculate.py); none by default."""
         return []
 
-    def acceptance(self) -> float:
-        """The share of its drafted tokens this sequence has had accepted (a guess before any)."""
-        return 0.0
-
     def chance(self, i: int) -> float:
         """The chance that the ``i``-th token of its next draft is accepted (llamacpp/speculate.py)."""
         return 0.0
@@ -160,9 +156,6 @@ class Generation(Work):
         if self.lookup is None or self.forced or budget <= 0 or self.halted():
             return []
         return self.lookup.draft(self.tokens, budget)
-
-    def acceptance(self) -> float:
-        return self.lookup.acceptance() if self.lookup is not None else 0.0
 
     def chance(self, i: int) -> float:
         return self.lookup.chance(i) if self.lookup is not None else 0.0
