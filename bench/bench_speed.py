@@ -30,6 +30,7 @@ import os
 import statistics
 import subprocess
 import time
+from pathlib import Path
 
 import httpx
 from bench_concurrency import crowd, one_stream, pct
@@ -121,8 +122,6 @@ def main() -> None:
     if args.llama_server:
         # llama-server gets the extra CPU buffer types (weight repacking) exactly where this server
         # uses them: its own CPU test's verdict for this model
-        from pathlib import Path
-
         from openai_ext.hosts.llamacpp import probe
 
         repack = probe.choose(Path(model)).extra_buffers

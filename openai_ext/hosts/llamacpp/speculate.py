@@ -73,12 +73,6 @@ class Pace:
             return 0
         return self._length
 
-    def acceptance(self) -> float:
-        """The share of drafted tokens accepted so far, starting from three in four: only a draft
-        that pays is checked (llamacpp/plan.paying), and on a CPU where a drafted token costs
-        half a step, a start of one in two would check no first draft (see ``probe``)."""
-        return (self.accepted + 3) / (self.drafted + 4)
-
     def chance(self, i: int) -> float:
         """The chance that the ``i``-th token of the next draft is accepted: that its first is,
         and each after it given the one before was. Where a draft misses it mostly misses at once
@@ -86,7 +80,9 @@ class Pace:
         several), and once a place is right the copy runs on: a file being rewritten had its
         first drafted token accepted about 87 times in 100 and the ones after it about 98, where
         one rate for all (82 in 100) to the i-th power cut its drafts to two tokens. Both start at
-        three in four (see ``acceptance``)."""
+        three in four: only a draft that pays is checked (llamacpp/plan.paying), and on a CPU
+        where a drafted token costs half a step, a start of one in two would check no first
+        draft (see ``probe``)."""
         first = (self._first_hits + 3) / (self._firsts + 4)
         after = (self._next_hits + 3) / (self._nexts + 4)
         return first * after ** (i - 1)

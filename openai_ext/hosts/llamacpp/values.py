@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .context import lazy_llama, load_context
+from .plan import write
 from .probe import keep, probe_key, read_verdicts
 from .threads import usable_cpus
 
@@ -72,10 +73,7 @@ def time_decodes(model: Any, n_threads: int) -> dict[str, float]:
     contexts: dict[str, Any] = {}
     try:
         def decode(ctx: Any, toks: list[int], at: int) -> None:
-            for i, t in enumerate(toks):
-                batch.token[i], batch.pos[i], batch.n_seq_id[i] = t, at + i, 1
-                batch.seq_id[i][0], batch.logits[i] = 0, i == len(toks) - 1
-            batch.n_tokens = len(toks)
+            write(batch, [(0, toks, at, len(toks) - 1)])   # (logits for the last token only)
             if L.llama_decode(ctx, batch) != 0:
                 raise RuntimeError("llama_decode failed while timing the KV value types")
 
@@ -110,7 +108,7 @@ def choose(path: Path, model: Any, *, n_gpu_layers: int, n_threads: int | None) 
         return ValueChoice("f16", f"a value head of {head} elements is summed in whole vector steps on any build")
     file, key = _file(), probe_key(path, n_gpu_layers)
     known = read_verdicts(file).get(key)
-    if isinstance(known, dict) and known.get("kind") in ("f16", "q8_0"):
+    if isinstance(known, dict) and known.get("kind") in KINDS:
         return ValueChoice(known["kind"], f"{known.get('reason', '')} (kept from an earlier start; "
                                           "choose with --cache-type-v)")
     threads = n_threads or len(usable_cpus())
