@@ -10,7 +10,10 @@ hits all alike), all greedy:
              the short chats.
   editing    rewrite a 300-line file with one change, the model repeating most of what it was given:
              generated tokens/s, with speculation on and off (this server: prompt lookup;
-             llama-server: its n-gram speculation, --spec-type ngram-simple).
+             llama-server: its n-gram speculation, --spec-type ngram-simple at its defaults). The
+             file is code no model has seen (see source_file), and the report says whether every
+             server gave the same reply: a speed compared over different replies compares the
+             replies.
 
 The servers: this server (default settings, --parallel 8), this server with --speculation off,
 llama-server --parallel 8 -kvu (with --no-repack where this server's CPU test turned the extra CPU
@@ -27,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import random
 import statistics
 import subprocess
 import time
@@ -49,10 +53,45 @@ def start_llama_server(binary: str, port: int, model: str, n_ctx: int, repack: b
 
 
 def source_file() -> str:
-    lines = []
-    for i in range(FILE_LINES // 3):
-        lines += [f"def scale_{i}(values):", f"    return [v * {i + 2} + {i % 7} for v in values]", ""]
-    return "\n".join(lines)
+    """A file of code no model has seen: functions whose names, fields and numbers are drawn at
+    random (with a fixed seed). (A file of near-repeated lines, `return [v * {i + 2} + {i % 7} ...]`,
+    put Qwen2.5-Coder-0.5B at a near tie on line 66, where it continues the pattern or copies:
+    which one a server wrote turned on the order its step summed in, and once it left the file
+    every drafted line missed, so the servers' speeds compared different replies. A well-known
+    module (the standard library's textwrap) it rewrote from memory rather than copied.)"""
+    rng = random.Random(37)
+    words = ["river", "stone", "lantern", "harbor", "meadow", "copper", "violet", "engine", "window",
+             "forest", "signal", "ledger", "marble", "cinder", "orchard", "beacon"]
+    verbs = ["load", "merge", "split", "score", "trim", "group", "rank", "check"]
+    lines: list[str] = []
+    while len(lines) < FILE_LINES:
+        a, b, c = rng.sample(words, 3)
+        name = f"{rng.choice(verbs)}_{a}_{rng.randrange(10, 99)}"
+        lines += [f"def {name}(records, limit={rng.randrange(2, 500)}):",
+                  f'    """Keep the {a} entries of records above limit, by {b}."""',
+                  f'    kept = [r for r in records if r.get("{a}", {rng.randrange(0, 9)}) > limit]',
+                  f'    kept.sort(key=lambda r: r["{b}"], reverse={rng.choice(["True", "False"])})',
+                  f'    return [r["{c}"] for r in kept[:{rng.randrange(3, 64)}]]', ""]
+    return "\n".join(lines[:FILE_LINES])
+
+
+def renamed() -> tuple[str, str]:
+    """The function the rewrite renames (the fifth), and its new name."""
+    old = source_file().splitlines()[24].removeprefix("def ").split("(")[0]
+    return old, "resize_" + old.split("_", 1)[1]
+
+
+def followed(reply: str) -> tuple[int, int, str]:
+    """How a reply holds the rewritten file (after a code fence's first line): its lines as wanted,
+    its lines (the reply is cut at max_tokens), and the first line that is not as wanted."""
+    lines = reply.splitlines()
+    if lines and lines[0].startswith("```"):
+        lines = lines[1:]
+    old, new = renamed()
+    wanted = source_file().replace(f"def {old}(", f"def {new}(").splitlines()
+    pairs = list(zip(lines, wanted, strict=False))
+    wrong = next((a for a, b in pairs if a != b), "")
+    return sum(a == b for a, b in pairs), len(pairs), wrong
 
 
 def long_prompt(k: int, tokens: int) -> str:
@@ -85,14 +124,16 @@ async def fairness(base: str, model: str, long_tokens: int, round_: int) -> list
     return ttfts
 
 
-async def editing(base: str, model: str, max_tokens: int) -> tuple[float, int]:
-    """Generated tokens/s (from the first token to the last) of one rewrite, and the tokens."""
-    ask = ("Rewrite this file exactly as it is, changing only the name scale_5 to resize_5. Reply with the "
-           f"whole file and nothing else.\n\n{source_file()}")
+async def editing(base: str, model: str, max_tokens: int) -> tuple[float, int, str]:
+    """Generated tokens/s (from the first token to the last) of one rewrite, the tokens, and the reply."""
+    old, new = renamed()
+    ask = (f"Rewrite this file exactly as it is, changing only the name {old} to {new}. Reply with the whole "
+           f"file and nothing else.\n\n{source_file()}")
     async with httpx.AsyncClient(timeout=1200) as client:
         t0 = time.perf_counter()
-        ttft, tokens, end, _ = await one_stream(client, base, model, [{"role": "user", "content": ask}], max_tokens)
-    return tokens / max(end - t0 - ttft, 1e-9), tokens
+        ttft, tokens, end, text = await one_stream(client, base, model, [{"role": "user", "content": ask}],
+                                                   max_tokens)
+    return tokens / max(end - t0 - ttft, 1e-9), tokens, text
 
 
 def main() -> None:
@@ -130,7 +171,7 @@ def main() -> None:
                                                    repack)
         procs["llama-server, n-gram speculation"] = start_llama_server(
             args.llama_server, ports["llama-server, n-gram speculation"], model, args.n_ctx, repack,
-            "--spec-type", "ngram-simple", "--spec-draft-n-max", "16")
+            "--spec-type", "ngram-simple")
     bases = {name: f"http://127.0.0.1:{port}/v1" for name, port in ports.items()}
     try:
         for name, proc in procs.items():
@@ -191,13 +232,20 @@ def report(results: dict[tuple[str, str], list], args) -> None:
     rows = {name: v for (w, name), v in results.items() if w == "editing"}
     if rows:
         print(f"\nediting: rewrite a {FILE_LINES}-line file (up to {args.edit_tokens} tokens): generated tokens/s")
-        ours_off = statistics.median(t for t, _ in rows["this server, speculation off"])
+        ours_off = statistics.median(t for t, _, _ in rows["this server, speculation off"])
         other = "llama-server, n-gram speculation"
-        ls = statistics.median(t for t, _ in rows[other if other in rows else "this server"])
+        ls = statistics.median(t for t, _, _ in rows[other if other in rows else "this server"])
         for name, runs in rows.items():
-            tps = statistics.median(t for t, _ in runs)
+            tps = statistics.median(t for t, _, _ in runs)
             print(f"  {name:34} {tps:7.1f} tokens/s ({tps / ours_off:.2f}x this server without speculation, "
                   f"{tps / ls:.2f}x {other if other in rows else 'this server'}; {runs[0][1]} tokens)")
+        replies = {text for runs in rows.values() for _, _, text in runs}
+        print(f"  replies: {'all the same' if len(replies) == 1 else f'{len(replies)} different ones'}")
+        for name, runs in rows.items():
+            if len(replies) > 1:
+                for text in sorted({t for _, _, t in runs}):
+                    right, lines, wrong = followed(text)
+                    print(f"    {name}: {right} of {lines} lines as wanted; the first not: {wrong[:60]!r}")
 
 
 if __name__ == "__main__":

@@ -52,7 +52,7 @@ class LlamaCppHost(Host):
     def __init__(self, model_path: str | os.PathLike, *, alias: str | None = None, n_ctx: int = 0,
                  n_threads: int | None = None, n_gpu_layers: int = 0, parallel: int = 1, repack: str = "auto",
                  flash_attn: str = "auto", mmproj: str | os.PathLike | None = None, speculation: str = "ngram",
-                 draft_max: int = 16, draft_model: str | os.PathLike | None = None, cache_type_v: str = "auto",
+                 draft_max: int = 48, draft_model: str | os.PathLike | None = None, cache_type_v: str = "auto",
                  whole_drafts: bool = False):
         path = Path(model_path)
         if not path.is_file():
