@@ -51,6 +51,7 @@ def test_a_greedy_answer_is_the_same_with_a_draft_model_in_fewer_steps(hosts):
     assert steps["draft"] < steps["off"]
     info = hosts["draft"].describe()["speculation"]
     assert info["mode"] == "draft" and info["draft_model"].endswith(".gguf")
+    assert info["draft_max"] == 16   # (each drafted token costs the draft model a step)
     assert info["recent"][-1]["tokens"] == 200 and 0 < info["recent"][-1]["accepted"] <= info["recent"][-1]["drafted"]
 
 

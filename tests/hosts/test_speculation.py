@@ -75,8 +75,11 @@ def test_a_greedy_answer_is_the_same_with_speculation_in_fewer_steps(hosts):
     assert_same_greedy_answer(answers["off"], answers["ngram"])
     assert len(answers["ngram"]) == 300 and all(p.tokens == 1 for p in answers["ngram"])
     assert steps["ngram"] < steps["off"]
-    recent = hosts["ngram"].describe()["speculation"]["recent"][-1]
+    speculation = hosts["ngram"].describe()["speculation"]
+    recent = speculation["recent"][-1]
     assert recent["tokens"] == 300 and 0 < recent["accepted"] <= recent["drafted"]
+    # prompt lookup's drafts cost nothing to make: they run to llama.cpp's n-gram length
+    assert speculation["draft_max"] == 48
 
 
 def test_a_seeded_sampled_answer_is_drawn_the_same_way_with_speculation(hosts):

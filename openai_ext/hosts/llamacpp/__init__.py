@@ -28,7 +28,7 @@ from .batch import Closed, Scheduler
 from .context import PREFILL_CHUNK, Runtime, uses_flash_attn
 from .draft import Drafter
 from .sampling import SAMPLERS, Detokenizer, grammar_shape_ok
-from .speculate import ModelDraft, Pace, PromptLookup, Tally
+from .speculate import LOOKUP_DRAFT_MAX, MODEL_DRAFT_MAX, ModelDraft, Pace, PromptLookup, Tally
 from .threads import Threads
 from .vision import Media, Vision
 from .work import END, OUTBOX, Generation, NextToken, Scoring, Work
@@ -52,7 +52,7 @@ class LlamaCppHost(Host):
     def __init__(self, model_path: str | os.PathLike, *, alias: str | None = None, n_ctx: int = 0,
                  n_threads: int | None = None, n_gpu_layers: int = 0, parallel: int = 1, repack: str = "auto",
                  flash_attn: str = "auto", mmproj: str | os.PathLike | None = None, speculation: str = "ngram",
-                 draft_max: int = 48, draft_model: str | os.PathLike | None = None, cache_type_v: str = "auto",
+                 draft_max: int | None = None, draft_model: str | os.PathLike | None = None, cache_type_v: str = "auto",
                  whole_drafts: bool = False):
         path = Path(model_path)
         if not path.is_file():
@@ -78,7 +78,8 @@ class LlamaCppHost(Host):
         self.created = int(path.stat().st_mtime)
         self.metadata = rt.model.metadata()
         self.parallel = parallel
-        self.speculation, self.draft_max = speculation, draft_max
+        self.speculation = speculation
+        self.draft_max = draft_max or (MODEL_DRAFT_MAX if draft_model else LOOKUP_DRAFT_MAX)
         self.tally = Tally()
         self.flash_attn = uses_flash_attn(flash_attn, parallel)
         self._grammar_ok: dict[str, bool] = {}
