@@ -18,7 +18,7 @@ from openai_ext.hosts.llamacpp.plan import (
     nonnegative_fit,
     plan_step,
 )
-from openai_ext.hosts.llamacpp.speculate import MAX_SKIP, PROBE_EVERY, PromptLookup, Tally
+from openai_ext.hosts.llamacpp.speculate import MAX_SKIP, PROBE_EVERY, ModelDraft, PromptLookup, Tally
 
 
 class Seq:
@@ -348,3 +348,11 @@ def test_background_work_sits_out_the_steps_that_read_a_live_prompt():
     # a live prompt with no room to be read yet does not stop the background work
     parts = shares(plan_step([*lines, live], n_batch=512, prefill_chunk=128, free_cells=0, whole_drafts=True))
     assert {0, 1, 2} <= set(parts)
+
+
+def test_a_draft_is_as_long_as_its_kind_allows_unless_the_setting_says():
+    """Prompt lookup's drafts cost nothing to make; a draft model's cost it a step each. The
+    default follows the kind of draft, not the host: a prompt with images on a host with a draft
+    model drafts by lookup."""
+    assert PromptLookup(None).most == 48 and ModelDraft(None).most == 16
+    assert PromptLookup(5).most == 5 and ModelDraft(5).most == 5

@@ -28,7 +28,7 @@ from .batch import Closed, Scheduler
 from .context import PREFILL_CHUNK, Runtime, uses_flash_attn
 from .draft import Drafter
 from .sampling import SAMPLERS, Detokenizer, grammar_shape_ok
-from .speculate import LOOKUP_DRAFT_MAX, MODEL_DRAFT_MAX, ModelDraft, Pace, PromptLookup, Tally
+from .speculate import ModelDraft, Pace, PromptLookup, Tally
 from .threads import Threads
 from .vision import Media, Vision
 from .work import END, OUTBOX, Generation, NextToken, Scoring, Work
@@ -79,7 +79,7 @@ class LlamaCppHost(Host):
         self.metadata = rt.model.metadata()
         self.parallel = parallel
         self.speculation = speculation
-        self.draft_max = draft_max or (MODEL_DRAFT_MAX if draft_model else LOOKUP_DRAFT_MAX)
+        self.draft_max = draft_max   # (None: each kind of draft its own, speculate.Pace.MOST)
         self.tally = Tally()
         self.flash_attn = uses_flash_attn(flash_attn, parallel)
         self._grammar_ok: dict[str, bool] = {}
@@ -375,7 +375,8 @@ class LlamaCppHost(Host):
                 "cache_type_v": self.runtime.cache_type_v,
                 "mmproj": self.vision.path.name if self.vision is not None else None,
                 "batch": self.batch_stats(),
-                "speculation": {"mode": self.speculation, "draft_max": self.draft_max,
+                "speculation": {"mode": self.speculation,
+                                "draft_max": self.draft_max or (ModelDraft if self.drafter else PromptLookup).MOST,
                                 "draft_model": self.drafter.path.name if self.drafter is not None else None,
                                 "recent": self.tally.recent()},
                 "threads": {"generation": self.threads.gen, "batch": self.threads.batch,

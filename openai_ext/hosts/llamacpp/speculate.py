@@ -31,12 +31,6 @@ START = 4
 MAX_SKIP = 16
 # One draft in this many that its costs cut to nothing is checked a token deep all the same.
 PROBE_EVERY = 4
-# Most tokens a draft holds unless the draft_max setting says: prompt lookup's drafts cost nothing
-# to make, and a longer step spreads its fixed cost wider (a 300-line rewrite on a 2-core CPU,
-# hosts taking turns in one process: 42.3 tokens/s at 16, 43.8 at 32, 45.0 at 48, llama.cpp's
-# n-gram length); a draft model's each cost one of its steps, and it stops where it is unsure.
-LOOKUP_DRAFT_MAX = 48
-MODEL_DRAFT_MAX = 16
 
 
 class Tally:
@@ -59,11 +53,14 @@ class Pace:
     """One sequence's speculation: how long its next draft may be, when it pauses, and what came of
     its drafts (for the tally)."""
 
-    def __init__(self, most: int, tally: Tally | None = None):
-        self.most, self.tally = most, tally
+    # Most tokens a draft holds where the draft_max setting does not say (each kind's own).
+    MOST = 16
+
+    def __init__(self, most: int | None, tally: Tally | None = None):
+        self.most, self.tally = most or self.MOST, tally
         self._skip = 0                                   # drafts to pass over after misses
         self._pause = 0
-        self._length = min(START, most)                  # tokens the next draft may hold
+        self._length = min(START, self.most)             # tokens the next draft may hold
         self.drafted = 0
         self.accepted = 0
         # drafts checked and those whose first token was accepted; tokens checked after an accepted
@@ -146,7 +143,12 @@ class PromptLookup(Pace):
     three tokens stood last in the line just written, while a longer run finds the line being
     copied."""
 
-    def __init__(self, most: int, tally: Tally | None = None):
+    # Its drafts cost nothing to make, and a longer step spreads its fixed cost wider (a 300-line
+    # rewrite on a 2-core CPU, hosts taking turns in one process: 42.3 tokens/s at 16, 43.8 at 32,
+    # 45.0 at 48, llama.cpp's n-gram length); the pays-check still cuts a draft that does not pay.
+    MOST = 48
+
+    def __init__(self, most: int | None, tally: Tally | None = None):
         super().__init__(most, tally)
         # n-gram -> index of the token after its last place, for each length
         self._where: dict[int, dict[tuple[int, ...], int]] = {n: {} for n in NGRAMS}
@@ -197,7 +199,10 @@ class ModelDraft(Pace):
     """Drafts for one sequence from a draft model (llamacpp/draft.py), which the scheduler runs
     for every drafting sequence together before the step and leaves here as ``proposal``."""
 
-    def __init__(self, most: int, tally: Tally | None = None):
+    # Each drafted token costs the draft model a step (it stops where it is unsure).
+    MOST = 16
+
+    def __init__(self, most: int | None, tally: Tally | None = None):
         super().__init__(most, tally)
         self.proposal: list[int] = []
 
