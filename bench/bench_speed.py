@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import os
 import random
 import statistics
@@ -52,6 +53,7 @@ def start_llama_server(binary: str, port: int, model: str, n_ctx: int, repack: b
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
+@functools.cache
 def source_file() -> str:
     """A file of code no model has seen: functions whose names, fields and numbers are drawn at
     random (with a fixed seed). (A file of near-repeated lines, `return [v * {i + 2} + {i % 7} ...]`,
@@ -75,6 +77,7 @@ def source_file() -> str:
     return "\n".join(lines[:FILE_LINES])
 
 
+@functools.cache
 def renamed() -> tuple[str, str]:
     """The function the rewrite renames (the fifth), and its new name."""
     old = source_file().splitlines()[24].removeprefix("def ").split("(")[0]
