@@ -18,6 +18,7 @@ sys.path.insert(0, str(TESTS.parent))
 sys.path.insert(0, str(TESTS))   # the shared helpers: support.*
 
 from support import DOUBLES  # noqa: E402
+from support.pieces import hook_pieces  # noqa: E402
 from support.scripted import ScriptedHost  # noqa: E402
 from support.servers import free_port, openai_client, run_together  # noqa: E402
 from support.webui import load_extension  # noqa: E402
@@ -131,15 +132,12 @@ def sclient(scripted, scripted_openai):
 
 
 def _failing(host, monkeypatch):
-    real = host.generate
     plan = {"after": 0}
 
-    def generate(prompt, settings, stop_event):
-        for i, piece in enumerate(real(prompt, settings, stop_event)):
-            if i == plan["after"]:
-                raise RuntimeError("simulated failure inside the model")
-            yield piece
-    monkeypatch.setattr(host, "generate", generate)
+    def piece(i, _piece):
+        if i == plan["after"]:
+            raise RuntimeError("simulated failure inside the model")
+    hook_pieces(host, monkeypatch, piece=piece)
     return plan
 
 

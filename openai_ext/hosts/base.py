@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generator
+from typing import TYPE_CHECKING, Any, AsyncGenerator, Generator
 
 from .request import NO_CHAT_OPTIONS, ChatOptions, GenerationSettings
 
@@ -147,6 +147,14 @@ class Host(ABC):
     def generate(self, prompt: Prompt, settings: GenerationSettings, stop_event: threading.Event) -> Pieces:
         """Blocking generator of pieces. It runs on a worker thread, checks ``stop_event``
         between tokens, and sets ``finish_reason`` ("stop" or "length") on its last piece."""
+
+    def stream(self, prompt: Prompt, settings: GenerationSettings,
+               stop_event: threading.Event) -> AsyncGenerator[Piece, None] | None:
+        """The same pieces read in the event loop, for a host that generates on a thread of its
+        own (the embedded batch): no worker thread between it and the client. Closing the
+        iterator returns once the host has stopped. None (the default): ``generate`` is run on
+        a worker thread instead."""
+        return None
 
     def document_start(self) -> list[int]:
         """The tokens an empty prompt stands for (a new document)."""

@@ -41,8 +41,7 @@ Runner = Callable[..., "asyncio.Future[Any]"]
 BUFFERED_PIECES = 64
 
 
-class _End:
-    pass
+_END = object()   # the host's generator is done
 
 
 @dataclass
@@ -52,10 +51,33 @@ class _Failure:
 
 async def host_pieces(host: Host, prompt: Prompt, settings: GenerationSettings,
                       run: Runner) -> AsyncGenerator[Piece, None]:
-    """The host's pieces, generated on the generation thread. Leaving the iteration stops the host."""
+    """The host's pieces: read in the event loop where the host can (``Host.stream``), else
+    generated on the generation thread. Leaving the iteration stops the host, and returns once
+    it has stopped."""
     if BACKGROUND.get() and not settings.background:
         settings = settings.replace(background=True)
     stop_event = threading.Event()
+    source = host.stream(prompt, settings, stop_event) or _threaded(host, prompt, settings, stop_event, run)
+    try:
+        async for piece in source:
+            yield piece
+    except OpenAIError:   # the host's own answer (a model change, say)
+        raise
+    except Exception as e:  # noqa: BLE001 - becomes the API's error object
+        log.error("generation failed", exc_info=e)
+        raise ServerError(f"The model failed while generating ({type(e).__name__}). "
+                          "See the server log; retrying may help.") from None
+    finally:
+        stop_event.set()
+        # Wait, even when cancelled, until the host has really stopped: the place in line is
+        # given back only after this, so two generations never overlap.
+        with anyio.CancelScope(shield=True):
+            await source.aclose()
+
+
+async def _threaded(host: Host, prompt: Prompt, settings: GenerationSettings, stop_event: threading.Event,
+                    run: Runner) -> AsyncGenerator[Piece, None]:
+    """``host.generate`` run on the generation thread, its pieces handed over a channel."""
     channel: janus.Queue[Any] = janus.Queue(maxsize=BUFFERED_PIECES)
 
     def work() -> None:
@@ -63,10 +85,10 @@ async def host_pieces(host: Host, prompt: Prompt, settings: GenerationSettings,
             with contextlib.closing(host.generate(prompt, settings, stop_event)) as pieces:
                 for piece in pieces:
                     channel.sync_q.put(piece)
-            channel.sync_q.put(_End())
+            channel.sync_q.put(_END)
         except janus.SyncQueueShutDown:
             pass  # the reader left; closing() above already stopped the host
-        except BaseException as e:  # noqa: BLE001 - reported to the reader, which turns it into an error object
+        except BaseException as e:  # noqa: BLE001 - reported to the reader, which raises it
             with contextlib.suppress(janus.SyncQueueShutDown):
                 channel.sync_q.put(_Failure(e))
 
@@ -74,20 +96,14 @@ async def host_pieces(host: Host, prompt: Prompt, settings: GenerationSettings,
     try:
         while True:
             item = await channel.async_q.get()
-            if isinstance(item, _End):
+            if item is _END:
                 return
             if isinstance(item, _Failure):
-                if isinstance(item.error, OpenAIError):   # the host's own answer (a model change, say)
-                    raise item.error
-                log.error("generation failed", exc_info=item.error)
-                raise ServerError(f"The model failed while generating ({type(item.error).__name__}). "
-                                  "See the server log; retrying may help.")
+                raise item.error
             yield item
     finally:
         stop_event.set()
         channel.shutdown(immediate=True)
-        # Wait, even when cancelled, until the host has really stopped: the place in line is
-        # given back only after this, so two generations never overlap.
         with anyio.CancelScope(shield=True):
             await finished
 

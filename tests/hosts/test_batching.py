@@ -14,6 +14,7 @@ import uuid
 import httpx
 import jsonschema
 import pytest
+from support.pieces import hook_pieces
 from support.servers import openai_client
 from support.spec import assert_valid
 
@@ -372,12 +373,7 @@ def test_the_line_stays_first_come_first_served_and_bounded(make_server, monkeyp
         server = make_server(host, max_queue=2)
         queue = server.app.state.api.text.queue
         starts = []
-        real = host.generate
-
-        def recorded(p, settings, stop_event):
-            starts.append(p.text)
-            yield from real(p, settings, stop_event)
-        monkeypatch.setattr(host, "generate", recorded)
+        hook_pieces(host, monkeypatch, start=lambda p: starts.append(p.text))
 
         def ask(name, tokens):
             return httpx.post(f"{server.url}/chat/completions", timeout=300, json={

@@ -7,6 +7,7 @@ import time
 
 import httpx
 import pytest
+from support.pieces import hook_pieces
 
 pytestmark = pytest.mark.slow
 
@@ -15,14 +16,8 @@ pytestmark = pytest.mark.slow
 def recorded(llama_host, monkeypatch):
     """Records when the real host produces each piece, and the order generations start in."""
     log = {"pieces": [], "starts": []}
-    real = llama_host.generate
-
-    def generate(prompt, settings, stop_event):
-        log["starts"].append(prompt.text)
-        for piece in real(prompt, settings, stop_event):
-            log["pieces"].append(time.monotonic())
-            yield piece
-    monkeypatch.setattr(llama_host, "generate", generate)
+    hook_pieces(llama_host, monkeypatch, start=lambda prompt: log["starts"].append(prompt.text),
+                piece=lambda i, p: log["pieces"].append(time.monotonic()))
     return log
 
 

@@ -16,6 +16,7 @@ import time
 
 import httpx
 import pytest
+from support.pieces import hook_pieces
 from support.servers import idle, wait_until
 from support.spec import assert_valid, parse_sse
 
@@ -32,17 +33,13 @@ class Produced(list):
 
 def counting(host, monkeypatch) -> Produced:
     times = Produced()
-    real = host.generate
 
-    def generate(prompt, settings, stop_event):
+    def start(_prompt):
         times.running += 1
-        try:
-            for piece in real(prompt, settings, stop_event):
-                times.append(time.monotonic())
-                yield piece
-        finally:
-            times.running -= 1
-    monkeypatch.setattr(host, "generate", generate)
+
+    def end():
+        times.running -= 1
+    hook_pieces(host, monkeypatch, start=start, piece=lambda i, p: times.append(time.monotonic()), end=end)
     return times
 
 

@@ -19,11 +19,11 @@ import os
 import re
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, AsyncGenerator
 
 from ..base import ChatPrompt, Host, HostAbilities, Piece, Pieces, Prompt, TokenLogprob
 from ..request import NO_CHAT_OPTIONS, ChatOptions, GenerationSettings
-from . import probe, values
+from . import outbox, probe, values
 from .batch import Closed, Scheduler
 from .context import PREFILL_CHUNK, Runtime, uses_flash_attn
 from .draft import Drafter
@@ -31,7 +31,7 @@ from .sampling import SAMPLERS, Detokenizer, grammar_shape_ok
 from .speculate import ModelDraft, Pace, PromptLookup, Tally
 from .threads import Threads
 from .vision import Media, Vision
-from .work import END, OUTBOX, Generation, NextToken, Scoring, Work
+from .work import Generation, NextToken, Scoring, Work
 
 if TYPE_CHECKING:
     from PIL.Image import Image
@@ -245,10 +245,20 @@ class LlamaCppHost(Host):
     def generate(self, prompt: Prompt, settings: GenerationSettings, stop_event: threading.Event) -> Pieces:
         """Runs as one sequence of the batch; this generator only hands on what the scheduler's
         thread produces for it."""
-        room = self.context_length() - len(prompt.tokens)
         if settings.max_new_tokens <= 0:
             yield Piece("", tokens=0, finish_reason="length")
             return
+        yield from outbox.pieces(self._start(prompt, settings, stop_event), self._sched.wake)
+
+    def stream(self, prompt: Prompt, settings: GenerationSettings,
+               stop_event: threading.Event) -> AsyncGenerator[Piece, None] | None:
+        if settings.max_new_tokens <= 0:
+            return None   # (generate answers it at once)
+        return outbox.apieces(lambda: self._start(prompt, settings, stop_event), self._sched.wake)
+
+    def _start(self, prompt: Prompt, settings: GenerationSettings, stop_event: threading.Event) -> Generation:
+        """Submits the generation as a sequence of the batch."""
+        room = self.context_length() - len(prompt.tokens)
         if not prompt.tokens:
             # sampling without any evaluated token would abort inside llama.cpp
             raise ValueError("an empty prompt reached the model")
@@ -266,26 +276,7 @@ class LlamaCppHost(Host):
             raise
         work.media = media
         self._submit(work)
-        item: Any = None
-        try:
-            while True:
-                item = work.out.get()
-                if work.out.qsize() == OUTBOX - 1:   # it was held back for this reader: on it goes
-                    self._sched.wake()
-                if item is END:
-                    return
-                if isinstance(item, BaseException):
-                    raise item
-                if stop_event.is_set():
-                    return
-                yield item
-        finally:
-            # Ended, stopped or left: the sequence leaves the batch at the next step, and this
-            # returns once it has (its slot is free and its samplers are gone).
-            work.cancel()
-            self._sched.wake()
-            while item is not END:
-                item = work.out.get()
+        return work
 
     def _speculator(self, media: Media | None) -> Pace | None:
         if self.speculation == "draft":

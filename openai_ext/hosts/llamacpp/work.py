@@ -10,7 +10,6 @@ sits out steps instead of running ahead, so memory stays bounded and the others 
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 from collections import deque
 from typing import Any
@@ -20,14 +19,12 @@ import numpy as np
 from ..base import Piece, TokenLogprob
 from ..request import GenerationSettings
 from .context import Runtime
+from .outbox import END, OUTBOX, Outbox
 from .sampling import Constrained, Detokenizer, Options, logit_biases, sampler_chain
 from .speculate import ModelDraft, Pace
 from .vision import Media
 
 log = logging.getLogger(__name__)
-
-# Pieces a generation may produce ahead of its reader.
-OUTBOX = 16
 
 
 class Work:
@@ -98,13 +95,6 @@ class Work:
         """Frees what it holds (samplers). Called once, on the scheduler's thread."""
 
 
-class _End:
-    """The generation is over (after its last piece, or stopped without one)."""
-
-
-END = _End()
-
-
 class Generation(Work):
     def __init__(self, rt: Runtime, tokens: list[int], s: GenerationSettings, stop_event: threading.Event,
                  lookup: Pace | None = None):
@@ -133,7 +123,7 @@ class Generation(Work):
         self.stop_event = stop_event
         self.produced = 0
         self.forced: deque[int] = deque()   # tokens that replace one cut at a grammar trigger
-        self.out: queue.Queue[Any] = queue.Queue()
+        self.out = Outbox()
         self._halt = False
         self._cancelled = False
 
