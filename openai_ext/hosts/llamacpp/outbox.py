@@ -3,10 +3,10 @@ the scheduler ever waiting.
 
 The reader is either a thread that blocks (``get``: the Host's ``generate``) or the event loop
 itself (``aget``: the Host's ``stream``). The event loop is woken only when it waits for this
-outbox, so a reader that keeps up costs one wake-up a piece and one that is behind costs none,
-and no thread sits between the scheduler and the client: at one stream on two cores, a piece
-that crossed a thread of its own on its way to the loop took about a tenth of the CPU the model
-had to itself.
+outbox, so a reader that keeps up costs one wake-up a piece and one that is behind costs none.
+No thread sits between the scheduler and the client: at one stream on two cores llama.cpp's
+threads keep both cores busy, and every other thread that runs takes from them (one stream gave
+1.05x the tokens/s of reading through a worker thread, ten rounds taking turns).
 """
 
 from __future__ import annotations
