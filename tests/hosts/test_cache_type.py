@@ -89,6 +89,7 @@ def test_the_value_head_is_read_off_the_gguf(model):
     assert values.value_head(model) == 64   # SmolLM2-135M: 576 wide, 9 heads
 
 
+@pytest.mark.slow   # (it decodes with the real model, in a child process, for about 12 s)
 def test_the_real_timing_gives_a_verdict_with_its_figures(model):
     timed = values.time_decodes(model, 2)
     assert set(timed) == {"f16", "q8_0"} and all(0 < s < float("inf") for s in timed.values())
