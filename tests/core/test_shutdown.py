@@ -147,3 +147,34 @@ def test_a_signal_ends_open_streams_cleanly_and_lets_a_short_request_finish(sig)
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_a_stream_waiting_for_its_next_chunk_is_cut_at_the_drain_and_its_task_goes_on():
+    """The drain cancels the wait for a chunk (the work under it stops first), and the stream's own
+    task is left uncancelled: it still sends its closing event."""
+    import asyncio
+
+    from openai_ext.core.errors import ServiceUnavailableError
+    from openai_ext.core.streaming import _until_drained
+
+    async def main():
+        stopped = []
+
+        async def chunks():
+            try:
+                yield 1
+                await asyncio.Event().wait()   # the model's next token, which never comes
+            finally:
+                stopped.append("work")
+
+        drained = asyncio.Event()
+        got = []
+        stream = _until_drained(chunks(), drained)
+        asyncio.get_running_loop().call_later(0.01, drained.set)
+        with pytest.raises(ServiceUnavailableError):
+            async for chunk in stream:
+                got.append(chunk)
+        await asyncio.sleep(0)   # (a cancellation left pending would be raised here)
+        return got, stopped, getattr(asyncio.current_task(), "cancelling", lambda: 0)()   # (Python 3.11+)
+    assert asyncio.run(main()) == ([1], ["work"], 0)
+
