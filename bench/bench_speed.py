@@ -244,8 +244,8 @@ def report(results: dict[tuple[str, str], list], args) -> None:
                   f"{tps / ls:.2f}x {other if other in rows else 'this server'}; {runs[0][1]} tokens)")
         replies = {text for runs in rows.values() for _, _, text in runs}
         print(f"  replies: {'all the same' if len(replies) == 1 else f'{len(replies)} different ones'}")
-        for name, runs in rows.items():
-            if len(replies) > 1:
+        if len(replies) > 1:
+            for name, runs in rows.items():
                 for text in sorted({t for _, _, t in runs}):
                     right, lines, wrong = followed(text)
                     print(f"    {name}: {right} of {lines} lines as wanted; the first not: {wrong[:60]!r}")
