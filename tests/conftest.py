@@ -175,14 +175,14 @@ DOUBLE = DOUBLES / "textgen_webui"
 def host_modules(monkeypatch):
     """Imports the double of the host's `modules` package, fresh for each test."""
     monkeypatch.syspath_prepend(str(DOUBLE))
-    for name in [n for n in sys.modules if n == "modules" or n.startswith("modules.")]:
+    for name in [n for n in list(sys.modules) if n == "modules" or n.startswith("modules.")]:
         monkeypatch.delitem(sys.modules, name)
     mods = SimpleNamespace(**{name: importlib.import_module(f"modules.{name}")
                               for name in ("shared", "text_generation", "chat", "models", "utils", "LoRA",
                                            "loaders", "models_settings", "logging_colors", "logits", "presets", "reasoning",
                                            "ui_image_generation")})
     yield mods
-    for name in [n for n in sys.modules if n == "modules" or n.startswith("modules.")]:
+    for name in [n for n in list(sys.modules) if n == "modules" or n.startswith("modules.")]:
         sys.modules.pop(name, None)
 
 
