@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import contextvars
 import inspect
@@ -32,12 +33,18 @@ from .errors import OpenAIError, ServiceUnavailableError, internal_error_body
 log = logging.getLogger(__name__)
 
 DONE = b"data: [DONE]\n\n"
-_HAS_SHUTDOWN_EVENT = "shutdown_grace_period" in inspect.signature(EventSourceResponse.__init__).parameters
+_SSE_PARAMETERS = inspect.signature(EventSourceResponse.__init__).parameters
+_HAS_SHUTDOWN_EVENT = "shutdown_grace_period" in _SSE_PARAMETERS
+# sse-starlette 2.x+ bounds each send itself; on 1.x (the web UI pins 1.6) we do it here.
+_HAS_SEND_TIMEOUT = "send_timeout" in _SSE_PARAMETERS
 PING_SECONDS = 15
 
 
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))   # made once, not once an event
+
+
 def dumps(obj: Any) -> bytes:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+    return _ENCODER.encode(obj).encode()
 
 
 def sse_event(obj: Any) -> bytes:
@@ -88,29 +95,68 @@ SHUTTING_DOWN = ("The server is shutting down; this stream was ended early. Send
                  "server is back.")
 
 
+# Chunks a stream's work may make before its client takes them; then the work waits for it.
+AHEAD = 4
+
+
 async def _until_drained(chunks: AsyncGenerator[Any, None], drained: asyncio.Event) -> AsyncGenerator[Any, None]:
-    """``chunks`` until the server begins to shut down; then ServiceUnavailableError."""
+    """``chunks`` until the server begins to shut down; then ServiceUnavailableError.
+
+    ``chunks`` runs in a task of its own, at most AHEAD chunks ahead of the client, so that the
+    stream can end at once when the server drains, and so that the work under ``chunks`` is
+    stopped by a single cancel and can finish its cleanup: the response's own task is cancelled
+    again at every await once its client has left. One task a stream: a task a chunk cost more
+    than the rest of the way to the socket."""
+    loop = asyncio.get_running_loop()
+    ready: collections.deque[Any] = collections.deque()
+    waiter: asyncio.Future[None] | None = None   # the reader's, while nothing is ready
+    room: asyncio.Future[None] | None = None     # the work's, while AHEAD chunks wait
+
+    def wake(_: Any = None) -> None:
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def pump() -> None:
+        nonlocal room
+        try:
+            async for chunk in chunks:
+                ready.append(chunk)
+                wake()
+                while len(ready) >= AHEAD:
+                    room = loop.create_future()
+                    await room
+        finally:
+            await chunks.aclose()   # here, not in the response's task (see above)
+
+    work = loop.create_task(pump())
+    work.add_done_callback(wake)
     stop = asyncio.ensure_future(drained.wait())
-    step: asyncio.Future[Any] | None = None
+    stop.add_done_callback(wake)
     try:
         while True:
-            step = asyncio.ensure_future(chunks.__anext__())
-            await asyncio.wait((step, stop), return_when=asyncio.FIRST_COMPLETED)
-            if not step.done():
+            if drained.is_set():
                 raise ServiceUnavailableError(SHUTTING_DOWN, code="server_shutting_down")
-            try:
-                chunk = step.result()
-            except StopAsyncIteration:
+            if ready:
+                chunk = ready.popleft()
+                if room is not None and not room.done():
+                    room.set_result(None)
+                yield chunk
+            elif work.done():
+                if work.cancelled():   # only the loop itself cancels it: the server is stopping
+                    raise ServiceUnavailableError(SHUTTING_DOWN, code="server_shutting_down")
+                work.result()   # the work's failure, raised here
                 return
-            yield chunk
+            else:
+                waiter = loop.create_future()
+                await waiter
     finally:
         stop.cancel()
-        if step is not None and not step.done():
+        if not work.done():
             # The client left, or the server is stopping: the work under ``chunks`` is stopped
             # and waited for (a generation gives the model back only once it has stopped).
-            step.cancel()
+            work.cancel()
             with anyio.CancelScope(shield=True), contextlib.suppress(BaseException):
-                await step
+                await work
 
 
 async def sse_stream(chunks: AsyncGenerator[Any, None], framing: Framing | None = None,
@@ -166,8 +212,9 @@ class EventStream(EventSourceResponse):
     that may never read again. After ``send_timeout`` seconds without progress the stream is
     closed, which stops the work and frees its place; the server then drops the connection.
 
-    It works on sse-starlette 1.6 (the web UI pins it) as on 3.x: the send timeout is applied
-    here, to every send (sse-starlette 1.x has none), and on 1.x the wait for the server's exit
+    It works on sse-starlette 1.6 (the web UI pins it) as on 3.x: the send timeout is
+    sse-starlette's own where it has one, else applied here to every send (one bound a send, not
+    two: each is a cancel scope, a cost paid for every token), and on 1.x the wait for the server's exit
     does not use that version's process-wide event, which binds to the first event loop that
     waits on it and breaks streams of any other server in the process (the web UI's own API)."""
 
@@ -177,6 +224,8 @@ class EventStream(EventSourceResponse):
             # sse-starlette 3.3+ cancels open streams when it sees the server stop; the grace
             # lets the stream send its closing error event first (see core/drain.py).
             kwargs.setdefault("shutdown_grace_period", 2.0)
+        if _HAS_SEND_TIMEOUT:
+            kwargs["send_timeout"] = send_timeout
         super().__init__(self._frames(chunks, framing), **kwargs)
         self._on_close = on_close
         self._drain: Drain | None = None
@@ -200,6 +249,8 @@ class EventStream(EventSourceResponse):
             self._shutdown_grace_period = max(2.0, self._drain.grace)
 
         async def timed_send(message: Any) -> None:
+            if _HAS_SEND_TIMEOUT and message.get("more_body"):
+                return await send(message)   # an event or a ping: sse-starlette bounds it
             with anyio.move_on_after(self.send_timeout) as scope_:
                 await send(message)
             if scope_.cancel_called:
