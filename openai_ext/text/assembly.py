@@ -54,12 +54,18 @@ class StopMatcher:
         return out
 
     def _partial_tail(self, buf: str) -> int:
-        longest = min(len(buf), max(len(s) for s in self.stops) - 1)
-        for k in range(longest, 0, -1):
-            tail = buf[-k:]
-            if any(s.startswith(tail) for s in self.stops):
-                return k
-        return 0
+        """The length of the longest end of ``buf`` that begins a stop string. Run for every
+        token: for each stop, only the places that hold its first character are tried (found in
+        C), the first of them giving that stop's longest candidate."""
+        n, best = len(buf), 0
+        for stop in self.stops:
+            i = buf.find(stop[0], max(n - len(stop) + 1, 0), n - best)
+            while i != -1:
+                if stop.startswith(buf[i:]):
+                    best = n - i
+                    break
+                i = buf.find(stop[0], i + 1, n - best)
+        return best
 
 
 @dataclass(slots=True)

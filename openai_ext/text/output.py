@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Union
 
+from ..hosts.base import THINK_OPEN
 from . import tools
 from .generation import Job
 from .reasoning import ReasoningStream
@@ -32,9 +33,9 @@ Event = Union[Thinking, tools.Content, tools.CallDelta]
 
 class OutputParser:
     def __init__(self, toolset: tools.ToolSet | None, *, incremental: bool,
-                 split: Callable[[str], tuple[str | None, str]] | None = None):
+                 split: Callable[[str], tuple[str | None, str]] | None = None, opened: bool = False):
         self.stream = tools.ToolCallStream(toolset, incremental=incremental) if toolset is not None else None
-        self.reasoning = ReasoningStream(split)
+        self.reasoning = ReasoningStream(split, opened=opened)
 
     @classmethod
     def for_job(cls, job: Job, *, incremental: bool | None = None) -> "OutputParser":
@@ -44,7 +45,9 @@ class OutputParser:
         if incremental is None:
             incremental = bool(job.tools and job.plan.settings.grammar)
         split = job.host.split_reasoning if job.host is not None else None
-        return cls(job.tools, incremental=incremental, split=split)
+        # A chat template that opens the thinking itself ends the prompt with <think>
+        opened = bool(job.prompts) and job.prompts[0].text[-64:].rstrip().endswith(THINK_OPEN)
+        return cls(job.tools, incremental=incremental, split=split, opened=opened)
 
     @property
     def calls(self) -> list[dict[str, Any]]:

@@ -4,6 +4,7 @@ of what it generates."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 from openai_ext.hosts.base import Piece
 
@@ -22,6 +23,22 @@ class ThinkingHost:
 
     def generate(self, prompt, settings, stop_event):
         for text in ("<think>", THOUGHT[:10], THOUGHT[10:] + "</th", "ink>\n"):
+            yield Piece(text)
+        with contextlib.closing(self.inner.generate(prompt, settings, stop_event)) as pieces:
+            yield from pieces
+
+
+class OpenedThinkingHost(ThinkingHost):
+    """A host whose chat template opens the <think> block itself (DeepSeek-R1's distills, Qwen3's
+    thinking models): the prompt ends with <think>, and the reply is the thinking, its closing
+    tag, then the answer."""
+
+    def chat_prompt(self, messages, options=None):
+        prompt = self.inner.chat_prompt(messages) if options is None else self.inner.chat_prompt(messages, options)
+        return dataclasses.replace(prompt, text=prompt.text + "<think>\n")
+
+    def generate(self, prompt, settings, stop_event):
+        for text in (THOUGHT[:10], THOUGHT[10:] + "</th", "ink>\n\n"):
             yield Piece(text)
         with contextlib.closing(self.inner.generate(prompt, settings, stop_event)) as pieces:
             yield from pieces

@@ -79,6 +79,21 @@ def test_randomised_splits_match_plain_find():
         assert stopped == bool(hits)
 
 
+def test_held_back_tail_is_the_longest_that_could_start_a_stop():
+    # What is held back after each push: the longest end of the text that begins some stop
+    # string (checked against every end in turn), no more, so everything else goes out at once.
+    rng = random.Random(11)
+    alphabet = "ab<|\n"
+    for _ in range(2000):
+        stops = ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 7))) for _ in range(rng.randint(1, 4))]
+        buf = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12)))
+        if any(s in buf for s in stops):
+            continue
+        want = max((k for k in range(1, len(buf) + 1) if any(s.startswith(buf[-k:]) for s in stops)), default=0)
+        m = StopMatcher(stops)
+        assert len(m.push(buf)) == len(buf) - want, (buf, stops)
+
+
 def lp(tok):
     return TokenLogprob(token=tok, logprob=-0.5, bytes=list(tok.encode()))
 
