@@ -35,7 +35,8 @@ log = logging.getLogger(__name__)
 DONE = b"data: [DONE]\n\n"
 _SSE_PARAMETERS = inspect.signature(EventSourceResponse.__init__).parameters
 _HAS_SHUTDOWN_EVENT = "shutdown_grace_period" in _SSE_PARAMETERS
-# sse-starlette 2.x+ bounds each send itself; on 1.x (the web UI pins 1.6) we do it here.
+# Where sse-starlette has send_timeout, it bounds each event's send itself; 1.6 (the web UI pins
+# it) has none, and EventStream bounds every send there.
 _HAS_SEND_TIMEOUT = "send_timeout" in _SSE_PARAMETERS
 PING_SECONDS = 15
 
@@ -212,11 +213,12 @@ class EventStream(EventSourceResponse):
     that may never read again. After ``send_timeout`` seconds without progress the stream is
     closed, which stops the work and frees its place; the server then drops the connection.
 
-    It works on sse-starlette 1.6 (the web UI pins it) as on 3.x: the send timeout is
-    sse-starlette's own where it has one, else applied here to every send (one bound a send, not
-    two: each is a cancel scope, a cost paid for every token), and on 1.x the wait for the server's exit
-    does not use that version's process-wide event, which binds to the first event loop that
-    waits on it and breaks streams of any other server in the process (the web UI's own API)."""
+    It works on sse-starlette 1.6 (the web UI pins it) as on 3.x. The send timeout is
+    sse-starlette's own for events where it has one, and applied here to the other sends (to
+    every send on 1.6): one bound a send, not two, as each is a cancel scope paid for every token.
+    On 1.x the wait for the server's exit does not use that version's process-wide event, which
+    binds to the first event loop that waits on it and breaks streams of any other server in the
+    process (the web UI's own API)."""
 
     def __init__(self, chunks: AsyncGenerator[Any, None], framing: Framing | None = None, *,
                  on_close: Callable[[], None] | None = None, send_timeout: float | None = None, **kwargs: Any):
