@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -11,6 +12,7 @@ import sys
 import threading
 import time
 
+import anyio
 import httpx
 import pytest
 from sse_starlette.sse import AppStatus
@@ -178,3 +180,59 @@ def test_a_stream_waiting_for_its_next_chunk_is_cut_at_the_drain_and_its_task_go
         return got, stopped, getattr(asyncio.current_task(), "cancelling", lambda: 0)()   # (Python 3.11+)
     assert asyncio.run(main()) == ([1], ["work"], 0)
 
+
+
+def test_a_stream_whose_client_reads_nothing_makes_only_a_few_chunks_ahead():
+    """The work runs ahead of its client by at most AHEAD chunks, then waits for it."""
+    import asyncio
+
+    from openai_ext.core.streaming import AHEAD, _until_drained
+
+    async def main():
+        made = []
+
+        async def chunks():
+            for i in range(100):
+                made.append(i)
+                yield i
+
+        stream = _until_drained(chunks(), asyncio.Event())
+        first = await stream.__anext__()
+        for _ in range(20):
+            await asyncio.sleep(0)   # the client reads nothing more
+        ahead = len(made)
+        rest = [chunk async for chunk in stream]
+        return first, ahead, rest
+
+    first, ahead, rest = asyncio.run(main())
+    assert first == 0 and ahead <= AHEAD + 1 and [first, *rest] == list(range(100))
+
+
+def test_a_client_that_leaves_lets_the_work_finish_its_cleanup():
+    """Leaving cancels the stream's own task again at every await (an anyio scope); the work's
+    cleanup runs in the work's task, cancelled once, so its awaits (a store write) complete."""
+    import asyncio
+
+    from openai_ext.core.streaming import _until_drained
+
+    async def main():
+        cleaned = []
+
+        async def chunks():
+            try:
+                yield 1
+                await asyncio.Event().wait()
+            finally:
+                await asyncio.sleep(0.01)   # the cleanup's own await, not cut
+                cleaned.append("stored")
+
+        async def response():
+            with anyio.CancelScope() as scope:
+                async with contextlib.aclosing(_until_drained(chunks(), asyncio.Event())) as stream:
+                    async for _ in stream:
+                        scope.cancel()   # the client left
+                        await anyio.sleep(1)
+        await response()
+        return cleaned
+
+    assert asyncio.run(main()) == ["stored"]
