@@ -36,8 +36,10 @@ DONE = b"data: [DONE]\n\n"
 _SSE_PARAMETERS = inspect.signature(EventSourceResponse.__init__).parameters
 _HAS_SHUTDOWN_EVENT = "shutdown_grace_period" in _SSE_PARAMETERS
 # Where sse-starlette has send_timeout, it bounds each event's send itself; 1.6 (the web UI pins
-# it) has none, and EventStream bounds every send there.
+# it) has none, and EventStream bounds every send there. Where it sends events and pings through
+# _send_with_timeout (3.x), EventStream bounds them its own way (see there).
 _HAS_SEND_TIMEOUT = "send_timeout" in _SSE_PARAMETERS
+_SENDS_THROUGH_METHOD = hasattr(EventSourceResponse, "_send_with_timeout")
 PING_SECONDS = 15
 
 
@@ -213,10 +215,11 @@ class EventStream(EventSourceResponse):
     that may never read again. After ``send_timeout`` seconds without progress the stream is
     closed, which stops the work and frees its place; the server then drops the connection.
 
-    It works on sse-starlette 1.6 (the web UI pins it) as on 3.x. The send timeout is
-    sse-starlette's own for events where it has one, and applied here to the other sends (to
-    every send on 1.6): one bound a send, not two, as each is a cancel scope paid for every token.
-    On 1.x the wait for the server's exit does not use that version's process-wide event, which
+    It works on sse-starlette 1.6 (the web UI pins it) as on 3.x. Every send is bounded once: on
+    3.x an event's or a ping's by a timer (``_send_with_timeout``), where sse-starlette's own bound,
+    a cancel scope for each send, took a fifth of the event loop's time a token; on versions with
+    a send_timeout but without that method, by sse-starlette; any other send (every send on 1.6)
+    by a cancel scope here. On 1.x the wait for the server's exit does not use that version's process-wide event, which
     binds to the first event loop that waits on it and breaks streams of any other server in the
     process (the web UI's own API)."""
 
@@ -232,8 +235,27 @@ class EventStream(EventSourceResponse):
         self._on_close = on_close
         self._drain: Drain | None = None
         self.send_timeout = send_timeout
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._whole = anyio.CancelScope()   # the response: cancelled when a send stalls
+        self._stalled = False
         if hasattr(EventSourceResponse, "listen_for_exit_signal"):   # sse-starlette 1.x
             self.listen_for_exit_signal = _exit_signal
+
+    async def _send_with_timeout(self, send: Any, message: Any) -> None:
+        """An event's or a ping's send (sse-starlette 3.x). A timer, set for each send and
+        cancelled after it, drops the stream when a send makes no progress for send_timeout."""
+        if not self.send_timeout or self._loop is None:
+            await send(message)
+            return
+        timer = self._loop.call_later(self.send_timeout, self._stall)
+        try:
+            await send(message)
+        finally:
+            timer.cancel()
+
+    def _stall(self) -> None:
+        self._stalled = True
+        self._whole.cancel()
 
     async def _frames(self, chunks: AsyncGenerator[Any, None],
                       framing: Framing | None) -> AsyncGenerator[bytes, None]:
@@ -251,15 +273,19 @@ class EventStream(EventSourceResponse):
             self._shutdown_grace_period = max(2.0, self._drain.grace)
 
         async def timed_send(message: Any) -> None:
-            if _HAS_SEND_TIMEOUT and message.get("more_body"):
-                return await send(message)   # an event or a ping: sse-starlette bounds it
+            if (_SENDS_THROUGH_METHOD or _HAS_SEND_TIMEOUT) and message.get("more_body"):
+                return await send(message)   # an event or a ping: bounded already (see above)
             with anyio.move_on_after(self.send_timeout) as scope_:
                 await send(message)
             if scope_.cancel_called:
                 raise SendTimeout()
 
+        self._loop = asyncio.get_running_loop()
         try:
-            await super().__call__(scope, receive, timed_send if self.send_timeout else send)
+            with self._whole:
+                await super().__call__(scope, receive, timed_send if self.send_timeout else send)
+            if self._stalled:
+                raise SendTimeout()
         except BaseException as e:
             if not _only_send_timeouts(e):
                 raise

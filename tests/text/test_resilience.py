@@ -222,6 +222,29 @@ def test_a_client_that_stops_reading_is_dropped_and_frees_the_queue(llama_host, 
         logging.getLogger("uvicorn.error").removeHandler(catcher)
 
 
+def test_a_stalled_stream_is_dropped_at_its_send_timeout_on_the_scripted_host(scripted_host, make_server, caplog):
+    """The same drop, on the scripted host (fast tier): the stalled send is given up after
+    stream_send_timeout, the generation stops, the next request is served, and the only thing
+    logged is our warning (uvicorn's error for an unfinished response is filtered)."""
+    server = make_server(scripted_host, stream_send_timeout=1)
+    scripted_host.script(" ".join(["word"] * 20000))
+    sock = stalled_stream(server.port, {"messages": STORY, "max_tokens": 20000, "stream": True})
+    try:
+        with caplog.at_level(logging.WARNING):
+            wait_until(lambda: any("read nothing of its stream" in r.getMessage() for r in caplog.records),
+                       "the stalled stream is dropped", tries=1200)
+            assert idle(server, scripted_host)
+            scripted_host.script("Served.")
+            r = httpx.post(f"{server.url}/chat/completions", json={"messages": STORY, "max_tokens": 5}, timeout=30)
+            assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "Served."
+            sock.settimeout(10)
+            while sock.recv(65536):   # the server ended the connection
+                pass
+        assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+    finally:
+        sock.close()
+
+
 @pytest.mark.parametrize("body, content_type", [
     (b'{"messages": [', "application/json"),                                  # malformed JSON
     (b'{"messages": "hi"}', "application/json"),                              # wrong type
