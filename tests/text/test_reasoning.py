@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import random
 
+import httpx
 import pytest
+from support.anthropic_types import assert_events
 from support.hosts import THOUGHT, OpenedThinkingHost
+from support.responses_api import parse_events
 from support.servers import openai_client
 
 from openai_ext.hosts.base import split_think_tags
@@ -79,3 +82,24 @@ def test_thinking_a_template_opened_comes_back_apart(opened, script, stream):
         thinking = "".join((d.model_extra or {}).get("reasoning_content") or "" for d in deltas)
         content = "".join(d.content or "" for d in deltas)
     assert (thinking, content) == (THOUGHT, "Blue is a colour.")
+
+
+def test_thinking_a_template_opened_is_a_reasoning_item_and_a_thinking_block_streamed(opened, script):
+    # The same reply through the Responses and Messages streams: thinking first, the answer after.
+    script.script("Blue is a colour.", "Blue is a colour.")
+    r = httpx.post(f"{opened.url}/responses", timeout=60,
+                   json={"model": "x", "input": "Name a colour.", "stream": True, "max_output_tokens": 60})
+    events = parse_events(r.text)
+    reasoning = "".join(e["delta"] for e in events if e["type"] == "response.reasoning_text.delta")
+    answer = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+    final = events[-1]["response"]
+    assert (reasoning, answer) == (THOUGHT, "Blue is a colour.")
+    assert [i["type"] for i in final["output"]] == ["reasoning", "message"]
+    r = httpx.post(f"{opened.url}/messages", timeout=60,
+                   json={"model": "x", "stream": True, "max_tokens": 60,
+                         "messages": [{"role": "user", "content": "Name a colour."}]})
+    events = [e for e in assert_events(r.text) if e["type"] == "content_block_delta"]
+    thinking = "".join(e["delta"].get("thinking", "") for e in events)
+    text = "".join(e["delta"].get("text", "") for e in events)
+    assert (thinking, text) == (THOUGHT, "Blue is a colour.")
+    assert [e["index"] for e in events] == sorted(e["index"] for e in events)   # thinking's block first
