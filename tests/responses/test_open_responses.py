@@ -211,10 +211,12 @@ def test_a_connection_ends_at_its_lifetime_after_its_work(scripted_host, script,
 
 def _expired(server) -> bool:
     """Whether a Responses socket of ``server`` has passed its lifetime (the connection objects are
-    found through the garbage collector: the server keeps no list of them)."""
+    found through the garbage collector: the server keeps no list of them). By type, not
+    isinstance: isinstance asks some objects for their class, and a deprecated module attribute
+    (torch's) then warns."""
     from openai_ext.responses.websocket import _Connection
     service = server.app.state.api.responses
-    return any(isinstance(o, _Connection) and o.service is service and o.expired for o in gc.get_objects())
+    return any(type(o) is _Connection and o.service is service and o.expired for o in gc.get_objects())
 
 
 @pytest.mark.parametrize("phase", ["commentary", "final_answer"])
