@@ -32,13 +32,14 @@ _AFTER = "after"         # the thinking is over and handed out, the answer has b
 class ReasoningStream:
     """``opened``: the prompt ended with <think> (the chat template opened the thinking), so the
     reply is read as if the model had written it: what comes before its </think> is thinking from
-    the first token on, not an answer taken back when the closing tag arrives. Only for the
-    <think> tags' split; another host's splitter knows its own formats."""
+    the first token on. A splitter that sees only the reply finds the thinking once </think>
+    comes (the web UI's too: its end-only format), by which time a stream has sent it as the
+    answer and cannot take it back."""
 
     def __init__(self, split: Callable[[str], tuple[str | None, str]] | None = None, *, opened: bool = False):
         self.split = split or split_think_tags
         self._tags = self.split is split_think_tags or getattr(self.split, "__func__", None) is Host.split_reasoning
-        self.raw = THINK_OPEN if opened and self._tags else ""
+        self.raw = THINK_OPEN if opened else ""
         self.text = ""        # thinking handed out
         self._content = ""    # answer handed out
         self._state: str | None = None

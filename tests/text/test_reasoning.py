@@ -103,3 +103,19 @@ def test_thinking_a_template_opened_is_a_reasoning_item_and_a_thinking_block_str
     text = "".join(e["delta"].get("text", "") for e in events)
     assert (thinking, text) == (THOUGHT, "Blue is a colour.")
     assert [e["index"] for e in events] == sorted(e["index"] for e in events)   # thinking's block first
+
+
+def test_a_host_splitter_that_sees_only_the_reply_streams_thinking_a_template_opened(host_modules):
+    # The web UI's splitter finds thinking that has no opening tag only once </think> has come: a
+    # stream would have sent it as the answer by then. Read as opened, it is thinking throughout.
+    split = host_modules.reasoning.extract_reasoning
+    pieces = [THOUGHT[:10], THOUGHT[10:] + "</th", "ink>\n\n", "Blue", " is a colour."]
+
+    def streamed(opened: bool) -> tuple[str, str]:
+        stream = ReasoningStream(split, opened=opened)
+        got = [stream.feed(p) for p in pieces] + [stream.feed("", final=True)]
+        return "".join(t for t, _ in got), "".join(c for _, c in got)
+
+    assert streamed(True) == (THOUGHT, "Blue is a colour.")
+    assert streamed(False)[1].startswith(THOUGHT[:10])   # what it was without: thinking sent as the answer
+    assert split(THOUGHT + "</think>\n\nBlue") == (THOUGHT, "Blue")   # (the double has the end-only format)

@@ -1,8 +1,10 @@
-"""Test double of modules.reasoning: the host's splitter of thinking and answer, for two of
-its formats (<think> tags, and gpt-oss's channels, which the extension's own splitter lacks)."""
+"""Test double of modules.reasoning: the host's splitter of thinking and answer, for three of
+its formats (<think> tags, gpt-oss's channels, which the extension's own splitter lacks, and a
+closing </think> alone, last, as the host lists it)."""
 
 FORMATS = [("<think>", "</think>", None),
-           ("<|channel|>analysis<|message|>", "<|end|>", "<|channel|>final<|message|>")]
+           ("<|channel|>analysis<|message|>", "<|end|>", "<|channel|>final<|message|>"),
+           (None, "</think>", None)]
 
 
 def extract_reasoning(text, html_escaped=False):
@@ -10,7 +12,12 @@ def extract_reasoning(text, html_escaped=False):
     if not text:
         return None, text
     for start, end, content_tag in FORMATS:
-        pos = text.find(start)
+        if start is None:   # the end alone: thinking from the start, once the end has come
+            if end not in text:
+                continue
+            pos, start = 0, ""
+        else:
+            pos = text.find(start)
         if pos == -1:
             if text.strip() and start.startswith(text.strip()):
                 return "", ""
