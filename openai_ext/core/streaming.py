@@ -219,9 +219,9 @@ class EventStream(EventSourceResponse):
     3.x an event's or a ping's by a timer (``_send_with_timeout``), where sse-starlette's own bound,
     a cancel scope for each send, took a fifth of the event loop's time a token; on versions with
     a send_timeout but without that method, by sse-starlette; any other send (every send on 1.6)
-    by a cancel scope here. On 1.x the wait for the server's exit does not use that version's process-wide event, which
-    binds to the first event loop that waits on it and breaks streams of any other server in the
-    process (the web UI's own API)."""
+    by a cancel scope here. On 1.x the wait for the server's exit does not use that version's
+    process-wide event, which binds to the first event loop that waits on it and breaks streams
+    of any other server in the process (the web UI's own API)."""
 
     def __init__(self, chunks: AsyncGenerator[Any, None], framing: Framing | None = None, *,
                  on_close: Callable[[], None] | None = None, send_timeout: float | None = None, **kwargs: Any):
@@ -235,6 +235,8 @@ class EventStream(EventSourceResponse):
         self._on_close = on_close
         self._drain: Drain | None = None
         self.send_timeout = send_timeout
+        # Kept from __call__ for every send's timer: asking for the running loop each time costs a
+        # system call on Python 3.11 (it checks the process id).
         self._loop: asyncio.AbstractEventLoop | None = None
         self._whole = anyio.CancelScope()   # the response: cancelled when a send stalls
         self._stalled = False
