@@ -167,7 +167,7 @@ def test_the_setting_turns_it_off(make_server):
 class NeverPays(StepCost):
     """Step times that say a drafted token always costs more than it can save."""
 
-    def _fitted(self):
+    def fitted(self):
         return (0.0, 1.0, 0.0)
 
 

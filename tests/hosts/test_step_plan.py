@@ -166,6 +166,23 @@ def test_step_cost_recovers_what_steps_cost_and_never_a_negative_cost():
     assert fit[1] == 0.0 and fit[0] > 0         # a falling line is no cost that falls with tokens
 
 
+def test_step_cost_is_fitted_again_after_a_tenth_of_a_second_of_steps_not_after_each():
+    """A fit costs a fraction of a millisecond: steps of a few milliseconds (one stream) are
+    fitted again only once they add up to REFIT_SECONDS; one long step (a prompt read) at once."""
+    cost = timed_cost(0.01, 0.002, 1e-6)
+    first = cost.fitted()
+    assert first is not None
+    short = int(StepCost.REFIT_SECONDS / 0.004) - 1
+    for _ in range(short):   # steps that would move the fit (each took a third of what it says)
+        cost.add(1, attended(40, 1), 0.004)
+    assert cost.fitted() is first
+    cost.add(1, attended(40, 1), 0.004)
+    assert cost.fitted() != first
+    settled = cost.fitted()
+    cost.add(400, attended(2000, 400), 0.01 + 0.8 + 1e-6 * attended(2000, 400) * 2)
+    assert cost.fitted() != settled
+
+
 def test_deep_into_a_long_prompt_a_step_reads_fewer_tokens_beside_a_stream():
     cost = timed_cost(0.005, 0.001, 1e-6)
     stream = Seq(0, 1, 1)
@@ -356,3 +373,39 @@ def test_a_draft_is_as_long_as_its_kind_allows_unless_the_setting_says():
     model drafts by lookup."""
     assert PromptLookup(None).most == 48 and ModelDraft(None).most == 16
     assert PromptLookup(5).most == 5 and ModelDraft(5).most == 5
+
+
+def test_a_small_batch_is_written_as_a_large_one_is():
+    """Small batches are written item by item, large ones through numpy's views: llama.cpp gets
+    the same tokens, positions, sequence ids and logits flags either way."""
+    import random
+
+    import llama_cpp
+
+    from openai_ext.hosts.llamacpp.plan import SMALL_BATCH, _write_arrays, _write_items, write
+
+    def read(batch, n):
+        return [(batch.token[i], batch.pos[i], batch.logits[i], batch.n_seq_id[i], batch.seq_id[i][0])
+                for i in range(n)]
+
+    rng = random.Random(7)
+    one, other = llama_cpp.llama_batch_init(512, 0, 1), llama_cpp.llama_batch_init(512, 0, 1)
+    try:
+        for _ in range(300):
+            rows = []
+            for seq in rng.sample(range(8), rng.randint(1, 8)):
+                count = rng.randint(1, 60)
+                rows.append((seq, [rng.randrange(49152) for _ in range(count)], rng.randrange(5000),
+                             rng.choice([0, count - 1, rng.randrange(count), count])))
+            n = sum(len(r[1]) for r in rows)
+            _write_items(one, rows, n)
+            _write_arrays(other, rows, n)
+            assert read(one, n) == read(other, n)
+            assert write(one, rows) == n == one.n_tokens
+        # what ``write`` chooses: the small way up to SMALL_BATCH tokens
+        assert write(one, [(3, list(range(SMALL_BATCH)), 9, SMALL_BATCH - 1)]) == SMALL_BATCH
+        assert read(one, SMALL_BATCH)[-1] == (SMALL_BATCH - 1, 9 + SMALL_BATCH - 1, 1, 1, 3)
+        assert read(one, SMALL_BATCH)[0][2] == 0
+    finally:
+        llama_cpp.llama_batch_free(one)
+        llama_cpp.llama_batch_free(other)

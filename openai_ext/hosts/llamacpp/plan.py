@@ -51,31 +51,36 @@ class StepCost:
     def __init__(self) -> None:
         self._seen: deque[tuple[float, float, float]] = deque(maxlen=self.KEEP)
         self._fit: tuple[float, float, float] | None = None
-        self._stale = 0   # steps added since the last fit (fitted when next asked, not per step)
+        self._stale = 0.0      # seconds of the steps added since the last fit (fitted when next asked)
+        self._fitted_once = False
 
-    # Steps added before a fit is made again (a fit takes a fraction of a millisecond; a step of
-    # one stream a few milliseconds).
-    REFIT = 8
+    # A fit is made again once the steps timed since the last took this long. A fit costs 0.2-0.3
+    # ms on a CPU: once every 8 steps was 5% of the Python between two steps of one stream; now
+    # it is under 0.3% of the decoding time, and the long steps of a prompt being read (a quarter
+    # of a second and more) are each followed by a fit.
+    REFIT_SECONDS = 0.1
 
     def add(self, tokens: int, cells: int, seconds: float) -> None:
         self._seen.append((tokens, cells, seconds))
-        self._stale += 1
+        self._stale += max(seconds, 1e-9)
 
-    def _fitted(self) -> tuple[float, float, float] | None:
-        if self._stale >= (1 if self._fit is None else self.REFIT) and len(self._seen) >= self.LEAST:
+    def fitted(self) -> tuple[float, float, float] | None:
+        """(fixed, per token, per cell attended) in seconds; None while it cannot tell."""
+        due = self._stale >= self.REFIT_SECONDS or (self._stale > 0 and not self._fitted_once)
+        if due and len(self._seen) >= self.LEAST:
             data = np.array(self._seen)
             x = np.column_stack([np.ones(len(data)), data[:, 0], data[:, 1]])
             fit = nonnegative_fit(x, data[:, 2])
             self._fit = (fit[0], fit[1], fit[2]) if fit[1] > 0 or fit[2] > 0 else None
-            self._stale = 0
+            self._stale, self._fitted_once = 0.0, True
         return self._fit
 
     def ready(self) -> bool:
-        return self._fitted() is not None
+        return self.fitted() is not None
 
     def chunk(self, seconds: float, at: int) -> int | None:
         """Prompt tokens from position ``at`` that fit in ``seconds``; None when it cannot tell."""
-        fit = self._fitted()
+        fit = self.fitted()
         if fit is None:
             return None
         _, per_token, per_cell = fit
@@ -84,7 +89,7 @@ class StepCost:
         return max(0, int(seconds / max(per_token + per_cell * (at + c / 2), 1e-9)))
 
     def predict(self, tokens: int, cells: int) -> float:
-        fit = self._fitted()
+        fit = self.fitted()
         if fit is None:
             return 0.0
         fixed, per_token, per_cell = fit
@@ -217,13 +222,16 @@ def paying(work: Any, draft: list[int], generating: list[Any], cost: StepCost | 
     where the step's cost grows with each token (one token 2,400 cells deep took 27 ms, sixteen
     286 ms), only a draft accepted nearly always pays; where a step's fixed cost rules (a GPU),
     most drafts do. Until steps are timed the draft is kept whole."""
-    if not draft or cost is None or not cost.ready():
+    fit = cost.fitted() if draft and cost is not None else None
+    if fit is None:
         return draft
+    fixed, per_token, per_cell = fit
     n = len(generating)
-    per_output = cost.predict(n, sum(attended(w.n_past, 1) for w in generating)) / n
+    per_output = (fixed + per_token * n + per_cell * sum(attended(w.n_past, 1) for w in generating)) / n
     kept = 0
     for i in range(1, len(draft) + 1):
-        extra = cost.predict(1, attended(work.n_past + i, 1)) - cost.predict(0, 0)
+        # (what the i-th drafted token adds to the step: one token, attending to the cells before it)
+        extra = per_token + per_cell * attended(work.n_past + i, 1)
         if work.chance(i) * per_output <= extra:
             break
         kept = i
@@ -244,11 +252,32 @@ def fill(batch: Any, parts: list[Part]) -> int:
     return write(batch, rows)
 
 
+# A batch of at most this many tokens is written item by item: making numpy's views of
+# llama.cpp's arrays costs more than a few ctypes writes (a step of one stream: 75 us against 5).
+SMALL_BATCH = 32
+
+
 def write(batch: Any, rows: list[tuple[int, list[int], int, int]]) -> int:
     """Writes rows of (sequence id, tokens, position of the first, index of the first that gives
     logits) into llama.cpp's batch, in order; the number of tokens in it. The draft model's
     batches (llamacpp/draft.py) are written here too."""
     n = sum(len(r[1]) for r in rows)
+    (_write_items if n <= SMALL_BATCH else _write_arrays)(batch, rows, n)
+    batch.n_tokens = n
+    return n
+
+
+def _write_items(batch: Any, rows: list[tuple[int, list[int], int, int]], n: int) -> None:
+    token, pos, logits, n_seq_id, seq_id = batch.token, batch.pos, batch.logits, batch.n_seq_id, batch.seq_id
+    i = 0
+    for seq, tokens, at, from_ in rows:
+        for k, t in enumerate(tokens):
+            token[i], pos[i], logits[i], n_seq_id[i] = t, at + k, 1 if k >= from_ else 0, 1
+            seq_id[i][0] = seq
+            i += 1
+
+
+def _write_arrays(batch: Any, rows: list[tuple[int, list[int], int, int]], n: int) -> None:
     token = np.ctypeslib.as_array(batch.token, shape=(n,))
     pos = np.ctypeslib.as_array(batch.pos, shape=(n,))
     logits = np.ctypeslib.as_array(batch.logits, shape=(n,))
@@ -263,5 +292,3 @@ def write(batch: Any, rows: list[tuple[int, list[int], int, int]]) -> int:
         for i in range(first, first + count):
             batch.seq_id[i][0] = seq
         first += count
-    batch.n_tokens = n
-    return n
