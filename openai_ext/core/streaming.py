@@ -54,6 +54,11 @@ def sse_event(obj: Any) -> bytes:
     return b"data: " + dumps(obj) + b"\n\n"
 
 
+class Framed(bytes):
+    """A chunk its family has already written as OpenAI's frame (``data: {json}``), sent as it is
+    (text/render.ContentFrames)."""
+
+
 class Framing:
     """How a family writes its stream: each chunk, an error after the stream began, its end,
     and its keep-alive pings."""
@@ -85,7 +90,7 @@ class OpenAIFraming(Framing):
         self.done = done
 
     def frame(self, chunk: Any) -> bytes:
-        return sse_event(chunk)
+        return chunk if type(chunk) is Framed else sse_event(chunk)
 
     def error(self, error: OpenAIError | None, exc: BaseException) -> bytes:
         return sse_event(error.body() if error is not None else internal_error_body(exc))

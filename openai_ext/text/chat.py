@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, AsyncGenerator
 
 from ..core.admission import Place
 from ..core.errors import InvalidRequestError
-from ..core.streaming import Framing
+from ..core.streaming import Framed, Framing
 from ..hosts.base import ChatPrompt, Host, Prompt, TokenLogprob
 from ..hosts.request import ChatOptions
 from . import images as image_parts
@@ -280,7 +280,7 @@ async def complete(text: TextService, job: Job, place: Place) -> dict[str, Any]:
                                      sum(r.tokens for r in results))
 
 
-async def stream(text: TextService, job: Job, place: Place) -> AsyncGenerator[dict[str, Any], None]:
+async def stream(text: TextService, job: Job, place: Place) -> AsyncGenerator[dict[str, Any] | Framed, None]:
     plan, fp = job.plan, text.fingerprint
     include_usage = plan.include_usage
     want_lp = plan.logprobs is not None
@@ -297,6 +297,7 @@ async def stream(text: TextService, job: Job, place: Place) -> AsyncGenerator[di
                                                                           finish_reason=finish)],
                                     include_usage=include_usage)
 
+    plain = None if want_lp else render.ContentFrames(job, fp, include_usage=include_usage)
     async with contextlib.aclosing(run_job(text, job, place)) as events:
         async for ev in events:
             choice = open_choices.get(ev.index)
@@ -307,7 +308,10 @@ async def stream(text: TextService, job: Job, place: Place) -> AsyncGenerator[di
             if ev.delta is not None:
                 pending_lp.setdefault(ev.index, []).extend(ev.delta.logprobs)
                 for event in choice.events(ev.delta.text):
-                    yield chunk(ev.index, choice.delta(event))
+                    if plain is not None and choice.opened and type(event) is tools.Content:
+                        yield plain.frame(ev.index, event.text)
+                    else:
+                        yield chunk(ev.index, choice.delta(event))
             elif ev.result is not None:
                 for event in choice.events("", final=True):
                     yield chunk(ev.index, choice.delta(event))

@@ -30,7 +30,7 @@ from ..core.admission import Admission, Place
 from ..core.catalog import card
 from ..core.config import Settings
 from ..core.errors import ServiceUnavailableError
-from ..core.streaming import Framing, event_stream, until_disconnect
+from ..core.streaming import Framed, Framing, event_stream, until_disconnect
 from ..documents.inputs import Reader
 from ..hosts.base import Host
 from ..hosts.manager import ModelChangeFailed, NoModel
@@ -190,14 +190,16 @@ PlannedJob = TypeVar("PlannedJob", bound=Planned)
 class TextEndpoint(Protocol[Body, PlannedJob]):
     """What an endpoint module (chat, completions, Messages) offers: ``prepare`` validates a
     ``Body`` into a job, on a worker thread; ``complete`` and ``stream`` run it. An endpoint of
-    another API has its stream's ``framing`` (None: OpenAI's; see core.streaming)."""
+    another API has its stream's ``framing`` (None: OpenAI's; see core.streaming); a stream may
+    yield chunks already framed (core.streaming.Framed)."""
     framing: Framing | None
 
     def prepare(self, text: TextService, body: Body, /) -> PlannedJob: ...
 
     async def complete(self, text: TextService, job: PlannedJob, place: Place, /) -> dict[str, Any]: ...
 
-    def stream(self, text: TextService, job: PlannedJob, place: Place, /) -> AsyncGenerator[dict[str, Any], None]: ...
+    def stream(self, text: TextService, job: PlannedJob, place: Place,
+               /) -> AsyncGenerator[dict[str, Any] | Framed, None]: ...
 
 
 def enter(text: TextService) -> Place:
