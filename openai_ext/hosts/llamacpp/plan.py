@@ -55,9 +55,9 @@ class StepCost:
         self._fitted_once = False
 
     # A fit is made again once the steps timed since the last took this long. A fit costs 0.2-0.3
-    # ms on a CPU: once every 8 steps was 5% of the Python between two steps of one stream; now
-    # it is under 0.3% of the decoding time, and the long steps of a prompt being read (a quarter
-    # of a second and more) are each followed by a fit.
+    # ms on a CPU: made every 8 steps it was about a tenth of the Python between two steps of one
+    # stream; now it is under 0.3% of the decoding time, and the long steps of a prompt being read
+    # (a quarter of a second and more) are each followed by a fit.
     REFIT_SECONDS = 0.1
 
     def add(self, tokens: int, cells: int, seconds: float) -> None:
@@ -253,7 +253,7 @@ def fill(batch: Any, parts: list[Part]) -> int:
 
 
 # A batch of at most this many tokens is written item by item: making numpy's views of
-# llama.cpp's arrays costs more than a few ctypes writes (a step of one stream: 75 us against 5).
+# llama.cpp's arrays costs more than a few ctypes writes (a step of one stream: 75 us against 12).
 SMALL_BATCH = 32
 
 

@@ -147,6 +147,16 @@ def sampler_chain(L: Any, vocab: Any, n_vocab: int, context_length: int, g: Gene
     return chain
 
 
+def plain_greedy(g: GenerationSettings, biases: dict[int, float]) -> bool:
+    """Whether ``sampler_chain`` for these settings is llama.cpp's greedy sampler alone: then its
+    token is the logits' argmax (the first of equal ones, as llama.cpp's), which a generation
+    takes without the chain building its array of every token (7 us against 58 a token)."""
+    s = Options.of(g)
+    return ((1.0 if g.temperature is None else g.temperature) <= 0 and not biases
+            and s.repetition_penalty == 1.0 and not g.frequency_penalty and not g.presence_penalty
+            and s.dry_multiplier <= 0)
+
+
 class Constrained:
     """Sampling under a grammar, one step at a time in Python.
 

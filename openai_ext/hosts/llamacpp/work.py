@@ -20,7 +20,7 @@ from ..base import Piece, TokenLogprob
 from ..request import GenerationSettings
 from .context import Runtime
 from .outbox import END, OUTBOX, Outbox
-from .sampling import Constrained, Detokenizer, Options, logit_biases, sampler_chain
+from .sampling import Constrained, Detokenizer, Options, logit_biases, plain_greedy, sampler_chain
 from .speculate import ModelDraft, Pace
 from .vision import Media
 
@@ -107,8 +107,9 @@ class Generation(Work):
         special = not Options.of(s).skip_special_tokens
         constrained = bool(s.grammar)
         # (under a grammar the bias is applied to the logits before it, see Constrained)
-        self.sampler = sampler_chain(rt.L, rt.vocab, rt.n_vocab, rt.context_length, s,
-                                     {} if constrained else logit_biases(s, rt.eog))
+        biases = {} if constrained else logit_biases(s, rt.eog)
+        self.sampler = sampler_chain(rt.L, rt.vocab, rt.n_vocab, rt.context_length, s, biases)
+        self.argmax = plain_greedy(s, biases) and not constrained
         try:
             self.guide = Constrained(rt, s, self.sampler, special) if constrained else None
         except BaseException:
@@ -183,8 +184,12 @@ class Generation(Work):
             self._emit(forced, "", at)
             return forced
         while True:
-            token = self.rt.L.llama_sampler_sample(self.sampler, self.rt.ctx, at) if self.guide is None \
-                else self.guide.sample(at)
+            if self.guide is not None:
+                token = self.guide.sample(at)
+            elif self.argmax:
+                token = int(self.rt.logits(at).argmax())
+            else:
+                token = self.rt.L.llama_sampler_sample(self.sampler, self.rt.ctx, at)
             if token is None or self.rt.eog[token]:
                 # (None: the grammar allows no token that the request did not ban)
                 self.out.put(Piece(self.text_of.flush(), tokens=0, finish_reason="stop"))
