@@ -133,34 +133,47 @@ def test_flash_attention_is_on_with_several_sequences_unless_set():
     assert uses_flash_attn("on", 1) and not uses_flash_attn("off", 8)
 
 
-def test_plain_greedy_is_the_greedy_chain_alone():
-    """A generation takes the logits' argmax itself only where llama.cpp's chain would be its
-    greedy sampler alone: anything the chain adds before it (a bias, a penalty, DRY) keeps it."""
-    from openai_ext.hosts.llamacpp.sampling import plain_greedy
+def greedy_chain(settings, biases=None, vocab=None) -> bool:
+    """Whether the chain built for ``settings`` is llama.cpp's greedy sampler alone."""
+    import llama_cpp
 
+    from openai_ext.hosts.llamacpp.sampling import greedy_alone, sampler_chain
+
+    chain = sampler_chain(llama_cpp, vocab, 49152, 2048, settings, biases or {})
+    try:
+        return greedy_alone(llama_cpp, chain)
+    finally:
+        llama_cpp.llama_sampler_free(chain)
+
+
+def test_plain_greedy_is_the_greedy_chain_alone():
+    """A generation takes the logits' argmax itself only where llama.cpp's chain is its greedy
+    sampler alone: anything the chain adds before it (a bias, a penalty, DRY) keeps it."""
     greedy = GenerationSettings(max_new_tokens=8, temperature=0.0)
-    assert plain_greedy(greedy, {})
-    assert not plain_greedy(greedy, {5: -100.0})
-    assert not plain_greedy(GenerationSettings(max_new_tokens=8), {})            # OpenAI's default: 1.0
-    assert not plain_greedy(GenerationSettings(max_new_tokens=8, temperature=0.7), {})
-    assert not plain_greedy(greedy.replace(frequency_penalty=0.5), {})
-    assert not plain_greedy(greedy.replace(presence_penalty=-0.5), {})
-    assert not plain_greedy(greedy.replace(samplers={"repetition_penalty": 1.1}), {})
-    assert not plain_greedy(greedy.replace(samplers={"dry_multiplier": 0.8}), {})
+    assert greedy_chain(greedy)
+    assert not greedy_chain(greedy, {5: -100.0})
+    assert not greedy_chain(GenerationSettings(max_new_tokens=8))            # OpenAI's default: 1.0
+    assert not greedy_chain(GenerationSettings(max_new_tokens=8, temperature=0.7))
+    assert not greedy_chain(greedy.replace(frequency_penalty=0.5))
+    assert not greedy_chain(greedy.replace(presence_penalty=-0.5))
+    assert not greedy_chain(greedy.replace(samplers={"repetition_penalty": 1.1}))
+    # (DRY needs a model's vocabulary: see the next test)
 
 
 @pytest.mark.slow
 def test_a_plain_greedy_generation_takes_the_argmax_and_writes_what_the_chain_writes(llama_host, monkeypatch):
     from openai_ext.hosts.llamacpp import work
 
+    greedy = GenerationSettings(max_new_tokens=8, temperature=0.0)
+    assert not greedy_chain(greedy.replace(samplers={"dry_multiplier": 0.8}), vocab=llama_host.runtime.vocab)
     settings = GenerationSettings(max_new_tokens=150, temperature=0.0)
     text = llama_host.chat_prompt([{"role": "user", "content": "Describe a harbor town at dawn."}]).text
     prompt = Prompt(text, llama_host.tokenize(text))
     chosen: list[bool] = []
-    real = work.plain_greedy
-    monkeypatch.setattr(work, "plain_greedy", lambda s, b: chosen.append(real(s, b)) or chosen[-1])
+    real = work.greedy_alone
+    monkeypatch.setattr(work, "greedy_alone", lambda L, chain: chosen.append(real(L, chain)) or chosen[-1])
     fast = [p.text for p in llama_host.generate(prompt, settings, threading.Event())]
-    monkeypatch.setattr(work, "plain_greedy", lambda s, b: chosen.append(False) or False)
+    monkeypatch.setattr(work, "greedy_alone", lambda L, chain: chosen.append(False) or False)
     chain = [p.text for p in llama_host.generate(prompt, settings, threading.Event())]
     assert chosen == [True, False]
     assert len(fast) > 50 and fast == chain

@@ -147,14 +147,13 @@ def sampler_chain(L: Any, vocab: Any, n_vocab: int, context_length: int, g: Gene
     return chain
 
 
-def plain_greedy(g: GenerationSettings, biases: dict[int, float]) -> bool:
-    """Whether ``sampler_chain`` for these settings is llama.cpp's greedy sampler alone: then its
-    token is the logits' argmax (the first of equal ones, as llama.cpp's), which a generation
-    takes without the chain building its array of every token (7 us against 58 a token)."""
-    s = Options.of(g)
-    return ((1.0 if g.temperature is None else g.temperature) <= 0 and not biases
-            and s.repetition_penalty == 1.0 and not g.frequency_penalty and not g.presence_penalty
-            and s.dry_multiplier <= 0)
+def greedy_alone(L: Any, chain: Any) -> bool:
+    """Whether ``chain`` is llama.cpp's greedy sampler alone: then its token is the logits' argmax
+    (the first of equal ones, as llama.cpp's), which a generation takes without the chain building
+    its array of every token (7 us against 58 a token). Read off the chain itself, so any sampler
+    ``sampler_chain`` puts before the greedy one (a bias, a penalty, DRY) keeps the chain."""
+    return (L.llama_sampler_chain_n(chain) == 1
+            and L.llama_sampler_name(L.llama_sampler_chain_get(chain, 0)) == b"greedy")
 
 
 class Constrained:

@@ -20,7 +20,7 @@ from ..base import Piece, TokenLogprob
 from ..request import GenerationSettings
 from .context import Runtime
 from .outbox import END, OUTBOX, Outbox
-from .sampling import Constrained, Detokenizer, Options, logit_biases, plain_greedy, sampler_chain
+from .sampling import Constrained, Detokenizer, Options, greedy_alone, logit_biases, sampler_chain
 from .speculate import ModelDraft, Pace
 from .vision import Media
 
@@ -109,7 +109,7 @@ class Generation(Work):
         # (under a grammar the bias is applied to the logits before it, see Constrained)
         biases = {} if constrained else logit_biases(s, rt.eog)
         self.sampler = sampler_chain(rt.L, rt.vocab, rt.n_vocab, rt.context_length, s, biases)
-        self.argmax = plain_greedy(s, biases) and not constrained
+        self.argmax = not constrained and greedy_alone(rt.L, self.sampler)
         try:
             self.guide = Constrained(rt, s, self.sampler, special) if constrained else None
         except BaseException:
