@@ -222,16 +222,13 @@ def paying(work: Any, draft: list[int], generating: list[Any], cost: StepCost | 
     where the step's cost grows with each token (one token 2,400 cells deep took 27 ms, sixteen
     286 ms), only a draft accepted nearly always pays; where a step's fixed cost rules (a GPU),
     most drafts do. Until steps are timed the draft is kept whole."""
-    fit = cost.fitted() if draft and cost is not None else None
-    if fit is None:
+    if not draft or cost is None or not cost.ready():
         return draft
-    fixed, per_token, per_cell = fit
     n = len(generating)
-    per_output = (fixed + per_token * n + per_cell * sum(attended(w.n_past, 1) for w in generating)) / n
+    per_output = cost.predict(n, sum(attended(w.n_past, 1) for w in generating)) / n
     kept = 0
     for i in range(1, len(draft) + 1):
-        # (what the i-th drafted token adds to the step: one token, attending to the cells before it)
-        extra = per_token + per_cell * attended(work.n_past + i, 1)
+        extra = cost.predict(1, attended(work.n_past + i, 1)) - cost.predict(0, 0)
         if work.chance(i) * per_output <= extra:
             break
         kept = i
