@@ -13,6 +13,8 @@ from openai_ext.hosts.llamacpp.plan import (
     STEP_FIRST,
     STEP_GENERATING,
     STEP_READING,
+    TILED,
+    LinearCost,
     StepCost,
     attended,
     nonnegative_fit,
@@ -44,8 +46,8 @@ class Seq:
     def draft(self, limit: int) -> list[int]:
         return self._draft[:limit]
 
-    def chance(self, i: int) -> float:
-        return self.rate ** i
+    def chances(self, n: int) -> np.ndarray:
+        return self.rate ** np.arange(1, n + 1)
 
     def probe(self) -> bool:
         return self.pace.probe() if self.pace is not None else False
@@ -172,15 +174,16 @@ def test_step_cost_is_fitted_again_after_a_tenth_of_a_second_of_steps_not_after_
     cost = timed_cost(0.01, 0.002, 1e-6)
     first = cost.fitted()
     assert first is not None
-    short = int(StepCost.REFIT_SECONDS / 0.004) - 1
+    short = int(LinearCost.REFIT_SECONDS / 0.004) - 1
     for _ in range(short):   # steps that would move the fit (each took a third of what it says)
         cost.add(1, attended(40, 1), 0.004)
     assert cost.fitted() is first
     cost.add(1, attended(40, 1), 0.004)
     assert cost.fitted() != first
     settled = cost.fitted()
+    large = cost.fitted(400)
     cost.add(400, attended(2000, 400), 0.01 + 0.8 + 1e-6 * attended(2000, 400) * 2)
-    assert cost.fitted() != settled
+    assert cost.fitted(400) != large and cost.fitted() is settled   # (each kind of step is fitted apart)
 
 
 def test_deep_into_a_long_prompt_a_step_reads_fewer_tokens_beside_a_stream():
@@ -254,6 +257,47 @@ def test_a_draft_is_checked_as_far_as_it_pays_for_the_time_it_adds():
     assert drafted(StepCost(), 0.1) == 8
 
 
+def two_kinds_cost(small_cell: float, large_cell: float) -> StepCost:
+    """A cost model fitted to steps whose attention costs ``small_cell`` a cell below TILED
+    tokens and ``large_cell`` from TILED on (llama.cpp's flash attention on the CPU)."""
+    cost = StepCost()
+    for tokens, at in [(512, 0), (128, 600), (64, 3000), (200, 2000), (17, 3000), (1, 5000), (9, 4000), (1, 40)]:
+        cells = attended(at, tokens)
+        cost.add(tokens, cells, 0.002 + 0.0005 * tokens + (large_cell if tokens >= TILED else small_cell) * cells)
+    return cost
+
+
+def test_a_draft_is_checked_to_the_tiled_step_where_that_step_costs_less_than_a_shorter_one():
+    """Deep in a long context on a CPU, a step of 64 tokens takes less time than one of 48: a
+    draft that pays only a few tokens deep in a short step is checked whole where it makes the
+    step TILED tokens long, and cut as before where both kinds of step cost alike."""
+    def drafted(cost):
+        seq = Seq(0, 1, 1, draft=list(range(TILED - 1)), acceptance=0.97)
+        seq.n_past, seq.tokens = 4000, [1] * 4001
+        parts = plan_step([seq], n_batch=512, prefill_chunk=128, free_cells=8000, cost=cost)
+        return len(parts[0].draft)
+
+    tiled = two_kinds_cost(3.3e-6, 1.2e-6)
+    assert tiled.predict(TILED, attended(4000, TILED)) < tiled.predict(48, attended(4000, 48))
+    assert drafted(tiled) == TILED - 1
+    assert 0 < drafted(two_kinds_cost(3.3e-6, 3.3e-6)) < 16
+
+
+def test_a_long_prompts_chunk_beside_a_stream_fills_the_step_to_the_tiled_kind_where_that_fits():
+    """A chunk deep in a long prompt: where a step of TILED tokens fits the time a step beside a
+    stream may take and a step of fewer is no cheaper, the step holds TILED tokens or more."""
+    stream = Seq(0, 1, 1)
+    deep = Seq(1, 2, 6000)
+    deep.n_past, deep.tokens = 3000, [1] * 9000
+    tiled = two_kinds_cost(3.3e-6, 1.2e-6)
+    took = shares(plan_step([stream, deep], n_batch=512, prefill_chunk=128, free_cells=30000, cost=tiled))[1][0]
+    assert 1 + took >= TILED
+    assert tiled.predict(1 + took, attended(0, 1) + attended(3000, took)) <= STEP_GENERATING + 1e-9
+    alike = two_kinds_cost(3.3e-6, 3.3e-6)
+    took = shares(plan_step([stream, deep], n_batch=512, prefill_chunk=128, free_cells=30000, cost=alike))[1][0]
+    assert LEAST_READ <= took and 1 + took < TILED
+
+
 def test_a_copy_keeps_to_its_source_where_the_last_place_of_its_tokens_is_the_copy_itself():
     """A file rewritten as it is: its lines share more than twelve tokens and differ at the end. The
     longest run's last place is soon the line just copied, whose next line is another; the draft
@@ -317,7 +361,7 @@ def test_drafts_that_miss_only_at_their_first_token_are_checked_long_on_a_cpu():
         for _ in range(6):
             lookup.checked(16, 16)
         lookup.checked(16, 0)
-    seq.chance = lookup.chance
+    seq.chances = lookup.chances
     assert len(plan_step([seq], n_batch=512, prefill_chunk=128, free_cells=8000, cost=cpu)[0].draft) >= 8
 
 
@@ -371,7 +415,7 @@ def test_a_draft_is_as_long_as_its_kind_allows_unless_the_setting_says():
     """Prompt lookup's drafts cost nothing to make; a draft model's cost it a step each. The
     default follows the kind of draft, not the host: a prompt with images on a host with a draft
     model drafts by lookup."""
-    assert PromptLookup(None).most == 48 and ModelDraft(None).most == 16
+    assert PromptLookup(None).most == 63 and ModelDraft(None).most == 16
     assert PromptLookup(5).most == 5 and ModelDraft(5).most == 5
 
 

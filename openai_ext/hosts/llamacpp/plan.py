@@ -39,11 +39,79 @@ STEP_READING = 0.5
 STEP_FIRST = 0.25
 
 
+# llama.cpp's flash attention on the CPU reads the queries of a step of this many tokens or more
+# a tile at a time, and those of a smaller step one by one (its GGML_FA_TILE_Q): on two cores, a
+# step of 64 tokens 4,000 cells deep took 670 ms where one of 48 took 900 (Qwen2.5-Coder-0.5B;
+# the embedded model 3,000 deep: 553 ms against 737 for 63). So steps of either kind are fitted
+# apart; where both kinds cost alike (a GPU, attention without flash) the two fits agree.
+TILED = 64
+
+
 class StepCost:
     """Predicts the seconds a step takes from its tokens and the cells they attend to, by least
-    squares over the last ``KEEP`` steps timed (seconds = fixed + per token x tokens + per cell x
-    cells attended). Until enough steps are seen, or when the fit says nothing, it predicts
-    nothing and steps are bounded by their token counts alone."""
+    squares over the last steps timed (seconds = fixed + per token x tokens + per cell x cells
+    attended), steps of fewer than ``TILED`` tokens and steps of more fitted apart. A kind not
+    yet timed is predicted by the other's fit. Until enough steps are seen, or when the fit says
+    nothing, it predicts nothing and steps are bounded by their token counts alone."""
+
+    def __init__(self) -> None:
+        self._kinds = (LinearCost(), LinearCost())   # steps of fewer than TILED tokens; of TILED or more
+
+    def add(self, tokens: int, cells: int, seconds: float) -> None:
+        self._kinds[tokens >= TILED].add(tokens, cells, seconds)
+
+    def fitted(self, tokens: int = 1) -> tuple[float, float, float] | None:
+        """(fixed, per token, per cell attended) in seconds for a step of ``tokens`` tokens; None
+        while it cannot tell."""
+        large = tokens >= TILED
+        fit = self._kinds[large].fitted()
+        return fit if fit is not None else self._kinds[not large].fitted()
+
+    def ready(self) -> bool:
+        return self.fitted() is not None
+
+    def chunk(self, seconds: float, at: int, tokens: int = 0, cells: int = 0) -> int | None:
+        """Prompt tokens from position ``at`` that a step already holding ``tokens`` tokens and
+        ``cells`` cells may add and take ``seconds`` at most; None when it cannot tell. The most
+        of either kind of step: a step that reaches ``TILED`` tokens may hold more than one short
+        of it does."""
+        most = None
+        for large in (False, True):
+            fit = self.fitted(TILED if large else 1)
+            if fit is None:
+                return None
+            fixed, per_token, per_cell = fit
+            left = seconds - fixed - per_token * tokens - per_cell * cells
+            c = left / max(per_token + per_cell * at, 1e-9)
+            # (the chunk's own tokens attend to each other too: half the chunk more on average)
+            take = max(0, int(left / max(per_token + per_cell * (at + c / 2), 1e-9)))
+            if not large:
+                take = min(take, max(0, TILED - 1 - tokens))
+            elif tokens + take < TILED:
+                continue
+            most = take if most is None else max(most, take)
+        return most
+
+    def predict(self, tokens: int, cells: int) -> float:
+        fit = self.fitted(tokens)
+        if fit is None:
+            return 0.0
+        fixed, per_token, per_cell = fit
+        return fixed + per_token * tokens + per_cell * cells
+
+    def predict_each(self, tokens: np.ndarray, cells: np.ndarray) -> np.ndarray:
+        """``predict`` for each pair of the two arrays (zeros while it cannot tell)."""
+        out = np.zeros(len(tokens))
+        for large in (False, True):
+            fit = self.fitted(TILED if large else 1)
+            if fit is not None:
+                kind = (tokens >= TILED) == large
+                out[kind] = fit[0] + fit[1] * tokens[kind] + fit[2] * cells[kind]
+        return out
+
+
+class LinearCost:
+    """One kind of step's fit (StepCost): least squares over the last ``KEEP`` steps timed."""
 
     KEEP = 64
     LEAST = 4
@@ -65,7 +133,6 @@ class StepCost:
         self._stale += max(seconds, 1e-9)
 
     def fitted(self) -> tuple[float, float, float] | None:
-        """(fixed, per token, per cell attended) in seconds; None while it cannot tell."""
         due = self._stale >= self.REFIT_SECONDS or (self._stale > 0 and not self._fitted_once)
         if due and len(self._seen) >= self.LEAST:
             data = np.array(self._seen)
@@ -74,26 +141,6 @@ class StepCost:
             self._fit = (fit[0], fit[1], fit[2]) if fit[1] > 0 or fit[2] > 0 else None
             self._stale, self._fitted_once = 0.0, True
         return self._fit
-
-    def ready(self) -> bool:
-        return self.fitted() is not None
-
-    def chunk(self, seconds: float, at: int) -> int | None:
-        """Prompt tokens from position ``at`` that fit in ``seconds``; None when it cannot tell."""
-        fit = self.fitted()
-        if fit is None:
-            return None
-        _, per_token, per_cell = fit
-        c = seconds / max(per_token + per_cell * at, 1e-9)
-        # (the chunk's own tokens attend to each other too: half the chunk more on average)
-        return max(0, int(seconds / max(per_token + per_cell * (at + c / 2), 1e-9)))
-
-    def predict(self, tokens: int, cells: int) -> float:
-        fit = self.fitted()
-        if fit is None:
-            return 0.0
-        fixed, per_token, per_cell = fit
-        return fixed + per_token * tokens + per_cell * cells
 
 
 def nonnegative_fit(x: np.ndarray, y: np.ndarray) -> list[float]:
@@ -162,6 +209,8 @@ def _plan(active: list[Any], foreground: bool, *, n_batch: int, prefill_chunk: i
     counts = {id(w): 1 for w in generating}
     drafts: dict[int, list[int]] = {}
     room -= len(generating)
+    # the step's tokens and the cells they attend to so far (for what the step is predicted to take)
+    tokens, cells = len(generating), sum(attended(w.n_past, 1) for w in generating)
     # Drafts take what the step has beyond one token per sequence, never a prompt's least share.
     spare = room - (LEAST_READ if reading else 0)
     for w in generating:
@@ -171,11 +220,13 @@ def _plan(active: list[Any], foreground: bool, *, n_batch: int, prefill_chunk: i
             continue   # (drafts make a step longer: background work drafts only on its own)
         draft = w.draft(spare)
         if not whole_drafts:
-            draft = paying(w, draft, generating, cost)
+            draft = paying(w, draft, generating, cost, tokens, cells)
         if draft:
             drafts[id(w)] = draft
             spare -= len(draft)
             room -= len(draft)
+            tokens += len(draft)
+            cells += attended(w.n_past + 1, len(draft))
     # With nothing generating, a prompt is read as fast as the batch allows; else a chunk per step
     budget = room
     if generating:
@@ -187,23 +238,21 @@ def _plan(active: list[Any], foreground: bool, *, n_batch: int, prefill_chunk: i
         budget = min(budget, prefill_chunk)   # (no step timed yet: a chunk, as beside a stream)
     elif cost is not None and reading:
         newcomer = any(not w.background and w.end() - w.n_past <= SHORT_PROMPT for w in reading)
-        seconds = (STEP_FIRST if newcomer else STEP_GENERATING if generating else STEP_READING) - cost.predict(
-            sum(1 + len(drafts.get(id(w), ())) for w in generating),
-            sum(attended(w.n_past, 1 + len(drafts.get(id(w), ()))) for w in generating))
+        seconds = STEP_FIRST if newcomer else STEP_GENERATING if generating else STEP_READING
     first_long = next((w for w in reading if w.end() - w.n_past > SHORT_PROMPT), None)
     for w in reading:
         if budget <= 0:
             break
         take = min(budget, w.end() - w.n_past, to_image(w))
         if cost is not None and seconds is not None and w.end() - w.n_past > SHORT_PROMPT:
-            fits = cost.chunk(seconds, w.n_past)
+            fits = cost.chunk(seconds, w.n_past, tokens, cells)
             if fits is not None:   # (the first long prompt always moves on, by the least share: deep
                 # in a long prompt, 64 tokens took seconds on two cores, and a newcomer waits for them)
                 take = min(take, max(fits, LEAST_READ if w is first_long else 0))
         if take <= 0:
             break
-        if cost is not None and seconds is not None:
-            seconds -= cost.predict(take, attended(w.n_past, take)) - cost.predict(0, 0)
+        tokens += take
+        cells += attended(w.n_past, take)
         counts[id(w)] = take
         budget -= take
     chosen = sorted((w for w in active if id(w) in counts), key=lambda w: w.slot.id)
@@ -215,23 +264,26 @@ def _plan(active: list[Any], foreground: bool, *, n_batch: int, prefill_chunk: i
     return parts
 
 
-def paying(work: Any, draft: list[int], generating: list[Any], cost: StepCost | None) -> list[int]:
-    """The part of ``draft`` worth checking: a drafted token costs the step what a token costs at
-    its depth, and saves, where it is accepted, a step's time per token produced, at the chance
-    the sequence's drafts so far give the i-th drafted token (speculate.Pace.chance). On a CPU
-    where the step's cost grows with each token (one token 2,400 cells deep took 27 ms, sixteen
-    286 ms), only a draft accepted nearly always pays; where a step's fixed cost rules (a GPU),
-    most drafts do. Until steps are timed the draft is kept whole."""
+def paying(work: Any, draft: list[int], generating: list[Any], cost: StepCost | None, tokens: int,
+           cells: int) -> list[int]:
+    """The part of ``draft`` worth checking in a step that holds ``tokens`` tokens attending to
+    ``cells`` cells so far: the length whose expected saving is the largest. A drafted token
+    saves, where it is accepted, a step's time per token produced, at the chance the sequence's
+    drafts so far give the i-th drafted token (speculate.Pace.chances); the draft costs what the
+    step is predicted to take with it more than without. On a CPU where the step's cost grows
+    with each token (one token 2,400 cells deep took 27 ms, sixteen 286 ms), only a draft accepted
+    nearly always pays, and a draft that makes the step ``TILED`` tokens long may cost less than a
+    shorter one; where a step's fixed cost rules (a GPU), most drafts do. Until steps are timed the
+    draft is kept whole."""
     if not draft or cost is None or not cost.ready():
         return draft
     n = len(generating)
     per_output = cost.predict(n, sum(attended(w.n_past, 1) for w in generating)) / n
-    kept = 0
-    for i in range(1, len(draft) + 1):
-        extra = cost.predict(1, attended(work.n_past + i, 1)) - cost.predict(0, 0)
-        if work.chance(i) * per_output <= extra:
-            break
-        kept = i
+    k = np.arange(len(draft) + 1)
+    saved = per_output * np.concatenate(([0.0], np.cumsum(work.chances(len(draft)))))
+    with_draft = cost.predict_each(tokens + k, cells + k * (work.n_past + 1) + k * (k + 1) // 2)
+    added = with_draft - cost.predict(tokens, cells)
+    kept = int(np.argmax(saved - added))   # (the shortest of equals; none where nothing pays)
     if not kept and work.probe():
         kept = 1   # (now and then all the same, so that the rate and the costs are learnt: Pace.probe)
     return draft[:kept]

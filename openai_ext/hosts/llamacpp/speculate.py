@@ -25,6 +25,8 @@ import threading
 from collections import deque
 from typing import Any
 
+import numpy as np
+
 # Tokens that must match for a proposal, longest first: three keeps chance matches in prose rare.
 NGRAMS = (12, 6, 3)
 START = 4
@@ -86,9 +88,16 @@ class Pace:
         three in four: only a draft that pays is checked (llamacpp/plan.paying), and on a CPU
         where a drafted token costs half a step, a start of one in two would check no first
         draft (see ``probe``)."""
-        first = (self._first_hits + 3) / (self._firsts + 4)
-        after = (self._next_hits + 3) / (self._nexts + 4)
+        first, after = self._rates()
         return first * after ** (i - 1)
+
+    def chances(self, n: int) -> np.ndarray:
+        """``chance`` of each of the first ``n`` tokens of the next draft."""
+        first, after = self._rates()
+        return first * after ** np.arange(n)
+
+    def _rates(self) -> tuple[float, float]:
+        return (self._first_hits + 3) / (self._firsts + 4), (self._next_hits + 3) / (self._nexts + 4)
 
     def probe(self) -> bool:
         """Whether a draft its costs cut to nothing (llamacpp/plan.paying) is checked a token deep
@@ -145,8 +154,10 @@ class PromptLookup(Pace):
 
     # Its drafts cost nothing to make, and a longer step spreads its fixed cost wider (a 300-line
     # rewrite on a 2-core CPU, hosts taking turns in one process: 42.3 tokens/s at 16, 43.8 at 32,
-    # 45.0 at 48, llama.cpp's n-gram length); the pays-check still cuts a draft that does not pay.
-    MOST = 48
+    # 45.0 at 48); 63 drafted tokens and the sequence's own make a step of plan.TILED tokens, which
+    # llama.cpp's flash attention on the CPU reads far faster than one of 63. The pays-check still
+    # cuts a draft that does not pay.
+    MOST = 63
 
     def __init__(self, most: int | None, tally: Tally | None = None):
         super().__init__(most, tally)

@@ -65,9 +65,10 @@ class Work:
         beside its next token (llamacpp/speculate.py); none by default."""
         return []
 
-    def chance(self, i: int) -> float:
-        """The chance that the ``i``-th token of its next draft is accepted (llamacpp/speculate.py)."""
-        return 0.0
+    def chances(self, n: int) -> np.ndarray:
+        """The chance that each of the first ``n`` tokens of its next draft is accepted
+        (llamacpp/speculate.py)."""
+        return np.zeros(n)
 
     def wants_draft(self) -> int:
         """Tokens this generating sequence wants the draft model to guess before the step (asked
@@ -148,8 +149,8 @@ class Generation(Work):
             return []
         return self.lookup.draft(self.tokens, budget)
 
-    def chance(self, i: int) -> float:
-        return self.lookup.chance(i) if self.lookup is not None else 0.0
+    def chances(self, n: int) -> np.ndarray:
+        return self.lookup.chances(n) if self.lookup is not None else np.zeros(n)
 
     def probe(self) -> bool:
         return self.lookup is not None and self.lookup.probe()
