@@ -43,7 +43,7 @@ class Seq:
     def ready(self) -> bool:
         return self._ready
 
-    def draft(self, limit: int) -> list[int]:
+    def draft(self, limit: int, reach: bool = False) -> list[int]:
         return self._draft[:limit]
 
     def chances(self, n: int) -> np.ndarray:
@@ -281,6 +281,30 @@ def test_a_draft_is_checked_to_the_tiled_step_where_that_step_costs_less_than_a_
     assert tiled.predict(TILED, attended(4000, TILED)) < tiled.predict(48, attended(4000, 48))
     assert drafted(tiled) == TILED - 1
     assert 0 < drafted(two_kinds_cost(3.3e-6, 3.3e-6)) < 16
+
+
+def test_a_draft_the_step_cuts_to_what_pays_may_hold_the_most_tokens():
+    """The length rule (a run accepted and one more, doubled) is for drafts checked whole; where
+    the step's pays-check weighs each drafted token's chance against its cost, a draft may hold
+    ``most`` tokens, and the step asks for that only then."""
+    lookup = PromptLookup(most=16)
+    tokens = list(range(40)) + list(range(3))
+    assert len(lookup.draft(tokens, 64)) == 4
+    assert len(lookup.draft(tokens, 64, reach=True)) == 16
+    assert len(lookup.draft(tokens, 10, reach=True)) == 10
+
+    asked = []
+
+    class Asking(Seq):
+        def draft(self, limit, reach=False):
+            asked.append(reach)
+            return []
+
+    seq = Asking(0, 1, 1)
+    for cost, whole in [(timed_cost(0.002, 0.006, 1e-7), False), (timed_cost(0.002, 0.006, 1e-7), True),
+                        (StepCost(), False)]:
+        plan_step([seq], n_batch=512, prefill_chunk=128, free_cells=8000, cost=cost, whole_drafts=whole)
+    assert asked == [True, False, False]
 
 
 def test_a_long_prompts_chunk_beside_a_stream_fills_the_step_to_the_tiled_kind_where_that_fits():

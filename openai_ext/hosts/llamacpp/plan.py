@@ -213,12 +213,13 @@ def _plan(active: list[Any], foreground: bool, *, n_batch: int, prefill_chunk: i
     tokens, cells = len(generating), sum(attended(w.n_past, 1) for w in generating)
     # Drafts take what the step has beyond one token per sequence, never a prompt's least share.
     spare = room - (LEAST_READ if reading else 0)
+    judged = not whole_drafts and cost is not None and cost.ready()   # (drafts cut to what pays)
     for w in generating:
         if spare <= 0:
             break
         if w.background and foreground:
             continue   # (drafts make a step longer: background work drafts only on its own)
-        draft = w.draft(spare)
+        draft = w.draft(spare, judged)
         if not whole_drafts:
             draft = paying(w, draft, generating, cost, tokens, cells)
         if draft:

@@ -60,9 +60,10 @@ class Work:
     def halt(self) -> None:
         """Asks it to end at the next step (stop_all)."""
 
-    def draft(self, limit: int) -> list[int]:
+    def draft(self, limit: int, reach: bool = False) -> list[int]:
         """Up to ``limit`` tokens this generating sequence guesses come next, for the step to check
-        beside its next token (llamacpp/speculate.py); none by default."""
+        beside its next token (llamacpp/speculate.py); none by default. ``reach``: the step cuts
+        the draft to what pays (speculate.Pace.wanted)."""
         return []
 
     def chances(self, n: int) -> np.ndarray:
@@ -143,11 +144,11 @@ class Generation(Work):
     def halt(self) -> None:
         self._halt = True
 
-    def draft(self, limit: int) -> list[int]:
+    def draft(self, limit: int, reach: bool = False) -> list[int]:
         budget = min(limit, self.max_new - self.produced - 1)
         if self.lookup is None or self.forced or budget <= 0 or self.halted():
             return []
-        return self.lookup.draft(self.tokens, budget)
+        return self.lookup.draft(self.tokens, budget, reach)
 
     def chances(self, n: int) -> np.ndarray:
         return self.lookup.chances(n) if self.lookup is not None else np.zeros(n)
