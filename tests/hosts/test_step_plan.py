@@ -320,6 +320,11 @@ def test_a_long_prompts_chunk_beside_a_stream_fills_the_step_to_the_tiled_kind_w
     alike = two_kinds_cost(3.3e-6, 3.3e-6)
     took = shares(plan_step([stream, deep], n_batch=512, prefill_chunk=128, free_cells=30000, cost=alike))[1][0]
     assert LEAST_READ <= took and 1 + took < TILED
+    # where even a step of TILED tokens would take too long, the chunk is what a shorter step allows
+    deeper = Seq(1, 2, 6000)
+    deeper.n_past, deeper.tokens = 20000, [1] * 26000
+    took = shares(plan_step([stream, deeper], n_batch=512, prefill_chunk=128, free_cells=60000, cost=tiled))[1][0]
+    assert took == LEAST_READ   # (a short step holds 7 tokens in the time, a tiled one 20, short of TILED)
 
 
 def test_a_copy_keeps_to_its_source_where_the_last_place_of_its_tokens_is_the_copy_itself():
