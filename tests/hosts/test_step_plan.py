@@ -316,7 +316,7 @@ def test_a_long_prompts_chunk_beside_a_stream_fills_the_step_to_the_tiled_kind_w
     tiled = two_kinds_cost(3.3e-6, 1.2e-6)
     took = shares(plan_step([stream, deep], n_batch=512, prefill_chunk=128, free_cells=30000, cost=tiled))[1][0]
     assert 1 + took >= TILED
-    assert tiled.predict(1 + took, attended(0, 1) + attended(3000, took)) <= STEP_GENERATING + 1e-9
+    assert tiled.predict(1 + took, attended(stream.n_past, 1) + attended(3000, took)) <= STEP_GENERATING + 1e-9
     alike = two_kinds_cost(3.3e-6, 3.3e-6)
     took = shares(plan_step([stream, deep], n_batch=512, prefill_chunk=128, free_cells=30000, cost=alike))[1][0]
     assert LEAST_READ <= took and 1 + took < TILED
