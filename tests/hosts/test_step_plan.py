@@ -366,19 +366,19 @@ def test_the_chance_of_a_drafted_token_separates_first_misses_from_the_runs_afte
     rewritten), keep their later tokens' chance high, where one rate for all to the i-th power
     made the sixteenth token's chance nothing."""
     lookup = PromptLookup(most=16)
-    assert lookup.chance(1) == 0.75 and lookup.chance(2) == 0.75 ** 2   # before any draft
+    assert lookup.chances(2)[0] == 0.75 and lookup.chances(2)[1] == 0.75 ** 2   # before any draft
     for _ in range(4):
         for _ in range(4):
             lookup.checked(16, 16)
         lookup.checked(16, 0)
     one_rate = (lookup.accepted + 3) / (lookup.drafted + 4)   # (one rate for all, as the chance was before)
-    assert 0.7 < lookup.chance(1) < 0.8 and lookup.chance(16) > 0.7
+    assert 0.7 < lookup.chances(1)[0] < 0.8 and lookup.chances(16)[15] > 0.7
     assert one_rate ** 16 < 0.05
     # a run that stops partway counts against the tokens after the first
     other = PromptLookup(most=16)
     for _ in range(8):
         other.checked(16, 2)
-    assert other.chance(1) > 0.9 and other.chance(6) < 0.1
+    assert other.chances(1)[0] > 0.9 and other.chances(6)[5] < 0.1
 
 
 def test_drafts_that_miss_only_at_their_first_token_are_checked_long_on_a_cpu():
@@ -414,7 +414,7 @@ def test_a_sequence_starts_hopeful_so_its_first_drafts_are_checked():
     cost = timed_cost(0.02, 0.0, 8e-6)   # (as fitted on two cores: a step's fixed part, and its cells)
     seq = Seq(0, 1, 1, draft=list(range(8)))
     seq.n_past, seq.tokens = 2700, [1] * 2701
-    seq.rate = PromptLookup(most=8).chance(1)
+    seq.rate = PromptLookup(most=8).chances(1)[0]
     assert seq.rate == 0.75
     assert len(plan_step([seq], n_batch=512, prefill_chunk=128, free_cells=8000, cost=cost)[0].draft) >= 1
     seq.rate = 0.5

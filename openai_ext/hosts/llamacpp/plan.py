@@ -213,15 +213,18 @@ def _plan(active: list[Any], foreground: bool, *, n_batch: int, prefill_chunk: i
     tokens, cells = len(generating), sum(attended(w.n_past, 1) for w in generating)
     # Drafts take what the step has beyond one token per sequence, never a prompt's least share.
     spare = room - (LEAST_READ if reading else 0)
-    judged = not whole_drafts and cost is not None and cost.ready()   # (drafts cut to what pays)
+    # Drafts are cut to what pays once steps are timed; until then, and where drafts are checked
+    # whole, they are kept as drafted. (A step of one token each: its time per token produced.)
+    judge = cost if cost is not None and not whole_drafts and cost.ready() else None
+    per_output = judge.predict(tokens, cells) / tokens if judge is not None and generating else 0.0
     for w in generating:
         if spare <= 0:
             break
         if w.background and foreground:
             continue   # (drafts make a step longer: background work drafts only on its own)
-        draft = w.draft(spare, judged)
-        if not whole_drafts:
-            draft = paying(w, draft, generating, cost, tokens, cells)
+        draft = w.draft(spare, judge is not None)
+        if judge is not None:
+            draft = paying(w, draft, per_output, judge, tokens, cells)
         if draft:
             drafts[id(w)] = draft
             spare -= len(draft)
@@ -265,26 +268,21 @@ def _plan(active: list[Any], foreground: bool, *, n_batch: int, prefill_chunk: i
     return parts
 
 
-def paying(work: Any, draft: list[int], generating: list[Any], cost: StepCost | None, tokens: int,
-           cells: int) -> list[int]:
+def paying(work: Any, draft: list[int], per_output: float, cost: StepCost, tokens: int, cells: int) -> list[int]:
     """The part of ``draft`` worth checking in a step that holds ``tokens`` tokens attending to
     ``cells`` cells so far: the length whose expected saving is the largest. A drafted token
-    saves, where it is accepted, a step's time per token produced, at the chance the sequence's
-    drafts so far give the i-th drafted token (speculate.Pace.chances); the draft costs what the
-    step is predicted to take with it more than without. On a CPU where the step's cost grows
-    with each token (one token 2,400 cells deep took 27 ms, sixteen 286 ms), only a draft accepted
-    nearly always pays, and a draft that makes the step ``TILED`` tokens long may cost less than a
-    shorter one; where a step's fixed cost rules (a GPU), most drafts do. Until steps are timed the
-    draft is kept whole."""
-    if not draft or cost is None or not cost.ready():
+    saves, where it is accepted, ``per_output`` (a step's time per token produced), at the chance
+    the sequence's drafts so far give the i-th drafted token (speculate.Pace.chances); the draft
+    costs what the step is predicted to take with it more than without. On a CPU where the step's
+    cost grows with each token (one token 2,400 cells deep took 27 ms, sixteen 286 ms), only a
+    draft accepted nearly always pays, and a draft that makes the step ``TILED`` tokens long may
+    cost less than a shorter one; where a step's fixed cost rules (a GPU), most drafts do."""
+    if not draft:
         return draft
-    n = len(generating)
-    per_output = cost.predict(n, sum(attended(w.n_past, 1) for w in generating)) / n
     k = np.arange(len(draft) + 1)
     saved = per_output * np.concatenate(([0.0], np.cumsum(work.chances(len(draft)))))
     with_draft = cost.predict_each(tokens + k, cells + k * (work.n_past + 1) + k * (k + 1) // 2)
-    added = with_draft - cost.predict(tokens, cells)
-    kept = int(np.argmax(saved - added))   # (the shortest of equals; none where nothing pays)
+    kept = int(np.argmax(saved - (with_draft - with_draft[0])))   # (the shortest of equals; 0 where none pays)
     if not kept and work.probe():
         kept = 1   # (now and then all the same, so that the rate and the costs are learnt: Pace.probe)
     return draft[:kept]

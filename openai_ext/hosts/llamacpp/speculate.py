@@ -66,7 +66,7 @@ class Pace:
         self.drafted = 0
         self.accepted = 0
         # drafts checked and those whose first token was accepted; tokens checked after an accepted
-        # one and those accepted (see chance)
+        # one and those accepted (see chances)
         self._firsts, self._first_hits = 0, 0
         self._nexts, self._next_hits = 0, 0
         self._unchecked = 0                              # drafts cut to nothing since the last probe
@@ -83,26 +83,19 @@ class Pace:
             return 0
         return self.most if reach else self._length
 
-    def chance(self, i: int) -> float:
-        """The chance that the ``i``-th token of the next draft is accepted: that its first is,
-        and each after it given the one before was. Where a draft misses it mostly misses at once
-        (prompt lookup found the wrong place: in a file of near-repeated lines, a line like
-        several), and once a place is right the copy runs on: a file being rewritten had its
-        first drafted token accepted about 87 times in 100 and the ones after it about 98, where
-        one rate for all (82 in 100) to the i-th power cut its drafts to two tokens. Both start at
-        three in four: only a draft that pays is checked (llamacpp/plan.paying), and on a CPU
-        where a drafted token costs half a step, a start of one in two would check no first
-        draft (see ``probe``)."""
-        first, after = self._rates()
-        return first * after ** (i - 1)
-
     def chances(self, n: int) -> np.ndarray:
-        """``chance`` of each of the first ``n`` tokens of the next draft."""
-        first, after = self._rates()
+        """The chance that each of the first ``n`` tokens of the next draft is accepted: that its
+        first is, and each after it given the one before was. Where a draft misses it mostly
+        misses at once (prompt lookup found the wrong place: in a file of near-repeated lines, a
+        line like several), and once a place is right the copy runs on: a file being rewritten had
+        its first drafted token accepted about 87 times in 100 and the ones after it about 98,
+        where one rate for all (82 in 100) to the i-th power cut its drafts to two tokens. Both
+        start at three in four: only a draft that pays is checked (llamacpp/plan.paying), and on a
+        CPU where a drafted token costs half a step, a start of one in two would check no first
+        draft (see ``probe``)."""
+        first = (self._first_hits + 3) / (self._firsts + 4)
+        after = (self._next_hits + 3) / (self._nexts + 4)
         return first * after ** np.arange(n)
-
-    def _rates(self) -> tuple[float, float]:
-        return (self._first_hits + 3) / (self._firsts + 4), (self._next_hits + 3) / (self._nexts + 4)
 
     def probe(self) -> bool:
         """Whether a draft its costs cut to nothing (llamacpp/plan.paying) is checked a token deep
