@@ -177,3 +177,27 @@ def test_a_plain_greedy_generation_takes_the_argmax_and_writes_what_the_chain_wr
     chain = [p.text for p in llama_host.generate(prompt, settings, threading.Event())]
     assert chosen == [True, False]
     assert len(fast) > 50 and fast == chain
+
+
+@pytest.mark.slow
+def test_a_logits_row_keeps_its_view_and_reads_what_the_last_decode_wrote(llama_host):
+    """The view of a row of logits is made once for its address (made after every decode it cost
+    more than the argmax read through it), and reads the values llama.cpp holds now."""
+    import numpy as np
+
+    rt = llama_host.runtime
+
+    def decode_two(text: str) -> None:   # the prompt's step, then a step of one token: output 0
+        prompt = Prompt(text, llama_host.tokenize(text))
+        list(llama_host.generate(prompt, GenerationSettings(max_new_tokens=2, temperature=0.0), threading.Event()))
+
+    def fresh() -> np.ndarray:
+        return np.ctypeslib.as_array(rt.L.llama_get_logits_ith(rt.ctx, 0), shape=(rt.n_vocab,)).copy()
+
+    decode_two("The capital of France is")
+    first = rt.logits(0)
+    assert rt.logits(0) is first and np.array_equal(first, fresh())
+    before = first.copy()
+    decode_two("Once upon a time, in a land far away,")
+    now = rt.logits(0)
+    assert np.array_equal(now, fresh()) and not np.array_equal(now, before)

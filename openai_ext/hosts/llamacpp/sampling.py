@@ -66,7 +66,13 @@ class Detokenizer:
         self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def push(self, token: int) -> str:
-        return self._utf8.decode(self._piece(token))
+        raw = self._piece(token)
+        if not self._utf8.buffer:   # (no character begun by an earlier token waits for its end)
+            try:
+                return raw.decode()   # most tokens: whole characters, decoded without the buffer
+            except UnicodeDecodeError:
+                pass
+        return self._utf8.decode(raw)
 
     def flush(self) -> str:
         """Ends the text. Bytes of a character the last token left unfinished (the generation was
