@@ -168,7 +168,7 @@ def test_step_cost_recovers_what_steps_cost_and_never_a_negative_cost():
     assert fit[1] == 0.0 and fit[0] > 0         # a falling line is no cost that falls with tokens
 
 
-def test_step_cost_is_fitted_again_after_a_tenth_of_a_second_of_steps_not_after_each():
+def test_step_cost_is_fitted_again_after_refit_seconds_of_steps_not_after_each():
     """A fit costs a fraction of a millisecond: steps of a few milliseconds (one stream) are
     fitted again only once they add up to REFIT_SECONDS; one long step (a prompt read) at once."""
     cost = timed_cost(0.01, 0.002, 1e-6)

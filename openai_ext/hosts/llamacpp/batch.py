@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
 from .cells import Cells, Slot, common_prefix
-from .plan import Part, StepCost, attended, fill, plan_step
+from .plan import Part, StepCost, fill, plan_step
 from .vision import image_at
 from .work import Work
 
@@ -289,12 +289,12 @@ class Scheduler:
                 plan = self._plan()
         if not plan:
             return
-        n = fill(self._batch, plan)
+        n, cells = fill(self._batch, plan)
         self._before_step()
         started = time.perf_counter()
         rc = self._L.llama_decode(self._ctx, self._batch)
         if rc == 0:
-            self.cost.add(n, sum(attended(p.work.n_past, p.count) for p in plan), time.perf_counter() - started)
+            self.cost.add(n, cells, time.perf_counter() - started)
         self.stats.steps += 1
         if rc == 1:
             # llama.cpp found no room for the batch and left the cache as it was (a cache whose

@@ -123,10 +123,12 @@ class LinearCost:
         self._fitted_once = False
 
     # A fit is made again once the steps timed since the last took this long. A fit costs 0.2-0.3
-    # ms on a CPU: made every 8 steps it was about a tenth of the Python between two steps of one
-    # stream; now it is under 0.3% of the decoding time, and the long steps of a prompt being read
-    # (a quarter of a second and more) are each followed by a fit.
-    REFIT_SECONDS = 0.1
+    # ms on a CPU warm, 0.5-0.6 ms right after a decode (the model's weights have taken the caches):
+    # made every tenth of a second, it was a fifth of the Python between two steps of one stream
+    # (50-60 of 270 us a step); now it is about 0.1% of the decoding time. A step of half a second
+    # (a prompt read while nothing else runs) is followed by a fit; shorter ones (beside a stream,
+    # or a newcomer's first step) by one every second or third step.
+    REFIT_SECONDS = 0.5
 
     def add(self, tokens: int, cells: int, seconds: float) -> None:
         self._seen.append((tokens, cells, seconds))
@@ -288,16 +290,19 @@ def paying(work: Any, draft: list[int], per_output: float, cost: StepCost, token
     return draft[:kept]
 
 
-def fill(batch: Any, parts: list[Part]) -> int:
-    """Writes the parts into llama.cpp's batch; the number of tokens in it."""
+def fill(batch: Any, parts: list[Part]) -> tuple[int, int]:
+    """Writes the parts into llama.cpp's batch: the number of tokens in it, and the cells they
+    attend to (for StepCost)."""
     rows = []
+    cells = 0
     for p in parts:
         work, real = p.work, p.real
+        cells += attended(work.n_past, p.count)
         tokens = [*work.tokens[work.n_past:work.n_past + real], *p.draft]
         # the sequence's last token, and each drafted one, give logits to sample from
         last = work.n_past + real >= work.end()
         rows.append((work.slot.id, tokens, work.n_past, 0 if work.every_logit else real - 1 if last else p.count))
-    return write(batch, rows)
+    return write(batch, rows), cells
 
 
 # A batch of at most this many tokens is written item by item: making numpy's views of
