@@ -121,7 +121,8 @@ def serve(args: argparse.Namespace) -> int:
         return LlamaCppHost(path, alias=alias, n_ctx=settings.n_ctx, n_threads=settings.n_threads,
                             n_gpu_layers=settings.n_gpu_layers, parallel=settings.parallel, repack=settings.repack,
                             flash_attn=settings.flash_attn, mmproj=mmproj, speculation=settings.speculation,
-                            draft_max=settings.draft_max, draft_model=draft, cache_type_v=settings.cache_type_v)
+                            draft_max=settings.draft_max, draft_model=draft, cache_type_v=settings.cache_type_v,
+                            cache_ram_mb=settings.cache_ram_mb)
 
     try:
         sockets = bind_all(settings)   # first: a taken port is told before the model loads

@@ -53,7 +53,7 @@ class LlamaCppHost(Host):
                  n_threads: int | None = None, n_gpu_layers: int = 0, parallel: int = 1, repack: str = "auto",
                  flash_attn: str = "auto", mmproj: str | os.PathLike | None = None, speculation: str = "ngram",
                  draft_max: int | None = None, draft_model: str | os.PathLike | None = None, cache_type_v: str = "auto",
-                 whole_drafts: bool = False):
+                 whole_drafts: bool = False, cache_ram_mb: int = 2048):
         path = Path(model_path)
         if not path.is_file():
             raise FileNotFoundError(f"No GGUF file at {path}")
@@ -113,7 +113,8 @@ class LlamaCppHost(Host):
                                 before_step=self.threads.before_step, drafter=self.drafter,
                                 # One sequence is the reproducible path (README): its steps must not
                                 # depend on timing, and the pays-check's cut does.
-                                whole_drafts=whole_drafts or parallel == 1)
+                                whole_drafts=whole_drafts or parallel == 1,
+                                stash_bytes=cache_ram_mb * 2 ** 20)
 
     def _set_threads(self, gen: int, batch: int) -> None:
         self.runtime.L.llama_set_n_threads(self.runtime.ctx, gen, batch)

@@ -18,7 +18,8 @@ A slot keeps the cells of the sequence that last ran in it. A newcomer whose tok
 tokens some slot holds reuses them: in place, or shared from another slot (``llama_memory_seq_cp``
 in a unified cache adds a sequence to the cells, it copies nothing). A request that shares a long
 prefix with a sequence still reading it (the choices of ``n`` > 1) waits for that read to finish,
-then shares it.
+then shares it. When a newcomer takes a slot, the idle slots' cells move to host memory, where
+they do not slow every step down, and come back for a newcomer that starts with them (stash.py).
 """
 
 from __future__ import annotations
@@ -28,30 +29,17 @@ import logging
 import threading
 import time
 from collections import deque
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any, Callable
 
-from .cells import Cells, Slot, common_prefix
+from .cells import Cells, Slot, common_prefix, sibling_reading
 from .plan import Part, StepCost, fill, plan_step
+from .stash import LEAST_TOKENS, Stash
+from .stats import Stats
 from .vision import image_at
 from .work import Work
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Stats:
-    steps: int = 0
-    decoded: int = 0            # tokens decoded, prompts and generated
-    prompt_tokens: int = 0      # prompt tokens decoded
-    reused_tokens: int = 0      # prompt tokens taken from cells already there instead
-    copies: int = 0             # prefixes shared from another slot
-    most_running: int = 0
-    preempted: int = 0          # sequences that gave their cells back to let the others go on
-    evicted: int = 0            # cached prefixes dropped to make room
-    drafted: int = 0            # tokens drafted by speculation and checked
-    accepted: int = 0           # drafted tokens the model agreed with
-    passed: int = 0             # newcomers let in before one that waited for room
 
 
 class Closed(RuntimeError):
@@ -74,12 +62,13 @@ class Scheduler:
 
     def __init__(self, L: Any, ctx: Any, *, slots: int, n_batch: int, cells: int, prefill_chunk: int,
                  before_step: Callable[[], None] = lambda: None, drafter: Any = None,
-                 whole_drafts: bool = False):
+                 whole_drafts: bool = False, stash_bytes: int = 0):
         self._L, self._ctx = L, ctx
         self._before_step = before_step   # (the thread count's check, on this thread)
         self._drafter = drafter           # a draft model (llamacpp/draft.py), or None
         self._whole_drafts = whole_drafts # drafts checked whole, whether or not they pay (llamacpp/plan.py)
         self._mem = L.llama_get_memory(ctx)
+        self.stash = Stash(L, ctx, stash_bytes) if stash_bytes > 0 else None   # (None: idle cells stay)
         self.slots = [Slot(i, []) for i in range(slots)]
         self.cells = Cells(cells, slots)
         self.n_batch = n_batch
@@ -116,7 +105,9 @@ class Scheduler:
                     "cells_used": self.cells.used, "cells_total": self.cells.capacity}
 
     def describe(self) -> dict[str, Any]:
-        return {**self.counts(), **asdict(self.stats)}
+        with self._cond:
+            kept = self.stash.describe() if self.stash is not None else {}
+        return {**self.counts(), **asdict(self.stats), **kept}
 
     def halt_all(self) -> None:
         """Ends every sequence running or waiting now, at the next step."""
@@ -136,6 +127,8 @@ class Scheduler:
             self._cond.notify()
         self._thread.join()
         self._L.llama_batch_free(self._batch)
+        if self.stash is not None:
+            self.stash.clear()
 
     # --- the thread ---------------------------------------------------------------------------
     def _loop(self) -> None:
@@ -204,17 +197,26 @@ class Scheduler:
         target = min(free, key=lambda s: (-held[s.id], s.used, s.id))
         source = max(self.slots, key=lambda s: (held[s.id], s is target))
         here, there = held[target.id], held[source.id]
-        if limit and self._sibling_reading(work, limit, there):
+        if limit and sibling_reading(self._running, work.tokens, limit, there, self.WAIT_FOR_SIBLING):
             return False
+        saved, kept = self.stash.best(work.tokens, limit) if self.stash is not None else (None, 0)
+        if kept < max(here, there) + LEAST_TOKENS:
+            saved = None   # (a slot holds nearly as much: no copy back for a few tokens)
         # (An idle slot holding the longest prefix is free, so it is the target itself: a source
         # kept while this waits for room is running, and the wait ends when it does.)
-        share = source is not target and there > here
-        start = there if share else here
-        if not self._room(work.end() - start, keep=(source, target),
-                          freed=self.cells.freed_by_cut(target.id, 0 if share else here)):
+        share = saved is None and source is not target and there > here
+        # cells it takes: a copy back, for all its tokens (those past ``kept`` until they are cut below)
+        need = work.end() + len(saved.tokens) - kept if saved is not None else work.end() - (there if share else here)
+        if not self._room(need, keep=(source, target),
+                          freed=self.cells.freed_by_cut(target.id, 0 if share or saved else here)):
             return False
         mem, L = self._mem, self._L
-        if share:
+        if saved is not None:   # its start copied back from host memory (stash.py), the rest cut below
+            self.cells.cut(target.id, 0)
+            here = min(kept, self.stash.restore(saved, target.id))   # type: ignore[union-attr]
+            self.cells.grow(target.id, len(saved.tokens) if here else 0)
+            self.stats.restored += bool(here)
+        elif share:
             L.llama_memory_seq_rm(mem, target.id, -1, -1)
             L.llama_memory_seq_cp(mem, source.id, target.id, 0, there)
             self.cells.share(source.id, target.id, there)
@@ -228,6 +230,10 @@ class Scheduler:
         work.slot, work.n_past = target, here
         if work.reuse:
             self.stats.reused_tokens += here
+        if self.stash is not None:   # the idle slots' cells go to host memory (stash.py)
+            for slot in self.slots:
+                if slot.work is None and slot.cached:
+                    self._evict(slot, room=False)
         return True
 
     def _room(self, need: int, *, keep: tuple[Slot, ...], freed: int) -> bool:
@@ -244,20 +250,14 @@ class Scheduler:
                 return True
         return False
 
-    def _evict(self, slot: Slot) -> None:
-        """Drops the cells an idle slot keeps as a cache."""
+    def _evict(self, slot: Slot, *, room: bool = True) -> None:
+        """Drops an idle slot's cached cells (to host memory first, where kept); ``room``: to make room."""
+        if self.stash is not None and self.stash.save(slot.id, slot.cached):
+            self.stats.stashed += 1
         self._L.llama_memory_seq_rm(self._mem, slot.id, -1, -1)
         self.cells.cut(slot.id, 0)
         slot.cached = []
-        self.stats.evicted += 1
-
-    def _sibling_reading(self, work: Work, limit: int, have: int) -> bool:
-        for other in self._running:
-            if other.n_past < other.end() and other.slot is not None:
-                shared = common_prefix(other.tokens, work.tokens, min(limit, other.end()))
-                if shared >= self.WAIT_FOR_SIBLING and shared > have and other.n_past < shared:
-                    return True
-        return False
+        self.stats.evicted += room
 
     def _retire(self, work: Work) -> None:
         slot = work.slot

@@ -84,3 +84,15 @@ def common_prefix(a: list[int], b: list[int], limit: int) -> int:
     x, y = np.asarray(a[:n]), np.asarray(b[:n])
     diff = np.flatnonzero(x != y)
     return int(diff[0]) if diff.size else n
+
+
+def sibling_reading(running: list[Any], tokens: list[int], limit: int, have: int, least: int) -> bool:
+    """Whether one of the ``running`` works is still reading at least ``least`` of the first
+    ``limit`` of ``tokens`` (more than the ``have`` a slot holds already): a newcomer then waits
+    for that read and shares its cells, rather than reading them too (llamacpp/batch.py)."""
+    for other in running:
+        if other.n_past < other.end() and other.slot is not None:
+            shared = common_prefix(other.tokens, tokens, min(limit, other.end()))
+            if shared >= least and shared > have and other.n_past < shared:
+                return True
+    return False

@@ -1,0 +1,97 @@
+"""Idle slots' cells kept in host memory (llamacpp/stash.py), on the real embedded model."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from openai_ext.hosts.base import Prompt
+from openai_ext.hosts.request import GenerationSettings
+
+pytestmark = pytest.mark.slow
+
+# Two texts that share no first token, so the second does not take the first one's slot.
+HISTORY = ("The history of the Roman Empire spans many centuries, from the founding of the city to the fall of "
+           "the western provinces. Its roads, laws and language shaped the lands around the Mediterranean Sea, and "
+           "its emperors ruled")
+PLANTS = ("Photosynthesis is the process by which green plants, algae and some bacteria turn light, water and "
+          "carbon dioxide into sugar and oxygen. It takes place in the chloroplasts of leaf cells, where")
+OCEANS = "Oceans cover most of the surface of the Earth, and their currents carry"
+
+
+def host(cache_ram_mb: int):
+    from openai_ext.hosts.files import default_gguf
+    from openai_ext.hosts.llamacpp import LlamaCppHost
+
+    # flash attention off: the same request gives the same tokens wherever its cells lie
+    return LlamaCppHost(default_gguf(), n_ctx=2048, parallel=2, flash_attn="off", cache_ram_mb=cache_ram_mb)
+
+
+def generate(h, text: str) -> list[str]:
+    prompt = Prompt(text, h.tokenize(text))
+    return [p.text for p in h.generate(prompt, GenerationSettings(max_new_tokens=16, temperature=0.0),
+                                       threading.Event())]
+
+
+def test_an_idle_slots_cells_leave_the_kv_cache_and_come_back_with_the_same_reply():
+    h = host(64)
+    try:
+        stats = h._sched.stats
+        first = generate(h, HISTORY)
+        held = h.kv_cells()["used"]
+        assert held >= len(h.tokenize(HISTORY)) and stats.stashed == 0
+        generate(h, PLANTS)   # takes the other slot: the first one's cells go to host memory
+        assert stats.stashed == 1 and h.kv_cells()["used"] < held
+        reused = stats.reused_tokens
+        again = generate(h, HISTORY)
+        assert stats.restored == 1
+        assert stats.reused_tokens - reused >= len(h.tokenize(HISTORY)) - 1   # copied back, not read again
+        assert again == first
+        assert h.describe()["batch"]["stash_sequences"] >= 1   # (the second text's, moved out in turn)
+    finally:
+        h.close()
+
+
+def test_without_room_in_host_memory_idle_cells_are_dropped_and_read_again():
+    h = host(0)
+    try:
+        stats = h._sched.stats
+        first = generate(h, HISTORY)
+        held = h.kv_cells()["used"]
+        generate(h, PLANTS)
+        assert stats.stashed == 0 and h.kv_cells()["used"] > held   # (0: they stay in the cache)
+        assert "stash_sequences" not in h.describe()["batch"]
+    finally:
+        h.close()
+    tiny = host(1)   # a megabyte: less than one of these sequences' cells
+    try:
+        stats = tiny._sched.stats
+        assert generate(tiny, HISTORY) == first
+        generate(tiny, PLANTS)
+        assert stats.stashed == 0   # (the first text's cells did not fit: dropped)
+        reused = stats.reused_tokens
+        assert generate(tiny, HISTORY) == first
+        assert stats.restored == 0 and stats.reused_tokens == reused   # read again
+    finally:
+        tiny.close()
+
+
+def test_host_memory_keeps_the_most_recent_copies_within_its_size():
+    h = host(64)
+    try:
+        stats, stash = h._sched.stats, h._sched.stash
+        assert stash is not None
+        generate(h, PLANTS)
+        generate(h, HISTORY)   # the first text's cells go to host memory
+        assert len(stash) == 1
+        idle = next(slot for slot in h._sched.slots if slot.cached)   # the second text's, idle
+        stash.budget = stash.bytes + h.runtime.L.llama_state_seq_get_size(h.runtime.ctx, idle.id) - 1
+        generate(h, OCEANS)   # the second text's cells go there too: the first's copy makes room
+        assert stats.stashed == 2 and len(stash) == 1
+        generate(h, PLANTS)
+        assert stats.restored == 0   # read again
+        generate(h, HISTORY)
+        assert stats.restored == 1   # the most recent copy came back
+    finally:
+        h.close()
