@@ -53,26 +53,27 @@ def test_an_idle_slots_cells_leave_the_kv_cache_and_come_back_with_the_same_repl
         h.close()
 
 
-def test_without_room_in_host_memory_idle_cells_are_dropped_and_read_again():
-    h = host(0)
+def test_idle_cells_that_host_memory_cannot_keep_stay_in_the_cache():
+    h = host(0)   # (0: none are moved)
     try:
         stats = h._sched.stats
         first = generate(h, HISTORY)
         held = h.kv_cells()["used"]
         generate(h, PLANTS)
-        assert stats.stashed == 0 and h.kv_cells()["used"] > held   # (0: they stay in the cache)
+        assert stats.stashed == 0 and h.kv_cells()["used"] > held
         assert "stash_sequences" not in h.describe()["batch"]
     finally:
         h.close()
-    tiny = host(1)   # a megabyte: less than one of these sequences' cells
+    tiny = host(1)   # a megabyte: less than the first text's cells
     try:
         stats = tiny._sched.stats
         assert generate(tiny, HISTORY) == first
+        held = tiny.kv_cells()["used"]
         generate(tiny, PLANTS)
-        assert stats.stashed == 0   # (the first text's cells did not fit: dropped)
+        assert stats.stashed == 0 and tiny.kv_cells()["used"] > held   # not kept there: left where it was
         reused = stats.reused_tokens
         assert generate(tiny, HISTORY) == first
-        assert stats.restored == 0 and stats.reused_tokens == reused   # read again
+        assert stats.restored == 0 and stats.reused_tokens - reused >= len(tiny.tokenize(HISTORY)) - 1
     finally:
         tiny.close()
 

@@ -105,9 +105,7 @@ class Scheduler:
                     "cells_used": self.cells.used, "cells_total": self.cells.capacity}
 
     def describe(self) -> dict[str, Any]:
-        with self._cond:
-            kept = self.stash.describe() if self.stash is not None else {}
-        return {**self.counts(), **asdict(self.stats), **kept}
+        return {**self.counts(), **asdict(self.stats), **(self.stash.describe() if self.stash is not None else {})}
 
     def halt_all(self) -> None:
         """Ends every sequence running or waiting now, at the next step."""
@@ -199,7 +197,7 @@ class Scheduler:
         here, there = held[target.id], held[source.id]
         if limit and sibling_reading(self._running, work.tokens, limit, there, self.WAIT_FOR_SIBLING):
             return False
-        saved, kept = self.stash.best(work.tokens, limit) if self.stash is not None else (None, 0)
+        saved, kept = stash.best(work.tokens, limit) if (stash := self.stash) is not None else (None, 0)
         if kept < max(here, there) + LEAST_TOKENS:
             saved = None   # (a slot holds nearly as much: no copy back for a few tokens)
         # (An idle slot holding the longest prefix is free, so it is the target itself: a source
@@ -211,9 +209,9 @@ class Scheduler:
                           freed=self.cells.freed_by_cut(target.id, 0 if share or saved else here)):
             return False
         mem, L = self._mem, self._L
-        if saved is not None:   # its start copied back from host memory (stash.py), the rest cut below
+        if saved is not None and stash is not None:   # its start copied back (stash.py), the rest cut below
             self.cells.cut(target.id, 0)
-            here = min(kept, self.stash.restore(saved, target.id))   # type: ignore[union-attr]
+            here = min(kept, stash.restore(saved, target.id))
             self.cells.grow(target.id, len(saved.tokens) if here else 0)
             self.stats.restored += bool(here)
         elif share:
@@ -251,9 +249,11 @@ class Scheduler:
         return False
 
     def _evict(self, slot: Slot, *, room: bool = True) -> None:
-        """Drops an idle slot's cached cells (to host memory first, where kept); ``room``: to make room."""
-        if self.stash is not None and self.stash.save(slot.id, slot.cached):
-            self.stats.stashed += 1
+        """Moves an idle slot's cached cells to host memory (stash.py); ``room``: dropped even if not kept."""
+        saved = self.stash is not None and self.stash.save(slot.id, slot.cached)
+        self.stats.stashed += saved
+        if not saved and not room:
+            return
         self._L.llama_memory_seq_rm(self._mem, slot.id, -1, -1)
         self.cells.cut(slot.id, 0)
         slot.cached = []
