@@ -77,7 +77,7 @@ class Slot:
         return self.work.tokens[:self.work.n_past] if self.work is not None else self.cached
 
 
-def common_prefix(a: list[int], b: list[int], limit: int) -> int:
+def common_prefix(a: list[int] | np.ndarray, b: list[int] | np.ndarray, limit: int) -> int:
     n = min(len(a), len(b), limit)
     if n <= 0:
         return 0

@@ -4,7 +4,7 @@ A slot keeps the cells of the sequence that last ran in it, so that the next tur
 another request with the same start, reads only what is new. But every step attends over the
 whole stretch of the cache in use, other sequences' cells included: llama.cpp masks them, and
 still goes through them. One stream beside 1,000 cells of idle slots decoded a token in 9.5 ms
-where it took 7.4-8.6 alone (the embedded model, two cores), and one stream after a round of eight
+where it took 7.2-8.6 alone (the embedded model, two cores), and one stream after a round of eight
 ran at 0.93x llama-server's speed where alone it ran at 0.97-0.99x. llama-server saves idle slots
 into host memory and clears them when a new request starts; so does this scheduler.
 
@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from .cells import common_prefix
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +69,7 @@ class Stash:
             return False
         held = np.asarray(tokens)
         # a copy whose tokens this one starts with says nothing this one does not
-        for old in [s for s in self._saved if _shared(s.tokens, held, len(held)) == len(s.tokens)]:
+        for old in [s for s in self._saved if common_prefix(s.tokens, held, len(held)) == len(s.tokens)]:
             self._drop(old)
         while self._saved and (self.bytes + size > self.budget or len(self._saved) >= MOST_KEPT):
             self._drop(min(self._saved, key=lambda s: s.used))
@@ -81,7 +83,7 @@ class Stash:
         if self._saved and limit > 0:
             wanted = np.asarray(tokens[:limit])
             for saved in self._saved:
-                n = _shared(saved.tokens, wanted, limit)
+                n = common_prefix(saved.tokens, wanted, limit)
                 if n > most:
                     found, most = saved, n
         return found, most
@@ -106,13 +108,6 @@ class Stash:
     def clear(self) -> None:
         self._saved.clear()
         self.bytes = 0
-
-
-def _shared(a: np.ndarray, b: np.ndarray, limit: int) -> int:
-    """How many tokens ``a`` and ``b`` share from their start, at most ``limit``."""
-    n = min(len(a), len(b), limit)
-    diff = np.flatnonzero(a[:n] != b[:n])
-    return int(diff[0]) if len(diff) else n
 
 
 def _pointer(data: np.ndarray) -> Any:
