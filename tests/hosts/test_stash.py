@@ -96,3 +96,20 @@ def test_host_memory_keeps_the_most_recent_copies_within_its_size():
         assert stats.restored == 1   # the most recent copy came back
     finally:
         h.close()
+
+
+def test_a_slot_taken_for_a_shared_start_keeps_the_rest_of_what_it_held_in_host_memory():
+    """A newcomer that starts as an idle slot's sequence did (the same system prompt) takes that
+    slot and cuts what follows the shared start: that sequence is copied out first, so its own
+    next turn is copied back rather than read again."""
+    start = "You are a careful historian. Answer in full sentences. "
+    h = host(64)
+    try:
+        stats = h._sched.stats
+        first = generate(h, start + HISTORY)
+        generate(h, start + PLANTS)   # takes the first one's slot (it holds the shared start)
+        assert stats.stashed == 1
+        assert generate(h, start + HISTORY) == first
+        assert stats.restored == 1
+    finally:
+        h.close()

@@ -200,8 +200,7 @@ class Scheduler:
         saved, kept = stash.best(work.tokens, limit) if (stash := self.stash) is not None else (None, 0)
         if kept < max(here, there) + LEAST_TOKENS:
             saved = None   # (a slot holds nearly as much: no copy back for a few tokens)
-        # (An idle slot holding the longest prefix is free, so it is the target itself: a source
-        # kept while this waits for room is running, and the wait ends when it does.)
+        # (a source kept while this waits for room is running, and the wait ends when it does)
         share = saved is None and source is not target and there > here
         # cells it takes: a copy back, for all its tokens (those past ``kept`` until they are cut below)
         need = work.end() + len(saved.tokens) - kept if saved is not None else work.end() - (there if share else here)
@@ -209,6 +208,8 @@ class Scheduler:
                           freed=self.cells.freed_by_cut(target.id, 0 if share or saved else here)):
             return False
         mem, L = self._mem, self._L
+        if stash is not None and len(target.cached) >= here + LEAST_TOKENS:   # (what it holds is cut below)
+            self.stats.stashed += stash.save(target.id, target.cached)
         if saved is not None and stash is not None:   # its start copied back (stash.py), the rest cut below
             self.cells.cut(target.id, 0)
             here = min(kept, stash.restore(saved, target.id))
@@ -228,10 +229,9 @@ class Scheduler:
         work.slot, work.n_past = target, here
         if work.reuse:
             self.stats.reused_tokens += here
-        if self.stash is not None:   # the idle slots' cells go to host memory (stash.py)
-            for slot in self.slots:
-                if slot.work is None and slot.cached:
-                    self._evict(slot, room=False)
+        for slot in self.slots if stash is not None else []:   # the idle slots' cells to host memory
+            if slot.work is None and slot.cached:
+                self._evict(slot, room=False)
         return True
 
     def _room(self, need: int, *, keep: tuple[Slot, ...], freed: int) -> bool:
