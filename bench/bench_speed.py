@@ -194,20 +194,20 @@ def main() -> None:
         for r in range(args.rounds):
             # the servers take turns in one order, then in the other: on a VM whose speed drifts
             # from minute to minute, a fixed order favours whoever goes at the better moment
-            turn = (lambda names: list(names)) if r % 2 == 0 else (lambda names: list(names)[::-1])
+            order = 1 if r % 2 == 0 else -1
             for name in plain:   # (a first request each, so no one pays for a cold start)
                 asyncio.run(streams(bases[name], "x", 1, 99))
             if "streams" in only:
                 for n in (1, 8):
-                    for name in turn(plain):
+                    for name in plain[::order]:
                         tps, ttfts = asyncio.run(streams(bases[name], "x", n, r))
                         results.setdefault((f"streams {n}", name), []).append((tps, ttfts))
             if "fairness" in only:
-                for name in turn(plain):
+                for name in plain[::order]:
                     results.setdefault(("fairness", name), []).append(
                         asyncio.run(fairness(bases[name], "x", args.long_tokens, r)))
             if "editing" in only:
-                for name in turn(bases):
+                for name in list(bases)[::order]:
                     results.setdefault(("editing", name), []).append(
                         asyncio.run(editing(bases[name], "x", args.edit_tokens)))
         report(results, args)

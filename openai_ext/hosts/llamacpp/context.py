@@ -153,14 +153,12 @@ class Runtime:
         numpy's, the view took 25-45 us, more than the argmax read through it (one stream: a step
         is 7-9 ms, with about 0.25 ms of Python between two)."""
         row = self.L.llama_get_logits_ith(self.ctx, output)
-        address = ctypes.cast(row, ctypes.c_void_p).value
-        view = self._views.get(address) if address is not None else None
+        address = ctypes.cast(row, ctypes.c_void_p).value or 0
+        view = self._views.get(address)
         if view is None:
             if len(self._views) >= MAX_VIEWS:   # (a buffer made again elsewhere: the old rows go)
                 self._views.clear()
-            view = np.ctypeslib.as_array(row, shape=(self.n_vocab,))
-            if address is not None:
-                self._views[address] = view
+            view = self._views[address] = np.ctypeslib.as_array(row, shape=(self.n_vocab,))
         return view
 
     def logprob(self, output: int, token: int, top: int) -> TokenLogprob:

@@ -10,10 +10,10 @@ into host memory and clears them when a new request starts; so does this schedul
 
 When a request takes a slot, every other idle slot's sequence is copied here
 (``llama_state_seq_get_data``) and its cells are freed; so is the taken slot's own sequence where
-the request shares only its start (the same system prompt) and cuts the rest. A later request whose tokens start with
-more of a saved sequence than any slot holds has it copied back into its slot
-(``llama_state_seq_set_data``: a copy of memory, where reading those tokens again would take a
-step of the model for every few hundred of them), then reads the rest. The copies take at most
+the request shares only its start (the same system prompt) and cuts the rest. A later request
+whose tokens start with more of a saved sequence than any slot holds has it copied back into its
+slot (``llama_state_seq_set_data``: a copy of memory, where reading those tokens again would take
+a step of the model for every few hundred of them), then reads the rest. The copies take at most
 ``cache_ram_mb`` of memory; the least recently saved go first.
 """
 
