@@ -8,6 +8,7 @@ import pytest
 
 from openai_ext.hosts.base import Prompt
 from openai_ext.hosts.request import GenerationSettings
+from tests.support.servers import run_together, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -24,8 +25,10 @@ def host(cache_ram_mb: int):
     from openai_ext.hosts.files import default_gguf
     from openai_ext.hosts.llamacpp import LlamaCppHost
 
-    # flash attention off: the same request gives the same tokens wherever its cells lie
-    return LlamaCppHost(default_gguf(), n_ctx=2048, parallel=2, flash_attn="off", cache_ram_mb=cache_ram_mb)
+    # flash attention off: the same request gives the same tokens wherever its cells lie; no
+    # speculation: how many tokens a step checks (its sums) does not turn on how fast steps ran
+    return LlamaCppHost(default_gguf(), n_ctx=2048, parallel=2, flash_attn="off", speculation="off",
+                        cache_ram_mb=cache_ram_mb)
 
 
 def generate(h, text: str) -> list[str]:
@@ -81,7 +84,7 @@ def test_idle_cells_that_host_memory_cannot_keep_stay_in_the_cache():
 def test_host_memory_keeps_the_most_recent_copies_within_its_size():
     h = host(64)
     try:
-        stats, stash = h._sched.stats, h._sched.stash
+        stats, stash = h._sched.stats, h._sched.idle_cells.stash
         assert stash is not None
         generate(h, PLANTS)
         generate(h, HISTORY)   # the first text's cells go to host memory
@@ -111,5 +114,43 @@ def test_a_slot_taken_for_a_shared_start_keeps_the_rest_of_what_it_held_in_host_
         assert stats.stashed == 1
         assert generate(h, start + HISTORY) == first
         assert stats.restored == 1
+    finally:
+        h.close()
+
+
+def test_while_nothing_runs_idle_cells_go_to_host_memory_and_the_last_used_lie_together():
+    """Two sequences decoded together leave their cells interleaved: once both have ended, the
+    older one's go to host memory before any newcomer asks (its first token does not wait for the
+    copy), the newer one's are moved together, and both give the same replies as they did alone."""
+    h = host(64)
+    try:
+        stats = h._sched.stats
+        for text in (HISTORY, PLANTS):
+            generate(h, text)
+        # each read again from its cells (the last prompt token decoded alone: a prompt read whole
+        # sums that token's row with the others, and may come out another way at a near tie)
+        alone = {text: generate(h, text) for text in (HISTORY, PLANTS)}
+        generate(h, OCEANS)   # (the two texts' cells go to host memory: a clean start)
+        stashed, compacted = stats.stashed, stats.compacted
+        gate, replies = threading.Barrier(2), {}
+
+        def together(i: int) -> None:
+            gate.wait()
+            replies[i] = generate(h, (HISTORY, PLANTS)[i])
+
+        run_together(together, 2)
+        # (decoded two at a time, a reply may take another turn: llama.cpp sums a batch of two apart)
+        assert stats.most_running == 2 and sorted(replies) == [0, 1]
+        wait_until(lambda: stats.compacted > compacted, "the last used sequence's cells moved together")
+        assert stats.stashed == stashed + 1   # the other one went to host memory, with no newcomer
+        held = [slot for slot in h._sched.slots if slot.cached]
+        assert len(held) == 1 and h.kv_cells()["used"] == len(held[0].cached)
+        last = HISTORY if held[0].cached[:8] == h.tokenize(HISTORY)[:8] else PLANTS
+        other = PLANTS if last is HISTORY else HISTORY
+        reused, restored = stats.reused_tokens, stats.restored
+        assert generate(h, last) == alone[last]   # read from the cells moved together
+        assert stats.reused_tokens - reused >= len(h.tokenize(last)) - 1 and stats.restored == restored
+        assert generate(h, other) == alone[other]   # copied back from host memory
+        assert stats.restored == restored + 1
     finally:
         h.close()

@@ -18,8 +18,9 @@ A slot keeps the cells of the sequence that last ran in it. A newcomer whose tok
 tokens some slot holds reuses them: in place, or shared from another slot (``llama_memory_seq_cp``
 in a unified cache adds a sequence to the cells, it copies nothing). A request that shares a long
 prefix with a sequence still reading it (the choices of ``n`` > 1) waits for that read to finish,
-then shares it. When a newcomer takes a slot, the idle slots' cells move to host memory, where
-they do not slow every step down, and come back for a newcomer that starts with them (stash.py).
+then shares it. When a newcomer takes a slot, or while nothing runs, the idle slots' cells move
+to host memory, where they do not slow every step down, and come back for a newcomer that starts
+with them (idle.py, stash.py).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from dataclasses import asdict
 from typing import Any, Callable
 
 from .cells import Cells, Slot, common_prefix, sibling_reading
+from .idle import IdleCells
 from .plan import Part, StepCost, fill, plan_step
 from .stash import LEAST_TOKENS, Stash
 from .stats import Stats
@@ -68,9 +70,11 @@ class Scheduler:
         self._drafter = drafter           # a draft model (llamacpp/draft.py), or None
         self._whole_drafts = whole_drafts # drafts checked whole, whether or not they pay (llamacpp/plan.py)
         self._mem = L.llama_get_memory(ctx)
-        self.stash = Stash(L, ctx, stash_bytes) if stash_bytes > 0 else None   # (None: idle cells stay)
         self.slots = [Slot(i, []) for i in range(slots)]
         self.cells = Cells(cells, slots)
+        self.stats = Stats()
+        self.idle_cells = IdleCells(L, self._mem, self.slots, self.cells,
+                                    Stash(L, ctx, stash_bytes) if stash_bytes > 0 else None, self.stats)
         self.n_batch = n_batch
         self.prefill_chunk = max(1, min(prefill_chunk, n_batch))
         self._batch = L.llama_batch_init(n_batch, 0, 1)
@@ -81,7 +85,6 @@ class Scheduler:
         self._broken: BaseException | None = None
         self._counter = itertools.count()
         self._clock = itertools.count(1)
-        self.stats = Stats()
         self.cost = StepCost()
         self._thread = threading.Thread(target=self._loop, name="llama.cpp batch", daemon=True)
         self._thread.start()
@@ -105,7 +108,8 @@ class Scheduler:
                     "cells_used": self.cells.used, "cells_total": self.cells.capacity}
 
     def describe(self) -> dict[str, Any]:
-        return {**self.counts(), **asdict(self.stats), **(self.stash.describe() if self.stash is not None else {})}
+        stash = self.idle_cells.stash
+        return {**self.counts(), **asdict(self.stats), **(stash.describe() if stash is not None else {})}
 
     def halt_all(self) -> None:
         """Ends every sequence running or waiting now, at the next step."""
@@ -125,8 +129,8 @@ class Scheduler:
             self._cond.notify()
         self._thread.join()
         self._L.llama_batch_free(self._batch)
-        if self.stash is not None:
-            self.stash.clear()
+        if self.idle_cells.stash is not None:
+            self.idle_cells.stash.clear()
 
     # --- the thread ---------------------------------------------------------------------------
     def _loop(self) -> None:
@@ -134,14 +138,19 @@ class Scheduler:
             while True:
                 with self._cond:
                     self._take_waiting()
-                    if not self._running and not self._waiting and self._closing:
+                    idle = not self._running and not self._waiting
+                    if idle and self._closing:
                         return
-                    if not self._runnable():
+                    tidy = idle and self.idle_cells.untidy
+                    if not tidy and not self._runnable():
                         # Woken by a submission, a reader catching up or leaving; the timeout
                         # only bounds how late a stop seen by nothing else is noticed.
                         self._cond.wait(timeout=0.05)
                         continue
-                self._step()
+                if tidy:
+                    self.idle_cells.tidy(self._waiting)
+                else:
+                    self._step()
         except BaseException as e:  # a bug or a llama.cpp failure: every sequence is told
             log.exception("the llama.cpp decoding thread failed")
             with self._cond:
@@ -197,20 +206,21 @@ class Scheduler:
         here, there = held[target.id], held[source.id]
         if limit and sibling_reading(self._running, work.tokens, limit, there, self.WAIT_FOR_SIBLING):
             return False
-        saved, kept = stash.best(work.tokens, limit) if (stash := self.stash) is not None else (None, 0)
+        saved, kept = stash.best(work.tokens, limit) if (stash := self.idle_cells.stash) is not None else (None, 0)
         if kept < max(here, there) + LEAST_TOKENS:
             saved = None   # (a slot holds nearly as much: no copy back for a few tokens)
         # (a source kept while this waits for room is running, and the wait ends when it does)
         share = saved is None and source is not target and there > here
         # cells it takes: a copy back, for all its tokens (those past ``kept`` until they are cut below)
         need = work.end() + len(saved.tokens) - kept if saved is not None else work.end() - (there if share else here)
-        if not self._room(need, keep=(source, target),
-                          freed=self.cells.freed_by_cut(target.id, 0 if share or saved else here)):
-            return False
+        freed = self.cells.freed_by_cut(target.id, 0 if share or saved else here)
+        if not self.idle_cells.room(need + self.HEADROOM * len(self._running) - freed, keep=(source, target)):
+            return False   # (with headroom for the running sequences' next steps)
         mem, L = self._mem, self._L
         if stash is not None and len(target.cached) >= here + LEAST_TOKENS:   # (what it holds is cut below)
             self.stats.stashed += stash.save(target.id, target.cached)
         if saved is not None and stash is not None:   # its start copied back (stash.py), the rest cut below
+            self.idle_cells.stash_all(keep=(target,))   # (first: the copy goes to the first free cells)
             self.cells.cut(target.id, 0)
             here = min(kept, stash.restore(saved, target.id))
             self.cells.grow(target.id, len(saved.tokens) if here else 0)
@@ -229,40 +239,14 @@ class Scheduler:
         work.slot, work.n_past = target, here
         if work.reuse:
             self.stats.reused_tokens += here
-        for slot in self.slots if stash is not None else []:   # the idle slots' cells to host memory
-            if slot.work is None and slot.cached:
-                self._evict(slot, room=False)
+        self.idle_cells.stash_all()
         return True
-
-    def _room(self, need: int, *, keep: tuple[Slot, ...], freed: int) -> bool:
-        """Whether ``need`` more cells fit beside the running sequences (with their headroom),
-        counting ``freed`` cells that placing the work gives back; cached prefixes of idle slots
-        (not those in ``keep``) are dropped, oldest first, until it does."""
-        want = need + self.HEADROOM * len(self._running) - freed
-        if want <= self.cells.free:
-            return True
-        for slot in sorted((s for s in self.slots if s.work is None and s.cached and s not in keep),
-                           key=lambda s: s.used):
-            self._evict(slot)
-            if want <= self.cells.free:
-                return True
-        return False
-
-    def _evict(self, slot: Slot, *, room: bool = True) -> None:
-        """Moves an idle slot's cached cells to host memory (stash.py); ``room``: dropped even if not kept."""
-        saved = self.stash is not None and self.stash.save(slot.id, slot.cached)
-        self.stats.stashed += saved
-        if not saved and not room:
-            return
-        self._L.llama_memory_seq_rm(self._mem, slot.id, -1, -1)
-        self.cells.cut(slot.id, 0)
-        slot.cached = []
-        self.stats.evicted += room
 
     def _retire(self, work: Work) -> None:
         slot = work.slot
         if slot is not None:
             slot.cached = work.tokens[:work.n_past]   # its cells stay, as a cache for the next
+            self.idle_cells.left()
             slot.work = None
             work.slot = None
         try:
@@ -372,9 +356,7 @@ class Scheduler:
         oldest first, or else the youngest running sequence, which waits at the head of the line
         to be read again. False when neither is left (one sequence alone fills the cache).
         Called under the lock."""
-        idle = [s for s in self.slots if s.work is None and s.cached]
-        if idle:
-            self._evict(min(idle, key=lambda s: s.used))
+        if self.idle_cells.evict_oldest():
             return True
         if len(self._running) < 2:
             return False

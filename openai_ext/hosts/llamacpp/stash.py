@@ -8,9 +8,9 @@ where it took 7.2-8.6 alone (the embedded model, two cores), and one stream afte
 ran at 0.93x llama-server's speed where alone it ran at 0.97-0.99x. llama-server saves idle slots
 into host memory and clears them when a new request starts; so does this scheduler.
 
-When a request takes a slot, every other idle slot's sequence is copied here
-(``llama_state_seq_get_data``) and its cells are freed; so is the taken slot's own sequence where
-the request shares only its start (the same system prompt) and cuts the rest. A later request
+When a request takes a slot, or while nothing runs (idle.py), every other idle slot's sequence is
+copied here (``llama_state_seq_get_data``) and its cells are freed; so is the taken slot's own
+sequence where the request shares only its start (the same system prompt) and cuts the rest. A later request
 whose tokens start with more of a saved sequence than any slot holds has it copied back into its
 slot (``llama_state_seq_set_data``: a copy of memory, where reading those tokens again would take
 a step of the model for every few hundred of them), then reads the rest. The copies take at most
@@ -98,6 +98,22 @@ class Stash:
             log.warning("a prompt kept in host memory could not be put back into the KV cache: it is read again")
             return 0
         return len(saved.tokens)
+
+    def compact(self, seq: int) -> bool | None:
+        """Copies sequence ``seq``'s cells out and back in, so that they lie together at the first
+        free cells (llamacpp/idle.py); the copy does not stay here. True where they moved, None
+        where they were left as they were (more than the budget), False where llama.cpp took them
+        and could not put them back."""
+        size = self._L.llama_state_seq_get_size(self._ctx, seq)
+        if not size or size > self.budget:
+            return None
+        data = np.empty(size, np.uint8)
+        if self._L.llama_state_seq_get_data(self._ctx, _pointer(data), size, seq) != size:
+            return None
+        if not self._L.llama_state_seq_set_data(self._ctx, _pointer(data), size, seq):
+            log.warning("a sequence moved within the KV cache could not be put back: it is read again")
+            return False
+        return True
 
     def _drop(self, saved: Saved) -> None:
         self._saved.remove(saved)

@@ -20,3 +20,4 @@ class Stats:
     passed: int = 0             # newcomers let in before one that waited for room
     stashed: int = 0            # idle slots' sequences moved to host memory (llamacpp/stash.py)
     restored: int = 0           # prompts whose start was copied back from there
+    compacted: int = 0          # idle sequences moved together to the start of the cache while nothing ran
