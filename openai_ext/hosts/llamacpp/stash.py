@@ -10,11 +10,11 @@ into host memory and clears them when a new request starts; so does this schedul
 
 When a request takes a slot, or while nothing runs (idle.py), every other idle slot's sequence is
 copied here (``llama_state_seq_get_data``) and its cells are freed; so is the taken slot's own
-sequence where the request shares only its start (the same system prompt) and cuts the rest. A later request
-whose tokens start with more of a saved sequence than any slot holds has it copied back into its
-slot (``llama_state_seq_set_data``: a copy of memory, where reading those tokens again would take
-a step of the model for every few hundred of them), then reads the rest. The copies take at most
-``cache_ram_mb`` of memory; the least recently saved go first.
+sequence where the request shares only its start (the same system prompt) and cuts the rest. A
+later request whose tokens start with more of a saved sequence than any slot holds has it copied
+back into its slot (``llama_state_seq_set_data``: a copy of memory, where reading those tokens
+again would take a step of the model for every few hundred of them), then reads the rest. The
+copies take at most ``cache_ram_mb`` of memory; the least recently saved go first.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ LEAST_TOKENS = 32
 # Sequences kept at most, however small: every newcomer is compared with each.
 MOST_KEPT = 64
 # Larger sequences are not moved together (compact): a request that comes meanwhile waits for
-# the copy (one of 4.4 MB decoded beside seven others moved out and back in 3.3 ms here: 64 MB, ~50 ms).
+# the copy (4.4 MB decoded beside seven others moved out and back in 3.3 ms here: 64 MB, ~50 ms).
 MOST_COMPACTED = 64 * 2 ** 20
 
 
