@@ -85,7 +85,9 @@ class IdleCells:
             if len(waiting):   # (read without the scheduler's lock: a late look leaves the rest for later)
                 return
             self.evict(slot, room=False)
-        if len(held) > 1 and not len(waiting) and self.stash is not None:
+        # (a sequence holding an image stays where it is, as the stash leaves it: an image's cells
+        # may carry positions of their own, M-RoPE's, which this copy has not been tried with)
+        if len(held) > 1 and not len(waiting) and self.stash is not None and min(held[-1].cached) >= 0:
             last = held[-1]
             moved = self.stash.compact(last.id)
             if moved is False:   # (llama.cpp took its cells and could not put them back)

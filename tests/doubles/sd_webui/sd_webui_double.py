@@ -187,6 +187,8 @@ class SdWebUiDouble:
                     return self._send(422, {"detail": [{"loc": ["body", *err["loc"]], "msg": err["msg"],
                                                         "type": err["type"]} for err in e.errors()]})
                 double.requests.append((self.path, body))
+                # (counted until the answer is ready, not sent: a client that has read it may send
+                # its next request before this thread leaves, and that is not two jobs at once)
                 with double._counting():
                     with double._queue:
                         double.job = f"scripts_{self.path.rsplit('/', 1)[1]}"
@@ -196,9 +198,9 @@ class SdWebUiDouble:
                             answer = double._answer(body)
                         finally:
                             double.job = ""
-                    if double.fail_status:
-                        return self._send(double.fail_status, {"detail": "double: model crashed"})
-                    self._send(200, answer)
+                if double.fail_status:
+                    return self._send(double.fail_status, {"detail": "double: model crashed"})
+                self._send(200, answer)
 
             def _send(self, status, payload):
                 data = json.dumps(payload).encode()
