@@ -65,12 +65,10 @@ class Stash:
         """Copies sequence ``seq``'s cells (holding ``tokens``) here; False where it is not kept."""
         if len(tokens) < LEAST_TOKENS or min(tokens) < 0:   # (an image's tokens: their ids say nothing of it)
             return False
-        size = self._L.llama_state_seq_get_size(self._ctx, seq)
-        if not size or size > self.budget:
+        data = self._copy_out(seq, self.budget)
+        if data is None:
             return False
-        data = np.empty(size, np.uint8)   # (not zeroed, nor a ctypes type made for each size: 0.1-2 ms)
-        if self._L.llama_state_seq_get_data(self._ctx, _pointer(data), size, seq) != size:
-            return False
+        size = len(data)
         held = np.asarray(tokens)
         # a copy whose tokens this one starts with says nothing this one does not
         for old in [s for s in self._saved if common_prefix(s.tokens, held, len(held)) == len(s.tokens)]:
@@ -107,16 +105,24 @@ class Stash:
         free cells (llamacpp/idle.py); the copy does not stay here. True where they moved, None
         where they were left as they were (too large), False where llama.cpp took them
         and could not put them back."""
-        size = self._L.llama_state_seq_get_size(self._ctx, seq)
-        if not size or size > min(self.budget, MOST_COMPACTED):
+        data = self._copy_out(seq, min(self.budget, MOST_COMPACTED))
+        if data is None:
             return None
-        data = np.empty(size, np.uint8)
-        if self._L.llama_state_seq_get_data(self._ctx, _pointer(data), size, seq) != size:
-            return None
-        if not self._L.llama_state_seq_set_data(self._ctx, _pointer(data), size, seq):
+        if not self._L.llama_state_seq_set_data(self._ctx, _pointer(data), len(data), seq):
             log.warning("a sequence moved within the KV cache could not be put back: it is read again")
             return False
         return True
+
+    def _copy_out(self, seq: int, most: int) -> np.ndarray | None:
+        """Sequence ``seq``'s cells as llama.cpp writes them; None where they take more than
+        ``most`` bytes, or llama.cpp wrote none."""
+        size = self._L.llama_state_seq_get_size(self._ctx, seq)
+        if not size or size > most:
+            return None
+        data = np.empty(size, np.uint8)   # (not zeroed, nor a ctypes type made for each size: 0.1-2 ms)
+        if self._L.llama_state_seq_get_data(self._ctx, _pointer(data), size, seq) != size:
+            return None
+        return data
 
     def _drop(self, saved: Saved) -> None:
         self._saved.remove(saved)
