@@ -141,16 +141,15 @@ class Scheduler:
                     idle = not self._running and not self._waiting
                     if idle and self._closing:
                         return
-                    tidy = idle and self.idle_cells.untidy
-                    if not tidy and not self._runnable():
+                    if idle and self.idle_cells.untidy:
+                        self.idle_cells.tidy()   # (one move a pass: a submission gets in between)
+                        continue
+                    if not self._runnable():
                         # Woken by a submission, a reader catching up or leaving; the timeout
                         # only bounds how late a stop seen by nothing else is noticed.
                         self._cond.wait(timeout=0.05)
                         continue
-                if tidy:
-                    self.idle_cells.tidy(self._waiting)
-                else:
-                    self._step()
+                self._step()
         except BaseException as e:  # a bug or a llama.cpp failure: every sequence is told
             log.exception("the llama.cpp decoding thread failed")
             with self._cond:

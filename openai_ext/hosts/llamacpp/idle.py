@@ -17,7 +17,6 @@ whole stretch of the cache in use, idle slots' cells included, so they do not st
 
 from __future__ import annotations
 
-from collections.abc import Sized
 from typing import Any
 
 from .cells import Cells, Slot
@@ -35,10 +34,12 @@ class IdleCells:
         self.stash = stash
         self._stats = stats
         self.untidy = False   # a sequence left its cells in a slot since the last tidy()
+        self._tried: set[int] = set()   # slots the tidy has moved out, or tried to
 
     def left(self) -> None:
         """A sequence ended and left its cells in its slot."""
         self.untidy = self.stash is not None
+        self._tried.clear()
 
     def room(self, want: int, *, keep: tuple[Slot, ...] = ()) -> bool:
         """Whether ``want`` cells are free, once idle slots' cells (not those of ``keep``) are
@@ -76,18 +77,20 @@ class IdleCells:
         slot.cached = []
         self._stats.evicted += room
 
-    def tidy(self, waiting: Sized) -> None:
-        """While nothing runs: the idle slots' cells to host memory, but the last used one's moved
-        together. Stops as soon as ``waiting`` holds work (the newcomer's placement moves what is
-        left, as it did before)."""
+    def tidy(self) -> None:
+        """While nothing runs: one move of the tidy, the idle slots' cells to host memory (the
+        oldest first), then the last used one's moved together. Called under the scheduler's lock
+        (its count of cells and llama.cpp's agree there), one move a pass, so that a request that
+        comes is placed between two (its placement moves what is left, as it did before)."""
         held = sorted((s for s in self._slots if s.work is None and s.cached), key=lambda s: s.used)
         for slot in held[:-1]:
-            if len(waiting):   # (read without the scheduler's lock: a late look leaves the rest for later)
+            if slot.id not in self._tried:   # (one host memory did not keep stays: tried once)
+                self._tried.add(slot.id)
+                self.evict(slot, room=False)
                 return
-            self.evict(slot, room=False)
         # (a sequence holding an image stays where it is, as the stash leaves it: an image's cells
         # may carry positions of their own, M-RoPE's, which this copy has not been tried with)
-        if len(held) > 1 and not len(waiting) and self.stash is not None and min(held[-1].cached) >= 0:
+        if self._tried and held and self.stash is not None and min(held[-1].cached) >= 0:   # (others held cells)
             last = held[-1]
             moved = self.stash.compact(last.id)
             if moved is False:   # (llama.cpp took its cells and could not put them back)
