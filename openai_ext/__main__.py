@@ -114,6 +114,7 @@ def serve(args: argparse.Namespace) -> int:
     from .core.server import ApiServer, PortInUse, announce, bind_all
     from .hosts.files import default_gguf
     from .hosts.llamacpp import LlamaCppHost
+    from .hosts.llamacpp.probe import CannotRun
     from .hosts.manager import StandaloneModels
     from .text.lanes import Lanes
 
@@ -146,7 +147,7 @@ def serve(args: argparse.Namespace) -> int:
             # (the draft model drafts for the default model only: the catalog's may be of other families)
             draft = hub.resolve(settings.draft_model).model if settings.draft_model else None
             host = make_host(chosen.model, settings.model_alias, settings.mmproj or chosen.mmproj, draft)
-        except (FileNotFoundError, ValueError) as e:
+        except (FileNotFoundError, ValueError, CannotRun) as e:
             for sock in sockets:
                 sock.close()
             print(f"Cannot load the model: {e}", file=sys.stderr)

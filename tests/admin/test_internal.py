@@ -271,6 +271,30 @@ def test_a_failed_load_serves_the_previous_model_again(managed, models_dir):
     assert httpx.get(managed.url.removesuffix("/v1") + "/health").status_code == 200
 
 
+def test_a_model_whose_llama_cpp_crashes_is_refused_and_the_server_serves_on(managed, models_dir, monkeypatch):
+    """A llama.cpp build that dies on a model whatever its buffer types (its test child really
+    crashes, with them and without) would take the whole server down if the model were loaded in
+    its process: the load is refused with the reason, and the model served before comes back."""
+    import sys
+
+    from openai_ext.hosts.llamacpp import probe
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(models_dir / "cache"))    # verdicts of this test's own
+    shutil.copy(models_dir / "Second-Model.Q4_1.gguf", models_dir / "Crashing.gguf")
+    monkeypatch.setattr(probe, "PROBE_COMMAND", [sys.executable, "-c", (
+        "import sys, ctypes; 'Crashing' in ' '.join(sys.argv) and ctypes.string_at(0); "
+        f"print({probe.PROBE_OK!r})")])
+    before = httpx.get(managed.url + "/internal/model/info", headers=USER).json()["model_name"]
+    r = httpx.post(managed.url + "/internal/model/load", json={"model_name": "Crashing"}, headers=ADMIN, timeout=120)
+    assert r.status_code == 500
+    error = r.json()["error"]
+    assert error["code"] == "model_load_failed" and "Crashing.gguf could not be loaded" in error["message"]
+    assert "crashed in a test child process" in error["message"] and "and without them" in error["message"]
+    assert f"{before} is served again" in error["message"]
+    assert chat_model(managed).json()["model"] == before
+    assert httpx.get(managed.url.removesuffix("/v1") + "/health").status_code == 200
+
+
 def test_a_failed_load_whose_predecessor_is_gone_too_is_a_clear_503(managed, models_dir):
     second = models_dir / "Second-Model.Q4_1.gguf"
     assert httpx.post(managed.url + "/internal/model/load", json={"model_name": second.name}, headers=ADMIN,

@@ -18,7 +18,10 @@ from openai_ext.hosts.files import default_gguf
 from openai_ext.hosts.llamacpp import probe as probe
 
 DECODES = [sys.executable, "-c", f"print({probe.PROBE_OK!r})"]   # a CPU and build on which the decode works
-CRASH = [sys.executable, "-c", "import ctypes; ctypes.string_at(0)"]   # a real SIGSEGV
+CRASH = [sys.executable, "-c", "import ctypes; ctypes.string_at(0)"]   # a real SIGSEGV, with them and without
+# a build whose extra buffer types crash (a real SIGSEGV) and whose plain path decodes
+CRASH_WITH_THEM = [sys.executable, "-c",
+                   f"import sys, ctypes; '--plain' in sys.argv or ctypes.string_at(0); print({probe.PROBE_OK!r})"]
 HANG = [sys.executable, "-c", "import time; time.sleep(60)"]
 REAL = list(probe.PROBE_COMMAND)
 
@@ -74,13 +77,15 @@ def test_auto_runs_the_real_test_decode_once_and_keeps_its_verdict(monkeypatch):
     started = ran(monkeypatch)
     first = probe.choose(default_gguf(), "auto")
     assert_a_verdict_of_the_real_decode(first)
-    assert len(started) == 1 and started[0][:3] == REAL
+    # one child; two where it died with them (the second, without them, ran)
+    children = 2 if "failed in a child process" in first.reason else 1
+    assert len(started) == children and started[0][:3] == REAL
     # a child that would say otherwise, if it ran
     monkeypatch.setattr(probe, "PROBE_COMMAND", CRASH if first.extra_buffers else DECODES)
     again = probe.choose(default_gguf(), "auto")
     assert again.extra_buffers == first.extra_buffers
     assert again.reason.startswith(first.reason) and "kept from an earlier start" in again.reason
-    assert len(started) == 1
+    assert len(started) == children
 
 
 def test_a_child_that_decodes_keeps_them_on_and_the_verdict_is_kept(monkeypatch):
@@ -99,8 +104,11 @@ def test_a_child_that_decodes_keeps_them_on_and_the_verdict_is_kept(monkeypatch)
 @pytest.mark.parametrize("amx", [True, False])
 def test_a_child_that_crashes_turns_them_off(monkeypatch, amx):
     cpu_reports(monkeypatch, "avx2", *(["amx_tile", "amx_int8"] if amx else []))
-    monkeypatch.setattr(probe, "PROBE_COMMAND", CRASH)
+    started = ran(monkeypatch)
+    monkeypatch.setattr(probe, "PROBE_COMMAND", CRASH_WITH_THEM)
     choice = probe.choose(default_gguf(), "auto")
+    # a second child made sure the plain path runs before the server loads the model that way
+    assert [cmd[-1] == "--plain" for cmd in started] == [False, True]
     assert not choice.extra_buffers and "SIGSEGV" in choice.reason and "--repack on" in choice.reason
     assert ": off: " in choice.line()
     # the reason names AMX only where the CPU reports it
@@ -136,14 +144,14 @@ def test_the_verdict_belongs_to_one_model_file(monkeypatch, tmp_path):
     import shutil
 
     started = ran(monkeypatch)
-    monkeypatch.setattr(probe, "PROBE_COMMAND", CRASH)
+    monkeypatch.setattr(probe, "PROBE_COMMAND", CRASH_WITH_THEM)
     assert not probe.choose(default_gguf(), "auto").extra_buffers
     copy = tmp_path / "other.gguf"
     shutil.copy(default_gguf(), copy)
     monkeypatch.setattr(probe, "PROBE_COMMAND", DECODES)
     assert probe.choose(copy, "auto").extra_buffers      # another file: tested on its own
     assert not probe.choose(default_gguf(), "auto").extra_buffers   # the first keeps its own verdict
-    assert len(started) == 2
+    assert len(started) == 3     # two for the first (with them, then without), one for the other
 
 
 def test_the_verdict_belongs_to_one_cpu(monkeypatch):
@@ -153,19 +161,55 @@ def test_the_verdict_belongs_to_one_cpu(monkeypatch):
     monkeypatch.setattr(probe, "PROBE_COMMAND", DECODES)
     assert probe.choose(default_gguf(), "auto").extra_buffers
     cpu_reports(monkeypatch, "avx2", "avx512f", "amx_tile", "amx_int8")
-    monkeypatch.setattr(probe, "PROBE_COMMAND", CRASH)
+    monkeypatch.setattr(probe, "PROBE_COMMAND", CRASH_WITH_THEM)
     choice = probe.choose(default_gguf(), "auto")
     assert not choice.extra_buffers and "SIGSEGV" in choice.reason and "reports Intel AMX" in choice.reason
-    assert len(started) == 2
+    assert len(started) == 3
 
 
 def test_a_cache_that_cannot_be_written_only_means_testing_again(monkeypatch, tmp_path):
     blocked = tmp_path / "blocked"
     blocked.write_text("a file where the cache folder would be")
     monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))
-    monkeypatch.setattr(probe, "PROBE_COMMAND", CRASH)
+    monkeypatch.setattr(probe, "PROBE_COMMAND", CRASH_WITH_THEM)
     assert not probe.choose(default_gguf(), "auto").extra_buffers
     assert not os.path.isdir(blocked)
+
+
+@pytest.mark.parametrize("amx", [True, False])
+def test_a_build_that_crashes_without_them_too_is_refused_with_where_it_died(monkeypatch, amx):
+    """A llama.cpp build can die on a machine whatever its buffer types (one crashed compiling its
+    tokenizer's pattern while it loaded a model, on a CPU that also reported AMX): the server must
+    not load the model in its own process, and must not blame AMX."""
+    cpu_reports(monkeypatch, "avx2", *(["amx_tile", "amx_int8"] if amx else []))
+    started = ran(monkeypatch)
+    # the real child's first line, then a real SIGSEGV, with them and without
+    monkeypatch.setattr(probe, "PROBE_COMMAND", [
+        sys.executable, "-c", f"import ctypes; print({probe.PROBE_STAGE + 'load'!r}, flush=True); ctypes.string_at(0)"])
+    with pytest.raises(probe.CannotRun) as caught:
+        probe.choose(default_gguf(), "auto")
+    message = str(caught.value)
+    assert message.count("killed by SIGSEGV while loading the model") == 2, message
+    assert "with its extra CPU buffer types" in message and "and without them" in message
+    assert default_gguf().name in message and "--upstream-url" in message
+    assert "AMX" not in message
+    assert [cmd[-1] == "--plain" for cmd in started] == [False, True]
+    # nothing kept: the next start tests again (a rebuilt llama.cpp may run)
+    monkeypatch.setattr(probe, "PROBE_COMMAND", DECODES)
+    assert probe.choose(default_gguf(), "auto").extra_buffers
+
+
+def test_the_real_child_says_how_far_it_got_and_decodes_without_them(monkeypatch):
+    """The stages a crash is placed by, and the plain path the server falls back on, read off
+    the real child (which runs the plain path on any CPU: the server itself runs it)."""
+    import subprocess
+
+    done = subprocess.run([*REAL, str(default_gguf()), "--plain"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert [line for line in lines if line.startswith(probe.PROBE_STAGE)] == [
+        probe.PROBE_STAGE + "load", probe.PROBE_STAGE + "decode"]
+    assert lines[-1] == probe.PROBE_OK
 
 
 def test_amx_is_read_off_the_cpu_flags(monkeypatch):
@@ -175,3 +219,13 @@ def test_amx_is_read_off_the_cpu_flags(monkeypatch):
     assert probe.has_amx()
     cpu_reports(monkeypatch, "avx2", "avx512f")
     assert not probe.has_amx()
+
+
+def test_the_standalone_server_refuses_such_a_build_in_one_line_at_start(monkeypatch, capsys):
+    from openai_ext.__main__ import main
+
+    monkeypatch.setattr(probe, "PROBE_COMMAND", CRASH)
+    assert main(["--model", str(default_gguf()), "--port", "0"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("Cannot load the model: llama.cpp crashed in a test child process"), err
+    assert "Traceback" not in err

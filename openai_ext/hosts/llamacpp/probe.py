@@ -13,6 +13,12 @@ process loads the model with them on and decodes batches as the server will. If 
 (or hangs), they are turned off. The verdict is kept per model file, llama.cpp build and CPU, so
 the test runs once. The ``repack`` setting forces either way.
 
+A child that dies is not always the extra buffer types' fault: a llama.cpp build can crash on a
+machine whatever its buffer types (one build crashed compiling the tokenizer's pattern while it
+loaded the model, on a machine that also reported AMX). So after a crash a second child tries
+without them; if it dies too, ``CannotRun`` says so and the model is not loaded in the server's
+own process, which would die with it (and with it every other client's request).
+
 Run as ``python -m openai_ext.hosts.llamacpp.probe MODEL [--threads N] [--gpu-layers N]`` it is
 that child.
 """
@@ -40,6 +46,11 @@ PROBE_BASE_S, PROBE_PER_GB_S = 90.0, 60.0
 # The child is this module run as a program; tests may point it elsewhere.
 PROBE_COMMAND = [sys.executable, "-m", "openai_ext.hosts.llamacpp.probe"]
 PROBE_OK = "probe ok"
+PROBE_STAGE = "probe stage: "   # the child's progress, so a crash can be placed (load, decode)
+
+
+class CannotRun(RuntimeError):
+    """llama.cpp died in a test child with its extra buffer types and without them."""
 
 
 @dataclass(frozen=True)
@@ -148,24 +159,23 @@ def _probe(path: Path, *, n_threads: int | None, n_gpu_layers: int) -> Choice:
     if n_threads:
         cmd += ["--threads", str(n_threads)]
     amx = " (this CPU reports Intel AMX, whose llama.cpp path is known to crash)" if has_amx() else ""
-    # the child imports this package from where the server imports it, whatever the folder
-    package_root = str(Path(__file__).resolve().parents[3])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
     t0 = time.monotonic()
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired:
+    done = _run(cmd, timeout)
+    if done is None:
         return Choice(False, f"a test decode with them did not finish in {timeout:.0f} s{amx}; "
                              "the server runs without them (force with --repack on)")
     spent = time.monotonic() - t0
     if done.returncode == 0 and PROBE_OK in done.stdout:
         return Choice(True, f"a test decode with them ran in a child process in {spent:.1f} s")
     if done.returncode < 0:
-        try:
-            how = f"killed by {signal.Signals(-done.returncode).name}"
-        except ValueError:
-            how = f"killed by signal {-done.returncode}"
-        return Choice(False, f"a test decode with them failed in a child process ({how}){amx}; "
+        plain = _run([*cmd, "--plain"], timeout)
+        if plain is not None and plain.returncode < 0:
+            raise CannotRun(
+                f"llama.cpp crashed in a test child process with its extra CPU buffer types ({_crash(done)}) "
+                f"and without them ({_crash(plain)}): this build of llama-cpp-python cannot run {path.name} on "
+                "this machine, so it is not loaded (the server would die with it). Try another model, a "
+                "llama-cpp-python built elsewhere, or serve through another engine with --upstream-url")
+        return Choice(False, f"a test decode with them failed in a child process ({_crash(done)}){amx}; "
                              "the server runs without them (force with --repack on)")
     # An error, not a crash: safe for this start, tested again at the next
     tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or [""]
@@ -173,25 +183,50 @@ def _probe(path: Path, *, n_threads: int | None, n_gpu_layers: int) -> Choice:
                          "the server runs without them this time (force with --repack on)", settled=False)
 
 
+def _run(cmd: list[str], timeout: float) -> subprocess.CompletedProcess[str] | None:
+    """The child's run; None: it did not finish in ``timeout`` seconds (it was killed)."""
+    # the child imports this package from where the server imports it, whatever the folder
+    package_root = str(Path(__file__).resolve().parents[3])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def _crash(done: subprocess.CompletedProcess[str]) -> str:
+    """How a child that died was killed, and in which stage."""
+    try:
+        how = f"killed by {signal.Signals(-done.returncode).name}"
+    except ValueError:
+        how = f"killed by signal {-done.returncode}"
+    stages = [line.removeprefix(PROBE_STAGE) for line in done.stdout.splitlines() if line.startswith(PROBE_STAGE)]
+    where = {"load": " while loading the model", "decode": " in a test decode"}.get(stages[-1] if stages else "", "")
+    return how + where
+
+
 def _child(argv: list[str] | None = None) -> int:
-    """Loads the model with the extra buffer types and decodes as the server does: a prompt of
-    many tokens (the batch that crashes on AMX), then two sequences a token each."""
+    """Loads the model with the extra buffer types (without: ``--plain``) and decodes as the server
+    does: a prompt of many tokens (the batch that crashes on AMX), then two sequences a token each."""
     ap = argparse.ArgumentParser(prog="python -m openai_ext.hosts.llamacpp.probe")
     ap.add_argument("model")
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--gpu-layers", type=int, default=0)
+    ap.add_argument("--plain", action="store_true", help="without the extra buffer types")
     args = ap.parse_args(argv)
     import numpy as np
 
     from .context import load_context, load_model
 
-    model = load_model(Path(args.model), extra_buffers=True, n_gpu_layers=args.gpu_layers)
+    print(f"{PROBE_STAGE}load", flush=True)
+    model = load_model(Path(args.model), extra_buffers=not args.plain, n_gpu_layers=args.gpu_layers)
     ctx = load_context(model, n_ctx=512, parallel=2, n_threads=args.threads or None)
     import llama_cpp as L
 
     text = b"The quick brown fox jumps over the lazy dog. " * 8
     tokens = model.tokenize(text, add_bos=True, special=False)[:96]
     batch = L.llama_batch_init(128, 0, 1)
+    print(f"{PROBE_STAGE}decode", flush=True)
     try:
         for step in ([(0, p, t) for p, t in enumerate(tokens)], [(0, len(tokens), 1), (1, 0, tokens[0])],
                      [(0, len(tokens) + 1, 2), (1, 1, tokens[1])]):
