@@ -108,7 +108,8 @@ def create_app(settings: Settings, host: Host, manager: ModelManager | None = No
                        streamed=(STREAMED_ROUTES, int(settings.files_max_mb * 2 ** 20), "files_max_mb"),
                        shapes=ERROR_SHAPES)
     if settings.api_key:
-        app.add_middleware(KeyGuard, api_key=settings.api_key, admin_key=settings.admin_key, shapes=ERROR_SHAPES)
+        app.add_middleware(KeyGuard, api_key=settings.api_key, admin_key=settings.admin_key, shapes=ERROR_SHAPES,
+                           secrets=state.realtime.secrets)
     if not settings.listen:
         app.add_middleware(HostGuard, allowed=LOCAL_NAMES | {h.lower() for h in settings.allowed_hosts},
                            allowed_suffixes=tunnel.host_suffixes(settings), shapes=ERROR_SHAPES)

@@ -7,7 +7,8 @@ route dependency of the model-management routes.
 A key is sent as ``Authorization: Bearer <key>`` (OpenAI's clients) or as ``x-api-key: <key>``
 (Anthropic's clients); either header is read, on every route. A WebSocket upgrade may carry it as
 the subprotocol ``openai-insecure-api-key.<key>`` instead: browsers cannot set headers on a
-WebSocket, and OpenAI's browser clients send the key that way. The guard records the key it let a
+WebSocket, and OpenAI's browser clients send the key that way. The Realtime socket also takes a
+live Realtime client secret made with a key (realtime/secrets.py), as that key. The guard records the key it let a
 request in with (``caller_owner`` reads it): every family tells callers apart by that one record,
 whichever way the key came.
 """
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from fastapi import Request
 from starlette.requests import HTTPConnection
@@ -31,6 +32,12 @@ from .guards import Receive, Scope, Send, header, send_error
 # Realtime try-it page, which holds no secret (the user pastes the key into it).
 OPEN_PATHS = frozenset({"/health", "/health/live", "/health/ready", "/v1/internal/health", "/v1/realtime/page",
                         "/realtime/page"})
+# The one socket a Realtime client secret (``ek_...``, realtime/secrets.py) lets in.
+SECRET_PATHS = frozenset({"/v1/realtime", "/realtime"})
+
+
+class SecretFinder(Protocol):
+    def find(self, tokens: list[str]) -> Any: ...   # the live secret offered (its .key: whose it is), or None
 
 
 def _bearer(authorization: str | None) -> str | None:
@@ -51,6 +58,11 @@ def subprotocol_tokens(offered: str | None) -> list[str]:
     """The keys offered in a Sec-WebSocket-Protocol header."""
     return [p.strip()[len(SUBPROTOCOL_KEY):] for p in (offered or "").split(",")
             if p.strip().startswith(SUBPROTOCOL_KEY) and len(p.strip()) > len(SUBPROTOCOL_KEY)]
+
+
+def offered_tokens(get: Callable[[str], str | None], *, websocket: bool) -> list[str]:
+    """Every key a request offers (a WebSocket's subprotocol ones too); ``get`` reads a header."""
+    return _tokens(get) + (subprotocol_tokens(get("sec-websocket-protocol")) if websocket else [])
 
 
 def _matches(token: str | None, key: str) -> bool:
@@ -92,18 +104,21 @@ class KeyGuard:
     """Every route but health needs the api_key, when one is set (the admin key also passes);
     so does a WebSocket upgrade, which carries the same headers."""
 
-    def __init__(self, app: Any, api_key: str, admin_key: str, shapes: ErrorShapes = OPENAI_ONLY):
+    def __init__(self, app: Any, api_key: str, admin_key: str, shapes: ErrorShapes = OPENAI_ONLY,
+                 secrets: SecretFinder | None = None):
         self.app = app
         self.keys = [k for k in (api_key, admin_key) if k]
         self.shapes = shapes
+        self.secrets = secrets
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (scope["type"] in ("http", "websocket") and scope.get("method") != "OPTIONS"
                 and scope["path"] not in OPEN_PATHS and scope.get(INTERNAL) is not TRUSTED):
-            tokens = _tokens(lambda name: header(scope, name.encode()))
-            if scope["type"] == "websocket":
-                tokens += subprotocol_tokens(header(scope, b"sec-websocket-protocol"))
+            tokens = offered_tokens(lambda name: header(scope, name.encode()), websocket=scope["type"] == "websocket")
             caller = next((token for token in tokens if any(_matches(token, key) for key in self.keys)), None)
+            if caller is None and scope["type"] == "websocket" and scope["path"] in SECRET_PATHS and self.secrets:
+                secret = self.secrets.find(tokens)
+                caller = secret.key if secret is not None else None   # its sessions are its maker's
             if caller is None:
                 await send_error(send, AuthenticationError(), scope, self.shapes)
                 return

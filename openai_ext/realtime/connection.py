@@ -39,14 +39,15 @@ KEPT_BEFORE_SPEECH_MS = 1000
 
 
 class Session:
-    def __init__(self, socket: WebSocket, service: RealtimeService, model: str):
+    def __init__(self, socket: WebSocket, service: RealtimeService, model: str,
+                 config: session_mod.SessionConfig | None = None):
         self.socket = socket
         self.service = service
         settings = service.settings
         self.id = new_id("sess")
         self.model = model
         self.expires_at = int(time.time() + settings.realtime_max_session_s)
-        self.config = session_mod.SessionConfig()
+        self.config = config or session_mod.SessionConfig()   # (a client secret's, where one let it in)
         self.conversation = Conversation()
         self.frame_limit = settings.realtime_max_frame_kb * 1024
         self.sending = anyio.Lock()

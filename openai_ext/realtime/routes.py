@@ -5,6 +5,9 @@ The upgrade passes the key and Host guards as an HTTP request does (the key also
 Origin check. A session past ``realtime_max_sessions`` is told so in an ``error`` event and
 closed with code 1013 (try again later).
 
+``POST /v1/realtime/client_secrets`` makes a short-lived key for a client app, which opens that
+socket only, its sessions starting from the configuration given with it (realtime/secrets.py).
+
 ``GET /v1/realtime/page`` serves page.html, a page to try the API from a browser (push to talk,
 the answer played, both transcripts shown). It holds no secret, so it answers without the key; the
 user pastes the key into it, and it connects to this server's own origin, which the Origin check
@@ -18,10 +21,13 @@ from importlib import resources
 from fastapi import APIRouter, Request, WebSocket
 from fastapi.responses import HTMLResponse
 
+from ..core.api_model import allowed
+from ..core.auth import CALLER_KEY, offered_tokens
 from ..core.errors import InvalidRequestError, NotImplementedByServer, OpenAIError
 from ..core.guards import refused_origin
 from .connection import Session
 from .events import error_event
+from .secrets import ClientSecretRequest
 from .service import RealtimeService
 
 SUBPROTOCOL = "realtime"
@@ -47,10 +53,20 @@ def router(realtime: RealtimeService) -> APIRouter:
             await websocket.send_json(error_event(e))
             await websocket.close(code=1013, reason="too many realtime sessions")
             return
+        # a client secret offered (live: the guard, where a key is set, let it in by it) gives
+        # the session its start
+        secret = realtime.secrets.find(offered_tokens(websocket.headers.get, websocket=True))
         try:
-            await Session(websocket, realtime, realtime.model_name(model)).run()
+            await Session(websocket, realtime, realtime.model_name(model or (secret.model if secret else None)),
+                          config=secret.session_config() if secret else None).run()
         finally:
             realtime.leave()
+
+    @r.post("/realtime/client_secrets")
+    async def create_client_secret(body: ClientSecretRequest, request: Request):
+        return realtime.secrets.make(body, key=request.scope.get("state", {}).get(CALLER_KEY),
+                                     model=realtime.model_name(None), voices_ok=realtime.check_voice,
+                                     allow_unknown=allowed())
 
     @r.get("/realtime", include_in_schema=False)
     async def realtime_over_http(request: Request):

@@ -23,6 +23,7 @@ from ..core.config import Settings
 from ..core.errors import OpenAIError, RateLimitError
 from ..text.service import TextService
 from .events import ClientEventError
+from .secrets import ClientSecrets
 
 
 class RealtimeService:
@@ -33,6 +34,7 @@ class RealtimeService:
         self.speech = speech
         self.transcription = transcription
         self.open_sessions = 0
+        self.secrets = ClientSecrets()   # the client secrets made and alive (realtime/secrets.py)
 
     # --- sessions ----------------------------------------------------------------------------
     def enter(self) -> None:
