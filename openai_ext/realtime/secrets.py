@@ -64,7 +64,7 @@ class ClientSecrets:
              allow_unknown: bool) -> dict[str, Any]:
         """A new secret, as the response's body: its value, when it expires, and the session it
         starts (RealtimeCreateClientSecretResponse)."""
-        seconds = _seconds(body.expires_after)
+        seconds = _seconds(body.expires_after, allow_unknown)
         config, asked_model = session_mod.SessionConfig(), None
         if body.session is not None:
             if isinstance(body.session, dict) and body.session.get("type") == "transcription":
@@ -100,14 +100,14 @@ class ClientSecrets:
             del self._live[digest]
 
 
-def _seconds(expires_after: Any) -> int:
+def _seconds(expires_after: Any, allow_unknown: bool) -> int:
     if expires_after is None:
         return DEFAULT_SECONDS
     if not isinstance(expires_after, dict):
         raise InvalidRequestError("'expires_after' must be an object such as {\"anchor\": \"created_at\", "
                                   "\"seconds\": 600}.", param="expires_after")
     unknown = sorted(set(expires_after) - {"anchor", "seconds"})
-    if unknown:
+    if unknown and not allow_unknown:
         raise InvalidRequestError(f"Unknown field 'expires_after.{unknown[0]}': it takes anchor and seconds.",
                                   param=f"expires_after.{unknown[0]}", code="unknown_parameter")
     if expires_after.get("anchor", "created_at") != "created_at":
