@@ -19,7 +19,7 @@ loaded the model, on a machine that also reported AMX). So after a crash a secon
 without them; if it dies too, ``CannotRun`` says so and the model is not loaded in the server's
 own process, which would die with it (and with it every other client's request).
 
-Run as ``python -m openai_ext.hosts.llamacpp.probe MODEL [--threads N] [--gpu-layers N]`` it is
+Run as ``python -m openai_ext.hosts.llamacpp.probe MODEL [--threads N] [--gpu-layers N] [--plain]`` it is
 that child.
 """
 
