@@ -43,6 +43,7 @@ def test_a_dead_model_server_is_a_503_that_says_what_happened(extension, host_mo
     assert error["code"] == "model_server_stopped" and error["type"] == "server_error"
     assert "llama-server" in error["message"] and "SIGSEGV" in error["message"]
     assert "--extra-flags=--no-repack" in error["message"]      # what avoids the AMX crash
+    assert "crash with no-repack too" in error["message"]      # and what is left where that is not it
     assert "Traceback" not in r.text
     health = httpx.get(extension.server.url.removesuffix("/v1") + "/health", timeout=10)
     assert health.status_code == 503 and health.json()["status"] == "unavailable"

@@ -2,7 +2,8 @@
 (``shared.model.process``, a ``subprocess.Popen``) and talks to it over HTTP.
 
 When that process dies (on a CPU whose llama.cpp AMX path is broken, the first prompt of more
-than one token kills it with SIGSEGV), the web UI only logs a connection error and every reply
+than one token kills it with SIGSEGV; a build broken on the machine can die whatever the CPU
+path, see llamacpp/probe.py), the web UI only logs a connection error and every reply
 comes back empty until the model is loaded again. The API instead answers 503 naming what
 happened and what to do, on every request until then.
 """
@@ -42,7 +43,9 @@ def stopped_error(status: int, during: str = "") -> ServiceUnavailableError:
         amx = " (this one reports it)" if has_amx() else ""
         advice = ("It crashed: on a CPU with Intel AMX" + amx + ", llama.cpp's AMX path does that on the first "
                   "prompt; start the web UI with --extra-flags=--no-repack (or add no-repack to the model's extra "
-                  "flags) and load the model again. " + advice)
+                  "flags) and load the model again. Should it crash with no-repack too, that llama.cpp build fails "
+                  "on this machine whatever its kernels (as one did loading a model's tokenizer): try another "
+                  "model or another build of the web UI's llama.cpp. " + advice)
     return ServiceUnavailableError(f"The web UI's llama.cpp server (llama-server) {_how(status)}{during}, so "
                                    f"the model cannot answer. {advice}", code="model_server_stopped")
 
