@@ -194,12 +194,17 @@ def _run(cmd: list[str], timeout: float) -> subprocess.CompletedProcess[str] | N
         return None
 
 
+def killed_by(status: int) -> str:
+    """``killed by SIGSEGV`` for a process's exit status -11 (the web UI's model server's too)."""
+    try:
+        return f"killed by {signal.Signals(-status).name}"
+    except ValueError:
+        return f"killed by signal {-status}"
+
+
 def _crash(done: subprocess.CompletedProcess[str]) -> str:
     """How a child that died was killed, and in which stage."""
-    try:
-        how = f"killed by {signal.Signals(-done.returncode).name}"
-    except ValueError:
-        how = f"killed by signal {-done.returncode}"
+    how = killed_by(done.returncode)
     stages = [line.removeprefix(PROBE_STAGE) for line in done.stdout.splitlines() if line.startswith(PROBE_STAGE)]
     where = {"load": " while loading the model", "decode": " in a test decode"}.get(stages[-1] if stages else "", "")
     return how + where

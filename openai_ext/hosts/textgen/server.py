@@ -15,7 +15,7 @@ import signal
 from typing import Any, Iterator
 
 from ...core.errors import ServiceUnavailableError
-from ..llamacpp.probe import has_amx
+from ..llamacpp.probe import has_amx, killed_by
 
 CRASHES = {signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGABRT, signal.SIGFPE}
 
@@ -29,12 +29,7 @@ def exit_status(model: Any) -> int | None:
 
 
 def _how(status: int) -> str:
-    if status >= 0:
-        return f"exited with status {status}"
-    try:
-        return f"was killed by {signal.Signals(-status).name}"
-    except ValueError:
-        return f"was killed by signal {-status}"
+    return f"exited with status {status}" if status >= 0 else f"was {killed_by(status)}"
 
 
 def stopped_error(status: int, during: str = "") -> ServiceUnavailableError:
