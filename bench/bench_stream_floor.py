@@ -99,11 +99,9 @@ def ours(base: str, streams: int, max_tokens: int) -> tuple[int, float]:
 
 
 def bare(base: str, tokens: int, pace: float) -> int:
-    got = 0
     with httpx.Client(timeout=300) as client:
         with client.stream("POST", base + "/chat/completions", json={"max_tokens": tokens, "pace": pace}) as r:
-            got = sum(1 for line in r.iter_lines() if line.startswith("data: {"))
-    return got
+            return sum(1 for line in r.iter_lines() if line.startswith("data: {"))
 
 
 def main() -> None:
