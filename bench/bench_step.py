@@ -17,6 +17,8 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import serving  # noqa: F401 - puts the project on the path, as for every benchmark
+
 
 def measure(host, n: int, depth: int, tokens: int, round_: int) -> tuple[float, float]:
     """Milliseconds per generated token (wall, all streams together) and the share of it spent
