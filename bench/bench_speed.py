@@ -8,6 +8,12 @@ hits all alike), all greedy:
   fairness   four long prompts (--long-tokens, 6,000 by default) sent at once, and while they are
              read, short chats (8 tokens) one after another: the p50/p95/max time to first token of
              the short chats.
+  pairs      (not by default; --pairs N) one stream, N turns: in each, the same request to this
+             server, to it with speculation off and to llama-server, back to back, the order
+             turning each time; against llama-server (or, without it, speculation off), the median of
+             the pairs' tokens/s ratios with its 95% bootstrap interval, and the times to first
+             token. On a VM whose speed drifts 10-15% from minute to minute, the ratio of two
+             requests a second apart keeps little of the drift, where medians of rounds keep it.
   editing    rewrite a 300-line file with one change, the model repeating most of what it was given:
              generated tokens/s, with speculation on and off (this server: prompt lookup;
              llama-server: its n-gram speculation, --spec-type ngram-simple at its defaults). The
@@ -22,7 +28,7 @@ server gets the same context.
 Without --llama-server, this server's two alone (ratios then against this server).
 
     python bench/bench_speed.py [--llama-server PATH] [--rounds 2] [--n-ctx 32768] [--long-tokens 6000]
-        [--only streams,fairness,editing] [--model PATH]
+        [--only streams,fairness,editing,pairs] [--pairs 40] [--model PATH]
 """
 
 from __future__ import annotations
@@ -147,6 +153,7 @@ def main() -> None:
     ap.add_argument("--long-tokens", type=int, default=6000)
     ap.add_argument("--edit-tokens", type=int, default=1024, help="max_tokens of a rewrite")
     ap.add_argument("--only", default="streams,fairness,editing")
+    ap.add_argument("--pairs", type=int, default=40, help="pairs of one-stream requests (the pairs workload)")
     ap.add_argument("--model", help="GGUF path (default: the embedded SmolLM2)")
     args = ap.parse_args()
     from openai_ext.hosts.files import default_gguf
@@ -210,6 +217,15 @@ def main() -> None:
                 for name in list(bases)[::order]:
                     results.setdefault(("editing", name), []).append(
                         asyncio.run(editing(bases[name], "x", args.edit_tokens)))
+        if "pairs" in only:
+            # (this server with and without speculation, each paired with the same request to the
+            # last contender; the order turns each time)
+            contenders = ["this server", "this server, speculation off", *plain[1:]]
+            for i in range(args.pairs):
+                turned = contenders[i % len(contenders):] + contenders[:i % len(contenders)]
+                for name in turned[::1 if i % 2 == 0 else -1]:
+                    tps, ttfts = asyncio.run(streams(bases[name], "x", 1, 100 + i))
+                    results.setdefault(("pairs", name), []).append((tps, ttfts[0]))
         report(results, args)
     finally:
         stop(list(procs.values()))
@@ -229,6 +245,9 @@ def report(results: dict[tuple[str, str], list], args) -> None:
             ttfts = [x for _, ts in runs for x in ts]
             print(f"  {name:34} {tps:7.1f} tokens/s ({tps / base:.2f}x {against})  p95 first token "
                   f"{pct(ttfts, 0.95) * 1000:7.0f} ms")
+    rows = {name: v for (w, name), v in results.items() if w == "pairs"}
+    if rows:
+        report_pairs(rows)
     rows = {name: v for (w, name), v in results.items() if w == "fairness"}
     if rows:
         print(f"\nfairness: short chats while four {args.long_tokens}-token prompts are read: time to first token")
@@ -252,6 +271,29 @@ def report(results: dict[tuple[str, str], list], args) -> None:
                 for text in sorted({t for _, _, t in runs}):
                     right, lines, wrong = followed(text)
                     print(f"    {name}: {right} of {lines} lines as wanted; the first not: {wrong[:60]!r}")
+
+
+def report_pairs(rows: dict[str, list[tuple[float, float]]]) -> None:
+    """One stream, request by request: against the last contender, the median ratio of each
+    pair's tokens/s with a 95% bootstrap interval (resampling the pairs) and the median gap of
+    their times to first token; each contender's times to first token."""
+    import numpy as np
+
+    *names, other = rows
+    n = len(rows[other])
+    print(f"\npairs: one stream, {n} turns of one request to each contender back to back (order turning)")
+    rng = np.random.default_rng(0)
+    for name in names:
+        ratios = np.array([x[0] / y[0] for x, y in zip(rows[name], rows[other], strict=True)])
+        low, high = np.percentile(np.median(rng.choice(ratios, (2000, n)), axis=1), [2.5, 97.5])
+        gaps = [x[1] - y[1] for x, y in zip(rows[name], rows[other], strict=True)]
+        print(f"  {name} / {other}: tokens/s median ratio {np.median(ratios):.3f} (95% interval {low:.3f}-"
+              f"{high:.3f}), faster in {int((ratios > 1).sum())} of {n}; first token "
+              f"{statistics.median(gaps) * 1000:+.1f} ms (median of pairs)")
+    for name, runs in rows.items():
+        ttfts = [f for _, f in runs]
+        print(f"  {name:34} {statistics.median(t for t, _ in runs):7.1f} tokens/s (median)  first token p50 "
+              f"{pct(ttfts, 0.5) * 1000:5.0f} ms  p95 {pct(ttfts, 0.95) * 1000:5.0f} ms")
 
 
 if __name__ == "__main__":
