@@ -404,10 +404,14 @@ def test_a_client_that_leaves_while_the_model_loads_does_not_fail_the_others(lla
 
     loads = []
     real = emb.ENGINES["sentence-transformers"]
+    # The load ends only once the impatient client has left (events, not sleeps: on a loaded
+    # machine a client made late could arrive after a timed load had ended, and not time out)
+    started, left = threading.Event(), threading.Event()
 
     def slow(settings):
         loads.append(1)
-        time.sleep(1.5)               # long enough for a client to give up while it loads
+        started.set()
+        left.wait(60)
         return real(settings)
 
     monkeypatch.setitem(emb.ENGINES, "slow", slow)
@@ -415,9 +419,12 @@ def test_a_client_that_leaves_while_the_model_loads_does_not_fail_the_others(lla
 
     def first(i):
         if i == 0:
-            time.sleep(0.2)           # joins the load in progress, then leaves
-            with pytest.raises(httpx.TimeoutException):
-                post(server, {"model": "text-embedding-3-small", "input": "impatient"}, timeout=0.5)
+            try:
+                assert started.wait(60)   # joins the load in progress, then leaves
+                with pytest.raises(httpx.TimeoutException):
+                    post(server, {"model": "text-embedding-3-small", "input": "impatient"}, timeout=0.5)
+            finally:
+                left.set()
             return "left"
         return post(server, {"model": "text-embedding-3-small", "input": f"patient {i}"}).status_code
 
