@@ -121,27 +121,21 @@ def main() -> None:
     try:
         api_base, bare_base = f"http://127.0.0.1:{api_port}/v1", f"http://127.0.0.1:{bare_port}/v1"
         wait_up(api_base, api)
-        for _ in range(100):
-            try:
-                httpx.get(bare_base + "/models", timeout=2)
-                break
-            except httpx.TransportError:
-                time.sleep(0.1)
+        wait_up(bare_base, floor)   # (the bare app answers any path, /models too, with a short stream)
         ours(api_base, 1, 16)   # warm-up
         mine, least, paces = [], [], []
         for r in range(args.rounds):
             order = ["api", "bare"] if r % 2 == 0 else ["bare", "api"]
             pace = statistics.median(paces) if paces else 0.01
-            n = args.streams * args.max_tokens
             for who in order:
                 if who == "api":
                     before = thread_cpu(api.pid)
-                    n, pace = ours(api_base, args.streams, args.max_tokens)
-                    mine.append((thread_cpu(api.pid) - before) / n)
+                    got, pace = ours(api_base, args.streams, args.max_tokens)
+                    mine.append((thread_cpu(api.pid) - before) / got)
                     paces.append(pace)
                 else:
                     before = thread_cpu(floor.pid)
-                    got = bare(bare_base, n, pace)
+                    got = bare(bare_base, args.streams * args.max_tokens, pace)
                     least.append((thread_cpu(floor.pid) - before) / got)
         m, f, p = statistics.median(mine), statistics.median(least), statistics.median(paces)
         print(f"event loop CPU per streamed token, {args.rounds} rounds of {args.streams} x {args.max_tokens} tokens "
