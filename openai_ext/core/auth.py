@@ -72,6 +72,7 @@ def _matches(token: str | None, key: str) -> bool:
 
 CALLER_KEY = "caller_key"   # in the request's scope state: the key the guard let it in with
 CALLER_OWNER = "caller_owner"   # ... or, for a request the server makes itself, whose it is
+CALLER_SECRET = "caller_secret"   # ... and the client secret it let a Realtime socket in by (what it found)
 
 # The scope key of a request the server sends itself, in process (a batch's lines: batches/run.py),
 # on behalf of an owner it recorded. Only code in this process can put an object in a scope (a
@@ -119,6 +120,8 @@ class KeyGuard:
             if caller is None and scope["type"] == "websocket" and scope["path"] in SECRET_PATHS and self.secrets:
                 secret = self.secrets.find(tokens)
                 caller = secret.key if secret is not None else None   # its sessions are its maker's
+                if secret is not None:   # (the session starts from it: looked up again, it might have expired)
+                    scope.setdefault("state", {})[CALLER_SECRET] = secret
             if caller is None:
                 await send_error(send, AuthenticationError(), scope, self.shapes)
                 return

@@ -22,7 +22,7 @@ from fastapi import APIRouter, Request, WebSocket
 from fastapi.responses import HTMLResponse
 
 from ..core.api_model import allowed
-from ..core.auth import CALLER_KEY, offered_tokens
+from ..core.auth import CALLER_KEY, CALLER_SECRET, offered_tokens
 from ..core.errors import InvalidRequestError, NotImplementedByServer, OpenAIError
 from ..core.guards import refused_origin
 from .connection import Session
@@ -53,9 +53,10 @@ def router(realtime: RealtimeService) -> APIRouter:
             await websocket.send_json(error_event(e))
             await websocket.close(code=1013, reason="too many realtime sessions")
             return
-        # a client secret offered (live: the guard, where a key is set, let it in by it) gives
-        # the session its start
-        secret = realtime.secrets.find(offered_tokens(websocket.headers.get, websocket=True))
+        # a client secret offered gives the session its start: the one the guard let it in by, where
+        # a key is set (found once: a second lookup a moment later might find it expired), else a live one
+        secret = (websocket.scope.get("state", {}).get(CALLER_SECRET)
+                  or realtime.secrets.find(offered_tokens(websocket.headers.get, websocket=True)))
         try:
             await Session(websocket, realtime, realtime.model_name(model or (secret.model if secret else None)),
                           config=secret.session_config() if secret else None).run()

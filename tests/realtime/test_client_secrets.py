@@ -96,6 +96,25 @@ def test_an_expired_secret_is_refused(rt, monkeypatch):
     assert secrets.find([made.value]) is None                           # but it was let go when found expired
 
 
+def test_a_secret_that_expires_as_its_socket_opens_still_gives_the_session_its_start(rt, monkeypatch):
+    # The guard lets the socket in by the secret while it lives; the session then starts from the
+    # secret the guard found, not from a second lookup that may come a moment after it expired
+    # (which would start a session let in by the secret from the default configuration).
+    made, _ = make(rt, session={**SESSION, "model": MODEL})
+    secrets = rt.app.state.api.realtime.secrets
+    lookups = []
+
+    def clock() -> float:
+        lookups.append(None)
+        return made.expires_at - 1 if len(lookups) == 1 else made.expires_at   # alive for the first look only
+
+    monkeypatch.setattr(secrets, "clock", clock)
+    with websockets.sync.client.connect(ws_url(rt), additional_headers={"Authorization": f"Bearer {made.value}"}) as ws:
+        created = json.loads(ws.recv())
+    assert created["type"] == "session.created" and created["session"]["instructions"] == SESSION["instructions"]
+    assert len(lookups) == 1
+
+
 @pytest.mark.parametrize("body, param", [
     ({"expires_after": {"seconds": 5}}, "expires_after.seconds"),
     ({"expires_after": {"seconds": 7201}}, "expires_after.seconds"),
