@@ -14,7 +14,7 @@ import pytest
 import websockets.exceptions
 import websockets.sync.client
 from support.spec import assert_valid
-from test_realtime import KEY, MODEL, Events, client, ws_url
+from test_realtime import KEY, MODEL, Events, check, client, ws_url
 
 from openai_ext.realtime import secrets as secrets_mod
 
@@ -110,7 +110,7 @@ def test_a_secret_that_expires_as_its_socket_opens_still_gives_the_session_its_s
 
     monkeypatch.setattr(secrets, "clock", clock)
     with websockets.sync.client.connect(ws_url(rt), additional_headers={"Authorization": f"Bearer {made.value}"}) as ws:
-        created = json.loads(ws.recv())
+        created = check(json.loads(ws.recv()))
     assert created["type"] == "session.created" and created["session"]["instructions"] == SESSION["instructions"]
     assert len(lookups) == 1
 
