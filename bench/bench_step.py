@@ -78,7 +78,11 @@ def main() -> None:
     args = ap.parse_args()
     from openai_ext.hosts.files import default_gguf
     from openai_ext.hosts.llamacpp import LlamaCppHost
+    from openai_ext.hosts.llamacpp.batch import Scheduler
 
+    # Each host's decoding thread ends soon after its turn (with its OpenMP pool: with both pools
+    # alive, every decode's barriers sleep; llamacpp/batch.Scheduler.IDLE_EXIT), before the other's.
+    Scheduler.IDLE_EXIT = 0.05
     model = args.model or str(default_gguf())
     hosts = {kind: LlamaCppHost(model, n_ctx=32768, parallel=8, speculation="off", cache_type_v=kind)
              for kind in ("f16", "q8_0")}
@@ -88,6 +92,7 @@ def main() -> None:
             for n in (1, 8):
                 for depth in (0, args.depth):
                     for kind, host in hosts.items():
+                        time.sleep(0.5)   # (the other host's thread has ended)
                         results.setdefault((kind, n, depth), []).append(measure(host, n, depth, args.tokens, r))
     finally:
         for host in hosts.values():

@@ -61,6 +61,10 @@ class Scheduler:
     # for room; each waiting work lets at most MAX_PASSES do so, so it is never starved.
     SHORT_PASS = 1024
     MAX_PASSES = 64
+    # Seconds idle after which the thread ends (a submission starts another): llama.cpp built with
+    # OpenMP keeps worker threads for each thread that decoded, and with two such pools (two models
+    # loaded) every barrier of every decode sleeps: one model's stream went from 10.0 to 18.7 ms a token.
+    IDLE_EXIT = 2.0
 
     def __init__(self, L: Any, ctx: Any, *, slots: int, n_batch: int, cells: int, prefill_chunk: int,
                  before_step: Callable[[], None] = lambda: None, drafter: Any = None,
@@ -86,6 +90,10 @@ class Scheduler:
         self._counter = itertools.count()
         self._clock = itertools.count(1)
         self.cost = StepCost()
+        self._thread: threading.Thread | None = None   # started by a submission, ended when idle
+
+    def _start_thread(self) -> None:
+        """(called under the lock)"""
         self._thread = threading.Thread(target=self._loop, name="llama.cpp batch", daemon=True)
         self._thread.start()
 
@@ -96,6 +104,8 @@ class Scheduler:
                 raise Closed("the model is closing" if self._closing else f"the decoder stopped: {self._broken!r}")
             work.order = next(self._counter)
             self._waiting.append(work)
+            if self._thread is None:
+                self._start_thread()
             self._cond.notify()
 
     def wake(self) -> None:
@@ -126,14 +136,17 @@ class Scheduler:
         """Takes no new work, lets what runs and waits finish, then stops the thread."""
         with self._cond:
             self._closing = True
+            thread = self._thread
             self._cond.notify()
-        self._thread.join()
+        if thread is not None:
+            thread.join()
         self._L.llama_batch_free(self._batch)
         if self.idle_cells.stash is not None:
             self.idle_cells.stash.clear()
 
     # --- the thread ---------------------------------------------------------------------------
     def _loop(self) -> None:
+        idle_since = 0.0   # (since when nothing runs or waits; 0: something does)
         try:
             while True:
                 with self._cond:
@@ -144,6 +157,10 @@ class Scheduler:
                     if idle and self.idle_cells.untidy:
                         self.idle_cells.tidy()   # (one move a pass: a submission gets in between)
                         continue
+                    idle_since = (idle_since or time.monotonic()) if idle else 0.0
+                    if idle and time.monotonic() - idle_since >= self.IDLE_EXIT:
+                        self._thread = None   # (its OpenMP pool ends with it; submit starts another)
+                        return
                     if not self._runnable():
                         # Woken by a submission, a reader catching up or leaving; the timeout
                         # only bounds how late a stop seen by nothing else is noticed.
