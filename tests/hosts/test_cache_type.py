@@ -8,11 +8,6 @@ verdict of the real timing: where the verdict is the subject, the timings are se
 
 from __future__ import annotations
 
-import os
-import threading
-import time
-from pathlib import Path
-
 import pytest
 from test_batching import GREEDY, assert_same_greedy_answer, generate
 
@@ -101,41 +96,6 @@ def test_the_real_timing_gives_a_verdict_with_its_figures(model):
     choice = values.choose(default_gguf(), model, n_gpu_layers=0, n_threads=2)
     assert choice.kind in ("f16", "q8_0")
     assert f"one token {values.DEPTH} cells deep decoded in" in choice.reason
-
-
-def os_threads() -> set[int]:
-    return {int(t) for t in os.listdir("/proc/self/task")}
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads the process's threads off /proc (Linux)")
-def test_the_timing_leaves_no_decoding_threads_behind(model):
-    # llama.cpp built with OpenMP keeps a pool of worker threads for each thread that decoded with
-    # more than one thread, for as long as that thread lives; with two pools in the process, libgomp
-    # makes every barrier of the server's own decodes sleep instead of spin. The timing, run on the
-    # thread that loads the model (which lives on), must take no pool of its own with it.
-    before = os_threads()
-    timed, release = threading.Event(), threading.Event()
-    loader: dict = {}
-
-    def load() -> None:   # (a loading thread that lives on, as the server's does)
-        loader["id"] = threading.get_native_id()
-        loader["choice"] = values.choose(default_gguf(), model, n_gpu_layers=0, n_threads=2)
-        timed.set()
-        release.wait(120)
-
-    thread = threading.Thread(target=load)
-    thread.start()
-    try:
-        assert timed.wait(300), "the timing did not end"
-        assert "decoded in" in loader["choice"].reason   # (it was timed, not read from a verdict)
-        deadline = time.monotonic() + 30   # (a watchdog: a pool's threads end a moment after its thread)
-        while (left := os_threads() - before - {loader["id"]}) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not left, f"threads left by the timing: {sorted(left)}"
-    finally:
-        release.set()
-        thread.join()
 
 
 def make_host(parallel: int, cache_type_v: str = "auto"):

@@ -194,7 +194,14 @@ def test_keep_alive_unloads_an_idle_model_and_the_request_may_set_it(catalog):
     c.ask("alpha")
     c.ask("beta", keep_alive=0)
     beta = c.text.lanes.loaded["beta"].text
-    wait_until(lambda: c.loaded() == ["alpha"], "beta unloaded once idle")
+
+    def unloaded() -> bool:   # (the unload is done: while it runs, its service answers model_changing)
+        try:
+            beta.require_model()
+        except ServiceUnavailableError as e:
+            return e.code == "model_unloaded"
+        return False
+    wait_until(lambda: c.loaded() == ["alpha"] and unloaded(), "beta unloaded once idle")
     assert c.closed == ["beta"]
     # a request that picked beta's service before the unload is told to send again, never served by a closed model
     with pytest.raises(ServiceUnavailableError) as gone:
