@@ -187,15 +187,8 @@ def main() -> None:
         for name, proc in procs.items():
             if name.startswith("this"):
                 wait_up(bases[name], proc)
-        for name in procs:   # llama-server's /v1/models answers while it loads; /health does not
-            deadline = time.monotonic() + 180
-            while time.monotonic() < deadline:
-                try:
-                    if httpx.get(bases[name].removesuffix("/v1") + "/health", timeout=2).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                time.sleep(0.3)
+        for name, proc in procs.items():   # llama-server's /v1/models answers while it loads; /health does not
+            wait_up(bases[name].removesuffix("/v1"), proc, path="/health")
         plain = [name for name in ("this server", "llama-server") if name in procs]
         results: dict[tuple[str, str], list] = {}
         for r in range(args.rounds):

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from serving import free_port
+from serving import free_port, wait_up
 
 # A chat chunk as OpenAI streams one token: one unit of --work serializes it once.
 CHUNK = {"id": "chatcmpl-0123456789abcdef01234567", "object": "chat.completion.chunk", "created": 1764460800,
@@ -183,14 +183,7 @@ def main() -> None:
             port = free_port()
             base = f"http://127.0.0.1:{port}"
             server = start_llama_server(args.llama_server, port, str(model), 32768, extra)
-            deadline = time.monotonic() + 180
-            while time.monotonic() < deadline:
-                try:
-                    if client.get(f"{base}/health", timeout=2).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                time.sleep(0.3)
+            wait_up(base, server, path="/health")
         for r in range(args.rounds):
             order = modes[r % len(modes):] + modes[:r % len(modes)]
             if (r // len(modes)) % 2:

@@ -64,10 +64,9 @@ def main() -> None:
             procs.append(start_api(up_port, "--parallel", str(args.clients), "--n-ctx", str(1024 * args.clients),
                                    "--data-dir", data.name))
             model = "local"
-        wait_up(up, procs[0])
-        if args.llama_server:   # its /v1/models answers while the model still loads; /health does not
-            while httpx.get(up.removesuffix("/v1") + "/health", timeout=5).status_code != 200:
-                time.sleep(0.2)
+        # (llama-server's /v1/models answers while the model still loads; its /health does not)
+        wait_up(up.removesuffix("/v1") if args.llama_server else up, procs[0],
+                path="/health" if args.llama_server else "/models")
         procs.append(start_api(front_port, "--upstream-url", up, "--upstream-parallel", str(args.clients),
                                "--data-dir", data.name))
         wait_up(front, procs[1])

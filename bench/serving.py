@@ -42,18 +42,22 @@ def start_api(port: int, *flags: str) -> subprocess.Popen:
 
 
 def exited(proc: subprocess.Popen) -> None:
-    """Stops the benchmark with the server's log if the server has exited."""
+    """Stops the benchmark with the server's log (where it kept one) if the server has exited."""
     if proc.poll() is not None:
-        proc.log.seek(0)
-        raise SystemExit(f"server exited: {proc.log.read()}")
+        log = getattr(proc, "log", None)   # (start_server's; llama-server's is not kept)
+        if log is not None:
+            log.seek(0)
+        raise SystemExit(f"server exited ({proc.returncode}): {log.read() if log is not None else ''}")
 
 
-def wait_up(base: str, proc: subprocess.Popen, timeout: float = 180) -> None:
+def wait_up(base: str, proc: subprocess.Popen, timeout: float = 180, path: str = "/models") -> None:
+    """Waits until ``base + path`` answers 200. llama-server's /v1/models answers while its model
+    still loads: ask its /health (``base`` without /v1) instead."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         exited(proc)
         try:
-            if httpx.get(f"{base}/models", timeout=2).status_code == 200:
+            if httpx.get(f"{base}{path}", timeout=2).status_code == 200:
                 return
         except httpx.TransportError:
             pass
